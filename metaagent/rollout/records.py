@@ -1,0 +1,351 @@
+"""Versioned rollout records: the contract between rollout, credit, trainer, replay, distillation and serving.
+
+One :class:`RolloutTree` per task and rollout, one tree per JSONL line::
+
+    RolloutTree (task, seed, config, models)
+    └── Design i  (designer sample: prompt/response ids, log-probs; extracted script; check report; structure)
+        └── Execution j  (status, answer, reward components)
+            ├── AgentTurn k  (role, system prompt, messages, response, delivery, ids, log-probs, parents)
+            └── ToolCall    (name, args, result)
+
+Everything is plain dataclasses of JSON types, so a tree survives ``json`` unchanged (floats round-trip
+exactly) and can be read without importing torch or the trainer. Readers accept older schema versions
+through :func:`migrate` and say which version they need for newer ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+SCHEMA_VERSION = 1
+
+EXECUTION_STATUSES = ("ok", "invalid", "error", "timeout", "limit")
+
+
+class SchemaError(ValueError):
+    """A record cannot be read: malformed, or written by a newer schema than this package knows."""
+
+
+class _Record:
+    """Mixin: ``to_dict`` / ``from_dict`` for dataclasses with nested record fields.
+
+    ``_nested`` maps a field name to the record class of its value (or of each list item).
+    """
+
+    _nested: ClassVar[dict[str, type]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]):
+        if not isinstance(data, Mapping):
+            raise SchemaError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        kwargs = {}
+        for key, value in data.items():
+            if key not in names:
+                continue  # fields added by newer minor writers are ignored, not fatal
+            sub = cls._nested.get(key)
+            if sub is not None and value is not None:
+                value = [sub.from_dict(v) for v in value] if isinstance(value, list) else sub.from_dict(value)
+            kwargs[key] = value
+        try:
+            return cls(**kwargs)
+        except TypeError as e:
+            raise SchemaError(f"{cls.__name__}: {e}") from None
+
+
+@dataclass
+class Diagnostic(_Record):
+    """One refusal or warning of the script checker. ``code`` is stable (e.g. ``E-DUNDER``)."""
+
+    line: int
+    col: int
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}, col {self.col}: [{self.code}] {self.message}"
+
+
+@dataclass
+class CheckReport(_Record):
+    """Result of checking a designer script: ``ok`` iff there are no errors."""
+
+    ok: bool
+    errors: list[Diagnostic] = field(default_factory=list)
+    warnings: list[Diagnostic] = field(default_factory=list)
+    _nested: ClassVar[dict[str, type]] = {"errors": Diagnostic, "warnings": Diagnostic}
+
+
+@dataclass
+class AgentTurn(_Record):
+    """One agent call inside an execution: an executor training sample (prompt_ids -> response_ids)."""
+
+    index: int  # position within the execution, in completion order
+    role: str  # the agent's role name in the script, e.g. "AlgebraSolver"
+    system_prompt: str
+    messages: list[dict[str, str]]  # exactly the chat messages sent to the model
+    response: str
+    delivery: str | None  # content of <delivery>...</delivery>, None when the block is missing
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: str
+    model: str
+    parents: list[int] = field(default_factory=list)  # earlier turns whose output appears in this prompt
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class ToolCall(_Record):
+    """A tool used by the script (e.g. running a candidate program on the public tests)."""
+
+    index: int
+    name: str
+    args: dict[str, Any]
+    result: str
+    ok: bool
+    after_turn: int  # number of agent turns completed before the call
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class ScriptError(_Record):
+    type: str  # exception class name or a limit name
+    message: str
+    line: int | None = None
+
+
+@dataclass
+class RewardRecord(_Record):
+    """Reward of one execution. ``total = correct + lam * format`` when computable; ``error`` otherwise.
+
+    A reward that could not be computed is never a silent 0: ``total`` is None and ``error`` says why.
+    """
+
+    total: float | None
+    correct: float | None
+    format: float | None
+    components: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Execution(_Record):
+    """One run of a design's script by the executor policy."""
+
+    index: int
+    status: str  # one of EXECUTION_STATUSES
+    answer: str | None = None
+    submitted: bool = False
+    turns: list[AgentTurn] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    error: ScriptError | None = None
+    elapsed_s: float = 0.0
+    seed: int | None = None
+    reward: RewardRecord | None = None
+    advantage: float | None = None  # executor advantage, filled by credit assignment
+    _nested: ClassVar[dict[str, type]] = {
+        "turns": AgentTurn,
+        "tool_calls": ToolCall,
+        "error": ScriptError,
+        "reward": RewardRecord,
+    }
+
+    def __post_init__(self) -> None:
+        if self.status not in EXECUTION_STATUSES:
+            raise SchemaError(f"Execution.status must be one of {EXECUTION_STATUSES}, got {self.status!r}")
+
+
+@dataclass
+class DesignerSample(_Record):
+    """The designer's generation: a designer training sample (prompt_ids -> response_ids)."""
+
+    messages: list[dict[str, str]]
+    text: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: str
+    model: str
+    templates: list[str] = field(default_factory=list)  # names of in-context templates shown
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class Design(_Record):
+    """One sampled (or frozen) workflow design and its N executions."""
+
+    index: int
+    source: str  # "designer", or "frozen:<template name or file>" for fixed multi-agent systems
+    sample: DesignerSample | None  # None for frozen designs: nothing to train
+    script: str | None  # extracted script; None when nothing could be extracted
+    check: CheckReport
+    structure: dict[str, Any] | None = None  # workflow.analysis output
+    executions: list[Execution] = field(default_factory=list)
+    reward: float | None = None  # Eq. 4: mean execution reward; 0 for invalid designs
+    advantage: float | None = None  # designer advantage, filled by credit assignment
+    _nested: ClassVar[dict[str, type]] = {
+        "sample": DesignerSample,
+        "check": CheckReport,
+        "executions": Execution,
+    }
+
+    @property
+    def valid(self) -> bool:
+        return self.check.ok and self.script is not None
+
+
+@dataclass
+class RolloutTree(_Record):
+    """All designs and executions of one task in one rollout, with what is needed to replay it."""
+
+    run_id: str
+    task: dict[str, Any]  # metaagent.data.Task.to_dict()
+    seed: int
+    config: dict[str, Any]
+    models: dict[str, str]  # logical role -> model id
+    designs: list[Design] = field(default_factory=list)
+    step: int | None = None
+    mode: str = "train"  # train | eval | fixed | serve | distill
+    timings: dict[str, float] = field(default_factory=dict)
+    created_at: float = field(default_factory=time.time)
+    schema_version: int = SCHEMA_VERSION
+    config_hash: str = ""
+    _nested: ClassVar[dict[str, type]] = {"designs": Design}
+
+    def __post_init__(self) -> None:
+        if not self.config_hash:
+            self.config_hash = config_hash(self.config)
+
+    @property
+    def task_id(self) -> str:
+        return str(self.task.get("id"))
+
+    def executions(self) -> Iterator[tuple[Design, Execution]]:
+        for d in self.designs:
+            for e in d.executions:
+                yield d, e
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str) -> RolloutTree:
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"not valid JSON: {e}") from None
+        return cls.from_dict(migrate(data))
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# ---- schema versions -------------------------------------------------------------------------------------
+
+#: migrations[v] turns a version-v dict into a version-(v+1) dict
+_MIGRATIONS: dict[int, Any] = {}
+
+
+def migrate(data: Any) -> dict[str, Any]:
+    """Bring a tree dict written by an older schema to :data:`SCHEMA_VERSION`."""
+    if not isinstance(data, dict):
+        raise SchemaError(f"a rollout tree must be a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if not isinstance(version, int):
+        raise SchemaError("record has no integer 'schema_version'; it was not written by metaagent")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"record has schema_version {version} but this metaagent reads up to {SCHEMA_VERSION}; "
+            "upgrade metaagent to read it"
+        )
+    while version < SCHEMA_VERSION:
+        if version not in _MIGRATIONS:
+            raise SchemaError(f"no migration from schema_version {version}; it needs metaagent reading v{version}")
+        data = _MIGRATIONS[version](data)
+        version = data["schema_version"]
+    return data
+
+
+# ---- JSONL files ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BadLine:
+    path: str
+    line: int
+    error: str
+
+
+class TreeWriter:
+    """Append trees to a JSONL file, one per line, flushed and fsync'd per write (safe to tail)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, tree: RolloutTree) -> None:
+        line = tree.to_json()
+        with self._lock:
+            self._f.write(line + "\n")
+            self._f.flush()
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._f.closed:
+                self._f.close()
+
+    def __enter__(self) -> TreeWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_trees(path: str | os.PathLike[str], trees: Iterable[RolloutTree]) -> None:
+    with TreeWriter(path) as w:
+        for t in trees:
+            w.write(t)
+
+
+def iter_trees(path: str | os.PathLike[str], bad_lines: list[BadLine] | None = None) -> Iterator[RolloutTree]:
+    """Yield the trees of a JSONL file, skipping bad lines.
+
+    Bad lines (truncated, corrupt, newer schema) are appended to ``bad_lines`` when given; without it they
+    raise :class:`SchemaError` naming the file and line.
+    """
+    path = Path(path)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield RolloutTree.from_json(line)
+            except SchemaError as e:
+                if bad_lines is None:
+                    raise SchemaError(f"{path}:{lineno}: {e}") from None
+                bad_lines.append(BadLine(str(path), lineno, str(e)))
+
+
+def read_trees(path: str | os.PathLike[str]) -> tuple[list[RolloutTree], list[BadLine]]:
+    bad: list[BadLine] = []
+    trees = list(iter_trees(path, bad))
+    return trees, bad

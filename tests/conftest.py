@@ -1,0 +1,20 @@
+"""Shared test fixtures. Area-specific fixtures live in tests/<area>/conftest.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Tests never reach a model or dataset hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture
+def math_task():
+    from metaagent.data import Task
+
+    return Task(id="t-add", domain="math", question="What is 2 + 3?", answer="5", source="test")
