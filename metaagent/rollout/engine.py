@@ -1,0 +1,369 @@
+"""The hierarchical rollout engine (paper §3.1–3.2): per task, M designs × N executions.
+
+    tasks ─► designer stage: one batched generate of B·M designer prompts
+          ─► extract + check + analyse each design (invalid designs are kept, reward 0, no executions)
+          ─► executor stage: B·M·N sandboxed executions in flight at once; their agent calls meet in the
+             policy layer's batcher, so the backend sees few, large batches
+          ─► reward of each execution as soon as it ends (overlaps with other executions)
+          ─► one RolloutTree per task
+
+The engine never trains and never decides who is trained: it produces records. Every random choice is
+derived from (seed, step, task, design, execution), so a rollout is reproducible from its record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metaagent.data.tasks import Task
+from metaagent.policy.base import ChatRequest, Policy, PolicyError, SamplingParams
+from metaagent.rollout.config import RolloutConfig
+from metaagent.rollout.prompts import designer_messages, select_templates
+from metaagent.rollout.records import (
+    CheckReport,
+    Design,
+    DesignerSample,
+    Diagnostic,
+    Execution,
+    RewardRecord,
+    RolloutTree,
+    ScriptError,
+)
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit seed from any parts, stable across processes and Python versions."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+@dataclass
+class FrozenDesign:
+    """A fixed multi-agent system: the script every design of a task is replaced by."""
+
+    name: str
+    script: str
+
+    @classmethod
+    def resolve(cls, spec: str, templates: Sequence | None = None) -> FrozenDesign:
+        """A template name from the bank, or a path to a script file."""
+        path = Path(spec)
+        if path.suffix == ".py" and path.is_file():
+            return cls(name=f"file:{path}", script=path.read_text())
+        from metaagent.workflow import load_templates
+
+        bank = {t.name: t for t in (templates if templates is not None else load_templates())}
+        if spec in bank:
+            return cls(name=f"template:{spec}", script=bank[spec].source)
+        raise ValueError(
+            f"frozen designer {spec!r} is neither a script file nor a template; "
+            f"templates: {', '.join(sorted(bank))}"
+        )
+
+
+class RolloutObserver:
+    """Progress hooks; the CLI's rich display implements them. All methods are called from many threads."""
+
+    def designs_started(self, n: int) -> None: ...
+    def designs_done(self, designs: Sequence[Design]) -> None: ...
+    def executions_started(self, n: int) -> None: ...
+    def execution_done(self, execution: Execution) -> None: ...
+
+
+@dataclass
+class _Job:
+    tree_idx: int
+    design: Design
+    task: Task
+    exec_idx: int
+    seed: int
+
+
+@dataclass
+class RolloutEngine:
+    """Produces :class:`RolloutTree` records for batches of tasks.
+
+    Args:
+        designer: policy that writes workflow scripts (ignored in fixed-MAS mode).
+        executor: policy every agent call of every script goes to (a batching policy in practice).
+        config: M, N, sampling per role, limits, concurrency.
+        pool: a ``metaagent.workflow.SandboxPool``; created from ``config`` when None.
+        reward_config: ``metaagent.rewards.RewardConfig``; default when None.
+        run_id / record_config: stored in every tree so replay needs nothing else.
+        templates: the template bank (default: ``metaagent.workflow.load_templates()``).
+    """
+
+    designer: Policy | None
+    executor: Policy
+    config: RolloutConfig = field(default_factory=RolloutConfig)
+    pool: Any = None
+    reward_config: Any = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    record_config: Mapping[str, Any] = field(default_factory=dict)
+    templates: Sequence | None = None
+    observer: RolloutObserver = field(default_factory=RolloutObserver)
+    tools_factory: Callable[[Task], Mapping[str, Callable[..., str]]] | None = None
+
+    def __post_init__(self) -> None:
+        from metaagent.workflow import load_templates
+
+        if self.templates is None:
+            self.templates = load_templates()
+        self._own_pool = self.pool is None
+        if self.pool is None:
+            self.pool = make_pool(self.config)
+        if self.reward_config is None:
+            from metaagent.rewards import RewardConfig
+
+            self.reward_config = RewardConfig()
+        if self.tools_factory is None:
+            from metaagent.workflow.tools import default_tools
+
+            self.tools_factory = default_tools
+        self.frozen = (
+            FrozenDesign.resolve(self.config.frozen_designer, self.templates) if self.config.frozen_designer else None
+        )
+        if self.frozen is None and self.designer is None:
+            raise ValueError("a designer policy is required unless rollout.frozen_designer is set")
+
+    # ---- public -------------------------------------------------------------------------------------------
+
+    def models(self) -> dict[str, str]:
+        models = {"executor": self.executor.model_id}
+        models["designer"] = self.frozen.name if self.frozen else self.designer.model_id  # type: ignore[union-attr]
+        return models
+
+    def rollout(
+        self,
+        tasks: Sequence[Task | Mapping[str, Any]],
+        *,
+        step: int | None = None,
+        seed: int = 0,
+        mode: str = "train",
+        m_designs: int | None = None,
+        n_executions: int | None = None,
+        designer_sampling: SamplingParams | None = None,
+        executor_sampling: SamplingParams | None = None,
+        frozen: FrozenDesign | None = None,
+    ) -> list[RolloutTree]:
+        """Run M designs × N executions for each task and return one tree per task (input order)."""
+        tasks = [Task.coerce(t) for t in tasks]
+        if not tasks:
+            return []
+        frozen = frozen or self.frozen
+        m = 1 if frozen else (m_designs or self.config.m_designs)
+        n = n_executions or self.config.n_executions
+        t0 = time.perf_counter()
+
+        if frozen:
+            designs = [[self._frozen_design(frozen)] for _ in tasks]
+        else:
+            designs = self._design(tasks, m, step, seed, designer_sampling)
+        t_design = time.perf_counter() - t0
+
+        trees = [
+            RolloutTree(
+                run_id=self.run_id,
+                task=task.to_dict(),
+                seed=seed,
+                config=dict(self.record_config),
+                models=self.models(),
+                designs=ds,
+                step=step,
+                mode="fixed" if frozen and mode == "train" else mode,
+                timings={"design_s": t_design},
+            )
+            for task, ds in zip(tasks, designs)
+        ]
+        self._execute(trees, tasks, n, step, seed, executor_sampling)
+        for tree in trees:
+            for d in tree.designs:
+                d.reward = design_reward(d)
+            tree.timings["total_s"] = time.perf_counter() - t0
+        return trees
+
+    def close(self) -> None:
+        if self._own_pool and self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self) -> RolloutEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- designer stage -----------------------------------------------------------------------------------
+
+    def _design(
+        self, tasks: list[Task], m: int, step: int | None, seed: int, sampling: SamplingParams | None
+    ) -> list[list[Design]]:
+        cfg = self.config
+        requests, shown = [], []
+        for b, task in enumerate(tasks):
+            for i in range(m):
+                s = derive_seed(seed, step, task.id, b, i, "design")
+                examples = select_templates(
+                    self.templates, task, cfg.k_templates, random.Random(s), cfg.template_selection
+                )
+                params = (sampling or cfg.designer.params()).replace(seed=s)
+                requests.append(ChatRequest(designer_messages(task, examples), params, role="designer"))
+                shown.append([t.name for t in examples])
+        self.observer.designs_started(len(requests))
+        t0 = time.perf_counter()
+        completions = self.designer.generate(requests)  # type: ignore[union-attr]
+        elapsed = time.perf_counter() - t0
+
+        out: list[list[Design]] = []
+        for b in range(len(tasks)):
+            row = []
+            for i in range(m):
+                k = b * m + i
+                c, req = completions[k], requests[k]
+                sample = DesignerSample(
+                    messages=req.messages,
+                    text=c.text,
+                    prompt_ids=c.prompt_ids,
+                    response_ids=c.response_ids,
+                    logprobs=c.logprobs,
+                    finish_reason=c.finish_reason,
+                    model=c.model,
+                    templates=shown[k],
+                    elapsed_s=elapsed,
+                )
+                row.append(self._checked_design(i, "designer", sample, c.text))
+            out.append(row)
+        self.observer.designs_done([d for row in out for d in row])
+        return out
+
+    def _checked_design(self, index: int, source: str, sample: DesignerSample | None, text: str) -> Design:
+        from metaagent.workflow import analyze_script, check_script, extract_script
+
+        script = extract_script(text)
+        if script is None:
+            report = CheckReport(
+                ok=False,
+                errors=[Diagnostic(1, 0, "E-NO-SCRIPT", "no Python script found: reply with one ```python block")],
+            )
+            return Design(index=index, source=source, sample=sample, script=None, check=report, reward=0.0)
+        report = check_script(script)
+        structure = analyze_script(script) if report.ok else None
+        return Design(index=index, source=source, sample=sample, script=script, check=report, structure=structure)
+
+    def _frozen_design(self, frozen: FrozenDesign) -> Design:
+        design = self._checked_design(0, f"frozen:{frozen.name}", None, f"```python\n{frozen.script}\n```")
+        if not design.valid:
+            errors = "; ".join(str(e) for e in design.check.errors)
+            raise ValueError(f"frozen design {frozen.name} does not pass the checker: {errors}")
+        return design
+
+    # ---- executor stage -----------------------------------------------------------------------------------
+
+    def _execute(
+        self,
+        trees: list[RolloutTree],
+        tasks: list[Task],
+        n: int,
+        step: int | None,
+        seed: int,
+        sampling: SamplingParams | None,
+    ) -> None:
+        jobs = [
+            _Job(t, d, tasks[t], j, derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute"))
+            for t, tree in enumerate(trees)
+            for d in tree.designs
+            if d.valid
+            for j in range(n)
+        ]
+        self.observer.executions_started(len(jobs))
+        if not jobs:
+            return
+        params = sampling or self.config.executor.params()
+        lock = threading.Lock()
+        reward_s = [0.0] * len(trees)
+        spans: list[list[float]] = [[float("inf"), 0.0] for _ in trees]
+
+        def run(job: _Job) -> None:
+            start = time.perf_counter()
+            execution = self._run_one(job, params)
+            t_reward = time.perf_counter()
+            execution.reward = self._score(job.task, execution)
+            end = time.perf_counter()
+            with lock:
+                job.design.executions.append(execution)
+                reward_s[job.tree_idx] += end - t_reward
+                span = spans[job.tree_idx]
+                span[0], span[1] = min(span[0], start), max(span[1], end)
+            self.observer.execution_done(execution)
+
+        workers = min(len(jobs), self.config.max_inflight)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout") as ex:
+            for f in [ex.submit(run, job) for job in jobs]:
+                f.result()  # _run_one and _score never raise for a job's own failures
+        for t, tree in enumerate(trees):
+            for d in tree.designs:
+                d.executions.sort(key=lambda e: e.index)
+            tree.timings["execute_s"] = max(0.0, spans[t][1] - spans[t][0]) if spans[t][1] else 0.0
+            tree.timings["reward_s"] = reward_s[t]
+
+    def _run_one(self, job: _Job, params: SamplingParams) -> Execution:
+        """One sandboxed execution. A failure of the host side (policy down) is recorded, not raised."""
+        try:
+            execution = self.pool.run(
+                job.design.script,
+                job.task,
+                self.executor,
+                self.config.limits,
+                sampling=params,
+                tools=self.tools_factory(job.task),
+                seed=job.seed,
+            )
+        except PolicyError as e:
+            execution = Execution(
+                index=job.exec_idx,
+                status="error",
+                error=ScriptError(type=type(e).__name__, message=f"agent call failed on the host: {e}"),
+                seed=job.seed,
+            )
+            execution.reward = RewardRecord(None, None, None, error=f"not scored: execution failed on the host ({e})")
+            return execution
+        execution.index = job.exec_idx
+        execution.seed = job.seed
+        return execution
+
+    def _score(self, task: Task, execution: Execution) -> RewardRecord:
+        if execution.reward is not None:  # host failure: already marked unscorable
+            return execution.reward
+        from metaagent.rewards import score_execution
+
+        try:
+            return score_execution(task, execution, self.reward_config)
+        except Exception as e:  # a scorer bug must not be a silent 0: record it as an unscored execution
+            return RewardRecord(None, None, None, error=f"reward could not be computed: {type(e).__name__}: {e}")
+
+
+def design_reward(design: Design) -> float | None:
+    """Eq. 4: mean reward of the design's scored executions; 0 for an invalid design; None if none scored."""
+    if not design.valid:
+        return 0.0
+    scored = [e.reward.total for e in design.executions if e.reward is not None and e.reward.total is not None]
+    return sum(scored) / len(scored) if scored else None
+
+
+def make_pool(config: RolloutConfig):
+    """The sandbox pool for a config: local worker processes, or Ray actors when ``ray_address`` is set."""
+    if config.ray_address:
+        from metaagent.rollout.ray_pool import RaySandboxPool
+
+        return RaySandboxPool(address=config.ray_address, workers=config.sandbox_workers)
+    from metaagent.workflow import SandboxPool
+
+    return SandboxPool(workers=config.sandbox_workers)

@@ -1,0 +1,57 @@
+"""Step metrics computed from rollout records alone (``rollout/`` namespace)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from statistics import fmean
+
+from metaagent.rollout.records import EXECUTION_STATUSES, RolloutTree
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return fmean(xs) if xs else 0.0
+
+
+def rollout_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
+    """Reward per role and domain, valid-script rate, structure shares, execution statuses, tokens."""
+    m: dict[str, float] = {}
+    designs = [d for t in trees for d in t.designs]
+    executions = [(t, e) for t in trees for _, e in t.executions()]
+    m["rollout/tasks"] = len(trees)
+    m["rollout/designs"] = len(designs)
+    m["rollout/executions"] = len(executions)
+
+    sampled = [d for d in designs if d.sample is not None]
+    if sampled:
+        m["rollout/valid_script_rate"] = _mean([1.0 if d.valid else 0.0 for d in sampled])
+        m["rollout/tokens/designer"] = sum(len(d.sample.response_ids) for d in sampled)  # type: ignore[union-attr]
+        m["rollout/designer_truncated"] = _mean([d.sample.finish_reason == "length" for d in sampled])  # type: ignore[union-attr]
+    design_rewards = [d.reward for d in designs if d.reward is not None]
+    m["rollout/reward/designer"] = _mean(design_rewards)
+
+    structures = Counter((d.structure or {}).get("structure", "other") for d in designs if d.valid)
+    n_valid = sum(structures.values())
+    for name, count in structures.items():
+        m[f"rollout/structure/{name}"] = count / n_valid
+
+    statuses = Counter(e.status for _, e in executions)
+    for s in EXECUTION_STATUSES:
+        m[f"rollout/exec_status/{s}"] = statuses.get(s, 0)
+
+    scored = [(t, e) for t, e in executions if e.reward is not None and e.reward.total is not None]
+    m["rollout/reward_errors"] = len(executions) - len(scored)
+    m["rollout/reward/executor"] = _mean([e.reward.total for _, e in scored])  # type: ignore[union-attr]
+    m["rollout/correct"] = _mean([e.reward.correct or 0.0 for _, e in scored])  # type: ignore[union-attr]
+    m["rollout/format"] = _mean([e.reward.format or 0.0 for _, e in scored])  # type: ignore[union-attr]
+    for domain in sorted({t.task.get("domain", "?") for t in trees}):
+        rows = [e.reward.total for t, e in scored if t.task.get("domain") == domain]  # type: ignore[union-attr]
+        if rows:
+            m[f"rollout/reward/{domain}"] = _mean(rows)
+    m["rollout/submitted"] = _mean([1.0 if e.submitted else 0.0 for _, e in executions])
+
+    turns = [turn for _, e in executions for turn in e.turns]
+    m["rollout/turns_per_execution"] = len(turns) / len(executions) if executions else 0.0
+    m["rollout/tokens/executor"] = sum(len(turn.response_ids) for turn in turns)
+    m["rollout/delivery_rate"] = _mean([1.0 if turn.delivery is not None else 0.0 for turn in turns])
+    return m

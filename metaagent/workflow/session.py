@@ -1,0 +1,424 @@
+"""The host side of one execution: drive a worker, serve its agent and tool calls, build the record.
+
+Everything a worker sends is untrusted: messages are JSON (see :mod:`.channel`), validated field by field,
+and only text goes back. Agent calls become one ``policy.generate`` per worker message (a ``parallel`` of
+k agents is one batch of k requests); the turn is recorded here with the Completion's token ids and
+log-probs, which never leave the host.
+
+Clocks: ``Limits.timeout_s`` counts the time the script runs on its own, i.e. the time the host waits for
+the worker's next message; time spent in ``policy.generate`` and in tools is not counted (``total_timeout_s``,
+when set, counts everything).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from metaagent.policy.base import ChatRequest, Policy, RequestError, SamplingParams
+from metaagent.rollout.records import EXECUTION_STATUSES, AgentTurn, Execution, ScriptError, ToolCall
+
+from .channel import ChannelError, ChannelTimeout, ProtocolError
+from .limits import Limits
+from .protocol import DELIVERY_CLOSE, agent_system_prompt, extract_delivery
+
+#: the logical role of every agent call in ChatRequest.role (policy accounting and role-to-model routing)
+EXECUTOR_ROLE = "executor"
+#: executor sampling when the caller gives none
+DEFAULT_MAX_TOKENS = 512
+MAX_ROLE_CHARS = 200
+MAX_TOOL_RESULT_CHARS = 4000
+MAX_ERROR_CHARS = 2000
+SEND_TIMEOUT_S = 30.0
+
+
+def executor_sampling(sampling: SamplingParams | Mapping[str, Any] | None) -> SamplingParams:
+    """The executor's sampling: temperature 1.0 by default, always stopping at ``</delivery>``."""
+    if sampling is None:
+        params = SamplingParams(max_tokens=DEFAULT_MAX_TOKENS, temperature=1.0)
+    elif isinstance(sampling, Mapping):
+        params = SamplingParams.from_mapping(sampling)
+    elif isinstance(sampling, SamplingParams):
+        params = sampling
+    else:
+        raise TypeError(f"sampling must be SamplingParams or a dict, got {type(sampling).__name__}")
+    if DELIVERY_CLOSE not in params.stop:
+        params = params.replace(stop=params.stop + (DELIVERY_CLOSE,))
+    return params
+
+
+def call_seed(seed: int | None, call_index: int) -> int | None:
+    """The seed of agent call ``call_index`` of an execution seeded with ``seed`` (None: unseeded)."""
+    if seed is None:
+        return None
+    digest = hashlib.blake2b(f"{seed}:{call_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+def find_parents(previous: list[AgentTurn], messages: list[dict[str, str]], task_text: str) -> list[int]:
+    """Indices of earlier turns whose deliverable (or whole response) appears in ``messages``.
+
+    Text that also occurs in the task itself is no evidence of a dependency and is ignored.
+    """
+    prompt = "\n".join(m["content"] for m in messages)
+    parents = []
+    for turn in previous:
+        for text in (turn.delivery, turn.response):
+            text = (text or "").strip()
+            if text and text in prompt and text not in task_text:
+                parents.append(turn.index)
+                break
+    return parents
+
+
+def _clean(text: Any, limit: int | None = None) -> str:
+    """Text from the worker as valid UTF-8 (lone surrogates replaced), optionally cut."""
+    if not isinstance(text, str):
+        raise ProtocolError(f"expected text from the worker, got {type(text).__name__}")
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text if limit is None else text[:limit]
+
+
+@dataclass
+class _Call:
+    role: str
+    system: str
+    history: list[dict[str, str]]
+    message: str
+
+
+def _parse_calls(message: dict[str, Any]) -> list[_Call]:
+    calls = message.get("calls")
+    if not isinstance(calls, list) or not calls:
+        raise ProtocolError("an agent message must carry a non-empty list of calls")
+    out = []
+    for c in calls:
+        if not isinstance(c, dict):
+            raise ProtocolError("each agent call must be an object")
+        history = c.get("history")
+        if not isinstance(history, list):
+            raise ProtocolError("an agent call's history must be a list")
+        turns = []
+        for i, m in enumerate(history):
+            want = "user" if i % 2 == 0 else "assistant"
+            if not isinstance(m, dict) or m.get("role") != want:
+                raise ProtocolError("an agent's history must alternate user and assistant messages")
+            turns.append({"role": want, "content": _clean(m.get("content"))})
+        if len(turns) % 2:
+            raise ProtocolError("an agent's history must end with an assistant message")
+        out.append(
+            _Call(
+                _clean(c.get("role"), MAX_ROLE_CHARS),
+                _clean(c.get("system")),
+                turns,
+                _clean(c.get("message")),
+            )
+        )
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+class Session:
+    """One execution of one script by one policy; :meth:`drive` runs it on a worker."""
+
+    def __init__(
+        self,
+        source: str,
+        task_text: str,
+        policy: Policy,
+        limits: Limits,
+        sampling: SamplingParams,
+        tools: Mapping[str, Callable[..., str]],
+        seed: int | None,
+        index: int = 0,
+    ) -> None:
+        self.source = source
+        self.task_text = task_text
+        self.policy = policy
+        self.limits = limits
+        self.sampling = sampling
+        self.tools = dict(tools)
+        self.seed = seed
+        self.index = index
+        self.turns: list[AgentTurn] = []
+        self.tool_calls: list[ToolCall] = []
+        self.calls_made = 0
+        self.tokens_used = 0
+        self.status: str | None = (
+            None  # set by the host (limits, timeouts, crashes) or by the worker's report
+        )
+        self.error: ScriptError | None = None
+        self.submitted = False
+        self.answer: str | None = None
+        self.script_s = 0.0
+        self.compile_s: float | None = None
+
+    # ---- outcome ------------------------------------------------------------------------------------------
+    def _fail(self, status: str, kind: str, message: str, line: int | None = None) -> None:
+        """Record the first failure; later ones are consequences of it."""
+        if self.status is None:
+            self.status, self.error = (
+                status,
+                ScriptError(type=kind, message=message[:MAX_ERROR_CHARS], line=line),
+            )
+
+    def _stop(self, status: str, kind: str, message: str) -> dict[str, Any]:
+        self._fail(status, kind, message)
+        return {"op": "stop", "reason": message}
+
+    def execution(self, elapsed_s: float) -> Execution:
+        status = self.status or "error"
+        if self.submitted:
+            answer = self.answer
+        elif self.turns:
+            last = self.turns[-1]
+            answer = last.delivery if last.delivery is not None else last.response.strip()
+        else:
+            answer = None
+        return Execution(
+            index=self.index,
+            status=status,
+            answer=answer,
+            submitted=self.submitted,
+            turns=self.turns,
+            tool_calls=self.tool_calls,
+            error=self.error,
+            elapsed_s=elapsed_s,
+            seed=self.seed,
+        )
+
+    # ---- the message loop -----------------------------------------------------------------------------------
+    def drive(self, worker: Any) -> bool:
+        """Run the script on ``worker``; returns whether the worker may run another script.
+
+        Raises whatever ``policy.generate`` raises except :class:`RequestError` (a host failure such as a
+        dead model server is not the script's fault and must not be recorded as a failed execution).
+        """
+        L = self.limits
+        channel = worker.channel
+        deadline = None if L.total_timeout_s is None else time.monotonic() + L.total_timeout_s
+        run = {
+            "op": "run",
+            "source": self.source,
+            "task": self.task_text,
+            "tools": sorted(self.tools),
+            "memory_mb": L.memory_mb,
+            "cpu_seconds": L.cpu_seconds,
+            "max_output_chars": L.max_output_chars,
+            "max_answer_chars": L.max_answer_chars,
+        }
+        try:
+            channel.send(run, timeout=SEND_TIMEOUT_S)
+        except ChannelError as e:
+            self._died(worker, e)
+            return False
+        while True:
+            own_left = L.timeout_s - self.script_s
+            total_left = math.inf if deadline is None else deadline - time.monotonic()
+            t0 = time.monotonic()
+            try:
+                message = channel.recv(timeout=max(0.0, min(own_left, total_left)))
+            except ChannelTimeout:
+                worker.kill()
+                if own_left <= total_left:
+                    self._fail("timeout", "Timeout", f"the script ran for more than {L.timeout_s:g} s of its own time "
+                               "(agent and tool calls not counted); look for an endless loop")  # fmt: skip
+                else:
+                    self._fail(
+                        "timeout", "TotalTimeout", f"the execution took more than {L.total_timeout_s:g} s"
+                    )
+                return False
+            except ProtocolError as e:
+                worker.kill()
+                self._fail("error", "ProtocolError", f"the sandbox worker sent an invalid message: {e}")
+                return False
+            except ChannelError as e:
+                self._died(worker, e)
+                return False
+            self.script_s += time.monotonic() - t0
+            op = message.get("op")
+            try:
+                if op == "done":
+                    return self._finish(message)
+                if op == "agents":
+                    reply = self._serve_agents(message)
+                elif op == "tool":
+                    reply = self._serve_tool(message)
+                else:
+                    raise ProtocolError(f"unknown message {op!r}")
+            except ProtocolError as e:
+                worker.kill()
+                self._fail("error", "ProtocolError", f"the sandbox worker sent an invalid message: {e}")
+                return False
+            try:
+                channel.send(reply, timeout=SEND_TIMEOUT_S)
+            except ChannelError as e:
+                self._died(worker, e)
+                return False
+
+    def _died(self, worker: Any, cause: Exception) -> None:
+        code = worker.wait_exit()
+        if code == -signal.SIGXCPU:
+            self._fail(
+                "limit", "CpuLimit", f"the script used more than {self.limits.cpu_seconds} CPU-seconds"
+            )
+        elif code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            self._fail(
+                "error", "WorkerCrash", f"the sandbox worker was killed by {name} while running the script"
+            )
+        else:
+            self._fail(
+                "error",
+                "WorkerCrash",
+                f"the sandbox worker exited (code {code}) while running the script: {cause}",
+            )
+
+    def _finish(self, done: dict[str, Any]) -> bool:
+        status = done.get("status")
+        err = done.get("error")
+        if isinstance(err, dict):
+            line = err.get("line") if isinstance(err.get("line"), int) else None
+            kind = _clean(str(err.get("type", "Error")), 100)
+            text = _clean(str(err.get("message", "")), MAX_ERROR_CHARS)
+        else:
+            line, kind, text = None, "Error", ""
+        if status == "ok":
+            if self.status is None:  # else the host already failed the execution (limit, model error)
+                self.status = "ok"
+        elif status == "stopped":  # a limit stop: the host's reason was recorded first, else the worker's
+            self._fail("limit", kind, text, line)
+        elif status in EXECUTION_STATUSES:
+            self._fail(status, kind, text, line)
+        else:
+            raise ProtocolError(f"unknown execution status {status!r}")
+        answer = done.get("answer")
+        if done.get("submitted") is True and isinstance(answer, str):
+            self.submitted, self.answer = True, _clean(answer, self.limits.max_answer_chars)
+        if isinstance(done.get("compile_s"), (int, float)):
+            self.compile_s = float(done["compile_s"])
+        return done.get("healthy") is True
+
+    # ---- agent calls --------------------------------------------------------------------------------------
+    def _serve_agents(self, message: dict[str, Any]) -> dict[str, Any]:
+        L = self.limits
+        calls = _parse_calls(message)
+        if self.calls_made + len(calls) > L.max_agent_calls:
+            return self._stop(
+                "limit",
+                "AgentCallLimit",
+                f"the script tried to make more than {L.max_agent_calls} agent calls",
+            )
+        remaining = L.max_total_tokens - self.tokens_used
+        if remaining <= 0:
+            return self._stop(
+                "limit",
+                "TokenLimit",
+                f"the agents generated {self.tokens_used} tokens; the limit is {L.max_total_tokens}",
+            )
+        requests = []
+        for i, call in enumerate(calls):
+            messages = [{"role": "system", "content": agent_system_prompt(call.system)}, *call.history]
+            messages.append({"role": "user", "content": call.message})
+            size = sum(len(m["content"]) for m in messages)
+            if size > L.max_message_chars:
+                return self._stop(
+                    "limit", "MessageTooLarge",
+                    f"a call to agent {call.role!r} has {size} characters (system prompt, memory and message); "
+                    f"the limit is {L.max_message_chars}: send shorter messages or use memory=False",
+                )  # fmt: skip
+            sampling = self.sampling.replace(
+                max_tokens=min(self.sampling.max_tokens, remaining),
+                seed=call_seed(self.seed, self.calls_made + i),
+            )
+            requests.append(ChatRequest(messages, sampling, role=EXECUTOR_ROLE))
+        t0 = time.perf_counter()
+        try:
+            completions = self.policy.generate(requests)
+        except (
+            RequestError
+        ) as e:  # the request itself (e.g. longer than the model's context): the script's doing
+            return self._stop("error", "RequestError", f"the model could not serve an agent call: {e}")
+        elapsed = time.perf_counter() - t0
+        previous = list(self.turns)
+        replies = []
+        for call, request, completion in zip(calls, requests, completions):
+            delivery = extract_delivery(completion.text)
+            self.turns.append(
+                AgentTurn(
+                    index=len(self.turns),
+                    role=call.role,
+                    system_prompt=call.system,
+                    messages=request.messages,
+                    response=completion.text,
+                    delivery=delivery,
+                    prompt_ids=list(completion.prompt_ids),
+                    response_ids=list(completion.response_ids),
+                    logprobs=None if completion.logprobs is None else list(completion.logprobs),
+                    finish_reason=completion.finish_reason,
+                    model=completion.model,
+                    parents=find_parents(previous, request.messages[1:], self.task_text),
+                    elapsed_s=elapsed,
+                )
+            )
+            self.tokens_used += len(completion.response_ids)
+            text = delivery if delivery is not None else completion.text.strip()
+            replies.append({"text": text, "response": completion.text})
+        self.calls_made += len(calls)
+        return {"op": "result", "replies": replies}
+
+    # ---- tools --------------------------------------------------------------------------------------------
+    def _serve_tool(self, message: dict[str, Any]) -> dict[str, Any]:
+        name, args, kwargs = message.get("name"), message.get("args"), message.get("kwargs")
+        if not isinstance(name, str) or name not in self.tools:
+            raise ProtocolError(f"call of an unknown tool {name!r}")
+        if (
+            not isinstance(args, list)
+            or not isinstance(kwargs, dict)
+            or not all(isinstance(k, str) for k in kwargs)
+        ):
+            raise ProtocolError("tool arguments must be a list and a dict")
+        if len(self.tool_calls) >= self.limits.max_tool_calls:
+            return self._stop(
+                "limit", "ToolCallLimit", f"the script made more than {self.limits.max_tool_calls} tool calls"
+            )
+        fn = self.tools[name]
+        try:
+            arguments = dict(inspect.signature(fn).bind(*args, **kwargs).arguments)
+        except TypeError as e:
+            return {"op": "raise", "type": "TypeError", "message": f"{name}(): {e}"}
+        except ValueError:  # no introspectable signature
+            arguments = {"args": args, "kwargs": kwargs}
+        t0 = time.perf_counter()
+        try:
+            value = fn(*args, **kwargs)
+            result, ok = (value if isinstance(value, str) else str(value)), True
+        except Exception as e:  # noqa: BLE001 - a failing tool is reported to the script, which may carry on
+            result, ok = f"error: {name} failed ({type(e).__name__}: {e})", False
+        result = result[:MAX_TOOL_RESULT_CHARS]
+        self.tool_calls.append(
+            ToolCall(
+                index=len(self.tool_calls),
+                name=name,
+                args={k: _jsonable(v) for k, v in arguments.items()},
+                result=result,
+                ok=ok,
+                after_turn=len(self.turns),
+                elapsed_s=time.perf_counter() - t0,
+            )
+        )
+        return {"op": "result", "value": result}

@@ -1,0 +1,113 @@
+"""The template bank (paper App. A): complete workflow scripts with metadata.
+
+Templates are in-context examples for the designer, prompts for distillation, and frozen designs for
+fixed multi-agent baselines. Each is one ``.py`` file in the bank directory whose first lines are a
+metadata header, followed by the script itself::
+
+    # name: reflection
+    # structure: reflection          (coarse class, metaagent.workflow.analysis.STRUCTURES)
+    # pattern: reflection            (finer label, metaagent.workflow.analysis.PATTERNS)
+    # domains: math, code
+    # description: A solver drafts, a critic names the first error, the solver revises.
+    solver = Agent(...)
+
+The bank directory is ``path`` when given, else ``$METAAGENT_TEMPLATES``, else the repository's
+``templates/`` next to the ``metaagent`` package.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from metaagent.data.tasks import DOMAINS
+
+ENV_VAR = "METAAGENT_TEMPLATES"
+REQUIRED_KEYS = ("name", "structure", "pattern", "domains", "description")
+#: kept in step with metaagent.workflow.analysis (not imported here: loading templates must not need libcst)
+STRUCTURES = ("single", "reflection", "ensemble", "solver-tester", "debate", "other")
+
+
+class TemplateError(ValueError):
+    """A template file is malformed; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Template:
+    """One workflow template. ``source`` is the script without its metadata header."""
+
+    name: str
+    structure: str
+    domains: tuple[str, ...]
+    description: str
+    source: str
+    pattern: str = ""
+    path: str = ""
+
+
+def default_template_dir() -> Path:
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+def parse_template(text: str, path: str = "<template>") -> Template:
+    """Split a template file into its metadata header and its script."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    meta: dict[str, str] = {}
+    body_start = 0
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped.startswith("#"):
+            body_start = i
+            break
+        key, sep, value = stripped.lstrip("#").strip().partition(":")
+        if sep and key.strip() in REQUIRED_KEYS:
+            meta[key.strip()] = value.strip()
+    else:
+        body_start = len(lines)
+    missing = [k for k in REQUIRED_KEYS if not meta.get(k)]
+    if missing:
+        raise TemplateError(
+            f"{path}: header is missing {missing}; start the file with lines like '# name: ...'"
+        )
+    if meta["structure"] not in STRUCTURES:
+        raise TemplateError(f"{path}: structure must be one of {STRUCTURES}, got {meta['structure']!r}")
+    domains = tuple(d.strip() for d in meta["domains"].split(",") if d.strip())
+    bad = [d for d in domains if d not in DOMAINS]
+    if not domains or bad:
+        raise TemplateError(
+            f"{path}: domains must be a comma-separated subset of {DOMAINS}, got {meta['domains']!r}"
+        )
+    source = "\n".join(lines[body_start:]).strip("\n") + "\n"
+    if not source.strip():
+        raise TemplateError(f"{path}: the template has a header but no script")
+    return Template(
+        name=meta["name"],
+        structure=meta["structure"],
+        domains=domains,
+        description=meta["description"],
+        source=source,
+        pattern=meta["pattern"],
+        path=path,
+    )
+
+
+def load_templates(path: str | os.PathLike[str] | None = None) -> list[Template]:
+    """All templates of the bank directory, sorted by name."""
+    root = Path(path).expanduser() if path is not None else default_template_dir()
+    if not root.is_dir():
+        raise TemplateError(
+            f"template directory {root} does not exist; pass load_templates(path=...) or set ${ENV_VAR}"
+        )
+    templates = [parse_template(p.read_text(encoding="utf-8"), str(p)) for p in sorted(root.glob("*.py"))]
+    if not templates:
+        raise TemplateError(f"template directory {root} holds no *.py templates")
+    seen: dict[str, str] = {}
+    for t in templates:
+        if t.name in seen:
+            raise TemplateError(f"template name {t.name!r} is used by both {seen[t.name]} and {t.path}")
+        seen[t.name] = t.path
+    return sorted(templates, key=lambda t: t.name)

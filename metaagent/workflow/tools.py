@@ -1,0 +1,108 @@
+"""Host tools a workflow script may call: run a candidate program on the public tests or on an input.
+
+Tools execute on the HOST, never in the sandbox worker: the worker sends "call tool T with these
+arguments", the host runs the function (here, programs run through :func:`metaagent.rewards.code.run_code_tests`,
+each in its own short-lived limited process) and answers with the result string.
+
+The docstrings of the ``__call__`` methods are what the designer reads (``api_reference``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from metaagent.data.tasks import Task
+
+#: per-run limits of a program started by a tool (tools must stay fast: they run inside a rollout)
+TOOL_TIME_LIMIT_S = 2.0
+TOOL_MEMORY_MB = 512
+MAX_RESULT_CHARS = 1500
+
+
+def _program(text: str) -> str:
+    """The program inside an agent reply: its last ```python block, else the text itself."""
+    from metaagent.rewards.code import extract_program
+
+    if not isinstance(text, str):
+        raise TypeError(f"the program must be text, got {type(text).__name__}")
+    return extract_program(text) or text
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_RESULT_CHARS else text[:MAX_RESULT_CHARS] + "\n...[cut]"
+
+
+class RunTests:
+    """``run_tests(program)``: the task's public tests (``task.metadata["public_tests"]``)."""
+
+    def __init__(
+        self, public_tests: Any, *, time_limit_s: float = TOOL_TIME_LIMIT_S, memory_mb: int = TOOL_MEMORY_MB
+    ) -> None:
+        self.public_tests = public_tests
+        self.time_limit_s = time_limit_s
+        self.memory_mb = memory_mb
+
+    def __call__(self, program: str) -> str:
+        """Run a Python program (or a reply holding one in a ```python block) on the task's public tests.
+        Returns "PASS: ..." if all pass, "FAIL: ..." with the first failing input, expected and actual
+        output, or "NO TESTS: ..." when the task has no public tests."""
+        code = _program(program)
+        if not self.public_tests:
+            return (
+                "NO TESTS: this task has no public tests; check the program by reasoning or with run_program"
+            )
+        from metaagent.rewards.code import run_code_tests
+
+        result = run_code_tests(
+            code, self.public_tests, time_limit_s=self.time_limit_s, memory_mb=self.memory_mb, workers=1
+        )
+        prefix = "PASS" if result.all_passed else "FAIL"
+        return _clip(f"{prefix}: {result.summary()}")
+
+
+class RunProgram:
+    """``run_program(program, input="")``: run a program on a given standard input."""
+
+    def __init__(self, *, time_limit_s: float = TOOL_TIME_LIMIT_S, memory_mb: int = TOOL_MEMORY_MB) -> None:
+        self.time_limit_s = time_limit_s
+        self.memory_mb = memory_mb
+
+    def __call__(self, program: str, input: str = "") -> str:
+        """Run a Python program (or a reply holding one in a ```python block) with the given standard
+        input and return what it printed, or the error."""
+        if not isinstance(input, str):
+            raise TypeError(f"run_program's input must be text, got {type(input).__name__}")
+        code = _program(program)
+        from metaagent.rewards.code import run_code_tests
+
+        result = run_code_tests(
+            code,
+            {"inputs": [input], "outputs": [""]},
+            time_limit_s=self.time_limit_s,
+            memory_mb=self.memory_mb,
+            workers=1,
+        )
+        outcome = result.tests[0]
+        if outcome.status in ("passed", "wrong_answer"):  # it ran; "expected" was a dummy
+            return _clip(outcome.actual if outcome.actual.strip() else "(the program printed nothing)")
+        detail = f": {outcome.error}" if outcome.error else ""
+        return _clip(
+            f"ERROR ({outcome.status}){detail}\nprinted before the error: {outcome.actual or '(nothing)'}"
+        )
+
+
+#: tool name -> the documented call (rendered by api_reference)
+TOOL_DOCS: dict[str, Callable[..., str]] = {
+    "run_tests": RunTests.__call__,
+    "run_program": RunProgram.__call__,
+}
+
+
+def default_tools(task: Task | Mapping[str, Any] | str) -> dict[str, Callable[..., str]]:
+    """The tools of a task: ``run_tests`` (public tests, if any) and ``run_program``, for every domain."""
+    public = None
+    if not isinstance(task, str):
+        task = Task.coerce(task)
+        public = task.metadata.get("public_tests") if isinstance(task.metadata, Mapping) else None
+    return {"run_tests": RunTests(public), "run_program": RunProgram()}
