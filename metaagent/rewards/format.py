@@ -1,0 +1,51 @@
+r"""The format reward R_format (paper App. B), a regulariser with two components in [0, 1]:
+
+1. **Solution formatting** - the final answer is reliably parseable for its domain: a ``\boxed{}`` answer
+   for math, a fenced program for code.
+2. **Delivery formatting** - inter-agent messages are enclosed in ``<delivery>...</delivery>``: the
+   fraction of the execution's agent turns whose response contains a complete delivery block
+   (read with :func:`metaagent.workflow.protocol.extract_delivery`, the same reader the sandbox uses).
+   An execution with no agent turns delivered nothing and scores 0.
+
+``R_format`` is the mean of the two, and 0 for an execution that never submitted an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..rollout.records import AgentTurn, Execution
+from ..workflow.protocol import extract_delivery
+from .code import DEFAULT_FENCE_LANGUAGES, extract_program
+from .math import find_boxed
+
+
+def solution_format(
+    domain: str, answer: str | None, *, fence_languages: tuple[str, ...] = DEFAULT_FENCE_LANGUAGES
+) -> float:
+    r"""1.0 when ``answer`` holds a ``\boxed{}`` answer (math) or a fenced program (code), else 0.0."""
+    if not answer:
+        return 0.0
+    if domain == "math":
+        return float(find_boxed(answer) is not None)
+    if domain == "code":
+        return float(extract_program(answer, languages=fence_languages) is not None)
+    raise ValueError(f"unknown domain {domain!r}; expected 'math' or 'code'")
+
+
+def delivery_format(turns: Sequence[AgentTurn]) -> float:
+    """Fraction of ``turns`` whose response contains a complete ``<delivery>`` block; 0.0 without turns."""
+    if not turns:
+        return 0.0
+    delivered = sum(extract_delivery(t.response) is not None for t in turns)
+    return delivered / len(turns)
+
+
+def format_components(
+    domain: str, execution: Execution, *, fence_languages: tuple[str, ...] = DEFAULT_FENCE_LANGUAGES
+) -> dict[str, float]:
+    """``{"solution_format", "delivery_format", "format"}`` for one execution (``format`` = R_format)."""
+    solution = solution_format(domain, execution.answer, fence_languages=fence_languages)
+    delivery = delivery_format(execution.turns)
+    total = (solution + delivery) / 2 if execution.submitted else 0.0
+    return {"solution_format": solution, "delivery_format": delivery, "format": total}

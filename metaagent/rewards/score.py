@@ -1,0 +1,248 @@
+"""The execution reward R (paper App. B, Eq. 10): ``R = R_correct + lam * R_format``, lam = 0.4.
+
+``R_correct`` is in {0, 1}: math answers are checked against the gold answer (:mod:`.math`), code
+answers are run on the task's hidden tests and count only if every test passes (:mod:`.code`); the
+``pass_rate`` variant uses the fraction of passed tests instead. ``R_format`` is in [0, 1]
+(:mod:`.format`).
+
+Every component is kept in the :class:`~metaagent.rollout.records.RewardRecord`, not only the sum. A
+reward that could not be computed (checker timeout, runner failure, missing or malformed reference) is a
+record with ``total=None`` and ``error`` set, counted by :func:`reward_metrics`; a wrong or missing
+answer is a computed 0.
+
+The rollout engine calls :func:`score_execution` (one execution), :func:`score_executions` (many, on a
+bounded thread pool: math checks and code tests run in their own processes, the threads only wait) or
+:func:`score_tree` (fills ``execution.reward`` for a whole rollout tree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ..data.tasks import Task
+from ..rollout.records import Execution, RewardRecord, RolloutTree
+from .code import DEFAULT_FENCE_LANGUAGES, DEFAULT_WORKERS, extract_program, run_code_tests
+from .errors import RewardError, TestsFormatError
+from .format import format_components
+from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, check_math, extract_answer
+
+CODE_CORRECTNESS = ("all_pass", "pass_rate")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """How executions are scored. Defaults follow the paper (lam = 0.4, all tests must pass)."""
+
+    lam: float = 0.4  # weight of R_format
+    code_correct: str = "all_pass"  # "all_pass" (paper) or "pass_rate"
+    time_limit_s: float = 4.0  # per code test, wall clock
+    memory_mb: int = 1024  # per code test, address space
+    code_workers: int = DEFAULT_WORKERS  # code tests of one program run in parallel
+    stop_on_failure: bool = True  # all_pass only: skip remaining tests after the first failure
+    site_packages: bool = False  # let tested programs import installed packages (slower start)
+    math_rel_tol: float = DEFAULT_REL_TOL
+    math_timeout_s: float = DEFAULT_TIMEOUT_S
+    answer_fallbacks: tuple[str, ...] = DEFAULT_FALLBACKS
+    fence_languages: tuple[str, ...] = DEFAULT_FENCE_LANGUAGES
+    batch_workers: int = 4  # executions scored at once by score_executions
+
+    def __post_init__(self) -> None:
+        # YAML and JSON give lists; keep the config hashable and immutable.
+        object.__setattr__(self, "answer_fallbacks", tuple(self.answer_fallbacks))
+        object.__setattr__(self, "fence_languages", tuple(self.fence_languages))
+        if not self.lam >= 0:
+            raise ValueError(f"RewardConfig.lam must be >= 0 (paper: 0.4), got {self.lam}")
+        if self.code_correct not in CODE_CORRECTNESS:
+            raise ValueError(
+                f"RewardConfig.code_correct must be one of {CODE_CORRECTNESS}, got {self.code_correct!r}"
+            )
+        if not self.time_limit_s > 0:
+            raise ValueError(f"RewardConfig.time_limit_s must be > 0 seconds, got {self.time_limit_s}")
+        if self.memory_mb < 64:
+            raise ValueError(
+                f"RewardConfig.memory_mb must be >= 64 (Python needs ~30 MB), got {self.memory_mb}"
+            )
+        for name in ("code_workers", "batch_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RewardConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.math_rel_tol < 1:
+            raise ValueError(
+                f"RewardConfig.math_rel_tol must be in (0, 1), e.g. 1e-6; got {self.math_rel_tol}"
+            )
+        if not self.math_timeout_s > 0:
+            raise ValueError(f"RewardConfig.math_timeout_s must be > 0 seconds, got {self.math_timeout_s}")
+        for pattern in self.answer_fallbacks:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as e:
+                raise ValueError(
+                    f"RewardConfig.answer_fallbacks: {pattern!r} is not a valid regex: {e}"
+                ) from None
+            if "answer" not in compiled.groupindex:
+                raise ValueError(
+                    f"RewardConfig.answer_fallbacks: {pattern!r} needs a named group (?P<answer>...) for the answer"
+                )
+        if not self.fence_languages:
+            raise ValueError(
+                'RewardConfig.fence_languages must not be empty; use ("python", "py", "") for example'
+            )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RewardConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"unknown reward option(s) {sorted(unknown)}; known: {sorted(names)}")
+        return cls(**dict(data))
+
+
+def _error_record(kind: str, message: str, fmt: dict[str, float], details: dict[str, Any]) -> RewardRecord:
+    details["error_kind"] = kind
+    return RewardRecord(
+        total=None, correct=None, format=fmt["format"], components=dict(fmt), error=message, details=details
+    )
+
+
+def _as_task(task: Task | Mapping[str, Any]) -> Task:
+    return task if isinstance(task, Task) else Task.from_dict(task)
+
+
+def score_execution(
+    task: Task | Mapping[str, Any], execution: Execution, config: RewardConfig | None = None
+) -> RewardRecord:
+    """Reward of one execution (Eq. 10) with all components; errors are recorded, not raised.
+
+    The answer scored is ``execution.answer`` (what the script submitted): for math the final answer is
+    extracted from it (:func:`~metaagent.rewards.math.extract_answer`), for code the last fenced program
+    (:func:`~metaagent.rewards.code.extract_program`). No answer, no program or a wrong one gives
+    ``correct = 0``.
+    """
+    cfg = config or RewardConfig()
+    task = _as_task(task)
+    fmt = format_components(task.domain, execution, fence_languages=cfg.fence_languages)
+    details: dict[str, Any] = {"domain": task.domain, "task_id": task.id, "submitted": execution.submitted}
+    if not task.has_reference:
+        what = "gold answer" if task.domain == "math" else "tests"
+        return _error_record(
+            "no_reference", f"task {task.id!r} has no {what}; it cannot be scored", fmt, details
+        )
+
+    if task.domain == "math":
+        pred = extract_answer(execution.answer, fallbacks=cfg.answer_fallbacks) if execution.answer else None
+        check = check_math(pred, task.answer, rel_tol=cfg.math_rel_tol, timeout_s=cfg.math_timeout_s)
+        details["math"] = {
+            "status": check.status,
+            "pred": pred,
+            "gold": task.answer,
+            "method": check.method,
+            "detail": check.detail,
+            "elapsed_s": check.elapsed_s,
+        }
+        if not check.computed:
+            return _error_record(
+                f"math_{check.status}", f"math check {check.status}: {check.detail}", fmt, details
+            )
+        correct = float(check.correct)
+    else:
+        program = (
+            extract_program(execution.answer, languages=cfg.fence_languages) if execution.answer else None
+        )
+        if program is None:
+            details["code"] = {"status": "no_program"}
+            correct = 0.0
+        else:
+            pass_rate = cfg.code_correct == "pass_rate"
+            try:
+                result = run_code_tests(
+                    program,
+                    task.tests,
+                    fn_name=task.metadata.get("fn_name"),
+                    time_limit_s=cfg.time_limit_s,
+                    memory_mb=cfg.memory_mb,
+                    workers=cfg.code_workers,
+                    stop_on_failure=cfg.stop_on_failure and not pass_rate,
+                    site_packages=cfg.site_packages,
+                )
+            except TestsFormatError as e:
+                return _error_record(
+                    "tests_format", f"task {task.id!r} has malformed tests: {e}", fmt, details
+                )
+            except RewardError as e:
+                return _error_record("code_runner", f"code runner failed: {e}", fmt, details)
+            details["code"] = result.to_dict()
+            correct = 1.0 if result.all_passed else (result.pass_rate if pass_rate else 0.0)
+
+    components = dict(fmt, correct=correct)
+    total = correct + cfg.lam * fmt["format"]
+    return RewardRecord(
+        total=total, correct=correct, format=fmt["format"], components=components, details=details
+    )
+
+
+def score_executions(
+    items: Iterable[tuple[Task | Mapping[str, Any], Execution]],
+    config: RewardConfig | None = None,
+    *,
+    max_workers: int | None = None,
+) -> list[RewardRecord]:
+    """Score many ``(task, execution)`` pairs concurrently (at most ``max_workers`` or
+    ``config.batch_workers`` at once), in input order. An unexpected exception while scoring one pair
+    becomes an error record (``error_kind = "internal"``) instead of failing the batch."""
+    cfg = config or RewardConfig()
+    pairs = list(items)
+
+    def one(pair: tuple[Task | Mapping[str, Any], Execution]) -> RewardRecord:
+        try:
+            return score_execution(pair[0], pair[1], cfg)
+        except Exception as e:  # noqa: BLE001 - recorded and counted, never a silent 0
+            return RewardRecord(
+                total=None,
+                correct=None,
+                format=None,
+                error=f"internal error: {type(e).__name__}: {e}",
+                details={"error_kind": "internal"},
+            )
+
+    workers = max(1, min(max_workers or cfg.batch_workers, len(pairs) or 1))
+    if workers == 1:
+        return [one(p) for p in pairs]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reward") as pool:
+        return list(pool.map(one, pairs))
+
+
+def score_tree(
+    tree: RolloutTree, config: RewardConfig | None = None, *, max_workers: int | None = None
+) -> list[RewardRecord]:
+    """Score every execution of ``tree`` against ``tree.task`` and store each record in ``execution.reward``."""
+    executions = [e for _, e in tree.executions()]
+    records = score_executions(((tree.task, e) for e in executions), config, max_workers=max_workers)
+    for execution, record in zip(executions, records):
+        execution.reward = record
+    return records
+
+
+def reward_metrics(records: Iterable[RewardRecord], prefix: str = "reward/") -> dict[str, float]:
+    """Means over computed rewards plus error counts (total and per kind) for logging."""
+    records = list(records)
+    computed = [r for r in records if r.error is None and r.total is not None]
+    errors = Counter(str(r.details.get("error_kind", "other")) for r in records if r.error is not None)
+    out: dict[str, float] = {
+        f"{prefix}count": float(len(records)),
+        f"{prefix}errors": float(sum(errors.values())),
+        f"{prefix}error_rate": sum(errors.values()) / len(records) if records else 0.0,
+    }
+    for kind, n in sorted(errors.items()):
+        out[f"{prefix}errors/{kind}"] = float(n)
+    if computed:
+        out[f"{prefix}mean_total"] = sum(r.total for r in computed) / len(computed)  # type: ignore[misc]
+        out[f"{prefix}mean_correct"] = sum(r.correct or 0.0 for r in computed) / len(computed)
+        out[f"{prefix}mean_format"] = sum(r.format or 0.0 for r in computed) / len(computed)
+        for key in ("solution_format", "delivery_format"):
+            out[f"{prefix}mean_{key}"] = sum(r.components.get(key, 0.0) for r in computed) / len(computed)
+    return out

@@ -1,0 +1,222 @@
+"""A small pool of long-lived helper processes that answer JSON-line requests under a deadline.
+
+Used for work that may hang or blow up (sympy simplification inside math-verify): each request runs in a
+separate process, so a request that misses its deadline is stopped by killing that process (its whole
+process group), and the pool starts a fresh one on the next request. Nothing relies on signals in the
+caller, so the pool works from any thread, inside daemonic ``multiprocessing`` workers (the helpers are
+started with ``subprocess``, not ``multiprocessing``) and in forked children (a pool belongs to the process
+that created it; :func:`shared_pool` gives each process its own).
+
+Protocol: the helper writes one JSON line ``{"ready": true}`` after start-up, then answers each request
+line with exactly one response line.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import CheckTimeout, RewardError
+
+
+class WorkerCrashed(RewardError):
+    """The helper process died or answered something that is not a JSON line."""
+
+
+class _Worker:
+    def __init__(self, argv: Sequence[str], env: dict[str, str] | None, startup_timeout_s: float) -> None:
+        self.proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # own process group: a kill reaches anything it started
+            close_fds=True,
+        )
+        self._buf = b""
+        try:
+            ready = self._read_line(time.monotonic() + startup_timeout_s)
+        except WorkerCrashed as e:
+            self.kill()
+            raise WorkerCrashed(
+                f"helper {' '.join(argv)!r} failed to start ({e}); run it by hand to see why"
+            ) from e
+        except BaseException:
+            self.kill()
+            raise
+        if json.loads(ready).get("ready") is not True:
+            self.kill()
+            raise WorkerCrashed(f"helper {argv!r} did not report ready: {ready[:200]!r}")
+
+    def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(payload).encode() + b"\n")
+        self.proc.stdin.flush()
+        line = self._read_line(time.monotonic() + timeout_s)
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError:
+            raise WorkerCrashed(f"helper answered a line that is not JSON: {line[:200]!r}") from None
+
+    def _read_line(self, deadline: float) -> bytes:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CheckTimeout("helper process did not answer before the deadline")
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if not readable:
+                raise CheckTimeout("helper process did not answer before the deadline")
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                code = self.proc.wait(timeout=5)
+                raise WorkerCrashed(f"helper process exited with code {code} while handling a request")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+
+class WorkerPool:
+    """Up to ``size`` helper processes running ``argv``; thread-safe.
+
+    :meth:`call` sends one request to an idle helper (starting one if fewer than ``size`` run, else waiting
+    for one to be free) and returns its answer. If the answer does not come within ``timeout_s`` (counted
+    from when the request is sent, not from when the caller started waiting for a free helper), the helper
+    is killed and :class:`CheckTimeout` is raised; if the helper dies, :class:`WorkerCrashed`.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        size: int,
+        *,
+        env: dict[str, str] | None = None,
+        startup_timeout_s: float = 120.0,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"WorkerPool size must be >= 1, got {size}")
+        self.argv = list(argv)
+        self.size = size
+        self.env = env
+        self.startup_timeout_s = startup_timeout_s
+        self._idle: list[_Worker] = []
+        self._running = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self.started = 0  # helpers started so far (replacements after kills included)
+        self.killed = 0  # helpers killed after a timeout or crash
+
+    def call(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        worker = self._acquire()
+        try:
+            answer = worker.request(payload, timeout_s)
+        except BaseException:
+            worker.kill()
+            self._forget(worker, killed=True)
+            raise
+        self._release(worker)
+        return answer
+
+    def _acquire(self) -> _Worker:
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise RewardError("the worker pool is closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._running < self.size:
+                    self._running += 1
+                    break
+                self._cond.wait()
+        try:
+            worker = _Worker(self.argv, self.env, self.startup_timeout_s)
+        except BaseException:
+            self._forget(None, killed=False)
+            raise
+        with self._cond:
+            self.started += 1
+        return worker
+
+    def _release(self, worker: _Worker) -> None:
+        with self._cond:
+            if self._closed:
+                worker.kill()
+                self._running -= 1
+            else:
+                self._idle.append(worker)
+            self._cond.notify()
+
+    def _forget(self, worker: _Worker | None, *, killed: bool) -> None:
+        with self._cond:
+            self._running -= 1
+            if killed:
+                self.killed += 1
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._running -= len(idle)
+            self._cond.notify_all()
+        for worker in idle:
+            worker.kill()
+
+    @property
+    def pids(self) -> list[int]:
+        with self._cond:
+            return [w.proc.pid for w in self._idle]
+
+
+_SHARED: dict[tuple[int, str], WorkerPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool(key: str, argv: Sequence[str], size: int, **kwargs: Any) -> WorkerPool:
+    """The pool named ``key`` of the current process, created on first use (a forked child gets its own)."""
+    pid = os.getpid()
+    with _SHARED_LOCK:
+        pool = _SHARED.get((pid, key))
+        if pool is None:
+            pool = WorkerPool(argv, size, **kwargs)
+            _SHARED[(pid, key)] = pool
+        return pool
+
+
+def close_shared_pools() -> None:
+    """Kill the helpers of this process's shared pools (also run at interpreter exit)."""
+    pid = os.getpid()
+    with _SHARED_LOCK:
+        mine = [k for k in _SHARED if k[0] == pid]
+        pools = [_SHARED.pop(k) for k in mine]
+    for pool in pools:
+        pool.close()
+
+
+atexit.register(close_shared_pools)

@@ -1,0 +1,135 @@
+"""Math answer extraction and equivalence (table-driven), under threads and processes, with timeouts."""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import pytest
+from reward_math_cases import CASES, check_status
+
+from metaagent.rewards import RewardError, check_math, extract_answer, math_equal
+from metaagent.rewards.math import find_boxed, normalize_answer
+
+# ---- extraction ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("so the answer is \\boxed{5}.", "5"),
+        ("first \\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("nested \\boxed{\\frac{\\sqrt{2}}{2}} here", "\\frac{\\sqrt{2}}{2}"),
+        ("a set \\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+        ("\\fbox{42}", "42"),
+        ("\\boxed 7 and done", "7"),
+        ("\\boxed{$x = 3$}", "x = 3"),
+        ("The answer is 5.", "5"),
+        ("Final answer: $x = 3$.", "x = 3"),
+        ("The final answer is 3.5 because it is", "3.5"),
+        ("**Final Answer:** \\frac{3}{4}", "\\frac{3}{4}"),
+        ("42", "42"),
+        ("  x = 3 ", "x = 3"),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize("text", [None, "", "I think it is probably something", "unclosed \\boxed{5"])
+def test_extract_answer_none(text):
+    assert extract_answer(text) is None
+
+
+def test_extract_answer_custom_fallbacks():
+    text = "ANSWER => 17"
+    assert extract_answer(text) is None
+    assert extract_answer(text, fallbacks=(r"ANSWER =>\s*(?P<answer>\S+)",)) == "17"
+    assert extract_answer("the answer is 3", fallbacks=()) is None
+
+
+def test_find_boxed_prefers_last_complete_box():
+    assert find_boxed("\\boxed{1} and \\boxed{2") == "1"
+    assert find_boxed("no box") is None
+
+
+def test_normalize_answer_variants():
+    assert normalize_answer("\\left( 1,\\, 2 \\right)") == ("( 1, 2 )", False)
+    assert normalize_answer("\\dfrac{1}{2}") == ("\\frac{1}{2}", False)
+    assert normalize_answer("50\\%") == ("50", True)
+    assert normalize_answer("30^{\\circ}") == ("30", False)
+    assert normalize_answer("1,000,000") == ("1000000", False)
+    assert normalize_answer("1, 2") == ("1, 2", False)  # a list, not a thousands separator
+
+
+# ---- equivalence table ----------------------------------------------------------------------------------------
+
+
+def test_table_is_large_and_covers_both_verdicts():
+    assert len(CASES) >= 60
+    statuses = [c[2] for c in CASES]
+    assert statuses.count("correct") >= 30 and statuses.count("incorrect") >= 15
+
+
+@pytest.mark.parametrize(("pred", "gold", "expected"), CASES, ids=[f"{c[0]!r}~{c[1]!r}" for c in CASES])
+def test_math_table(pred, gold, expected):
+    check = check_math(pred, gold)
+    assert check.status == expected, check
+    assert check.computed
+
+
+def test_math_table_same_under_threads():
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        statuses = list(pool.map(check_status, CASES))
+    assert statuses == [c[2] for c in CASES]
+
+
+def test_math_table_same_under_process_pool():
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
+        statuses = list(pool.map(check_status, CASES, chunksize=8))
+    assert statuses == [c[2] for c in CASES]
+
+
+def test_works_inside_daemonic_multiprocessing_pool():
+    """multiprocessing.Pool workers are daemonic and may not start multiprocessing children; ours are subprocesses."""
+    symbolic = [c for c in CASES if c[0] == "2\\sqrt{2}" and c[1] == "\\sqrt{8}"]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.map(check_status, symbolic) == ["correct"]
+
+
+# ---- timeouts and errors ----------------------------------------------------------------------------------------
+
+HUGE_POWER = "2^{2^{2^{2^{2^{2^{2}}}}}}"
+
+
+def test_timeout_is_a_status_not_false():
+    check = check_math(HUGE_POWER, "5", timeout_s=1.0)
+    assert check.status == "timeout"
+    assert not check.computed and not check.correct
+    assert 0.9 <= check.elapsed_s < 10
+    # the killed helper is replaced: the next check works
+    assert check_math("\\sqrt{8}", "2\\sqrt{2}").status == "correct"
+
+
+def test_timeout_in_a_thread():
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        check = pool.submit(check_math, HUGE_POWER, "5", timeout_s=1.0).result()
+    assert check.status == "timeout"
+
+
+def test_math_equal_raises_when_no_verdict():
+    assert math_equal("1/2", "0.5") is True
+    assert math_equal("3", "4") is False
+    assert math_equal(None, "4") is False
+    with pytest.raises(RewardError, match="timeout"):
+        math_equal(HUGE_POWER, "5", timeout_s=1.0)
+    with pytest.raises(RewardError, match="no gold answer"):
+        math_equal("3", "")
+
+
+def test_tolerance_is_configurable():
+    assert check_math("1.0001", "1").status == "incorrect"
+    assert check_math("1.0001", "1", rel_tol=1e-3).status == "correct"
+    assert check_math("3.1416", "\\pi", rel_tol=1e-4).status == "correct"
+    assert check_math("3.1416", "\\pi").status == "incorrect"
