@@ -1,10 +1,101 @@
-"""`train-metaagent`: Train the designer and executor roles with stagewise hierarchical GRPO."""
+"""`train-metaagent`: train the designer and executor roles with stagewise hierarchical GRPO.
 
-from ._stub import stub
+    train-metaagent --config configs/default.yaml --stage-len 30 --steps 6
+    train-metaagent --config configs/tiny.yaml rollout.m_designs=4 optim.lr=1e-5
+    train-metaagent --config configs/paper_qwen3_8b.yaml --backend verl --dry-run
+
+Every config field can be overridden as ``section.field=value``; the flags below are shortcuts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from metaagent.config import ConfigError
+
+SHORTCUTS = {
+    "stage_len": "schedule.stage_len",
+    "mode": "schedule.mode",
+    "m_designs": "rollout.m_designs",
+    "n_executions": "rollout.n_executions",
+    "steps": "trainer.steps",
+    "model": "policy.model",
+    "out": "trainer.out",
+    "seed": "trainer.seed",
+    "frozen_designer": "rollout.frozen_designer",
+    "backend": "trainer.backend",
+}
 
 
-def main() -> None:
-    stub("train-metaagent", "Train the designer and executor roles with stagewise hierarchical GRPO.")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="train-metaagent",
+        description="Train one model to design multi-agent teams and to be their agents (stagewise GRPO).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Any config field: section.field=value, e.g. rollout.k_templates=1 optim.lr=1e-5",
+    )
+    p.add_argument("overrides", nargs="*", metavar="section.field=value", help="config overrides")
+    p.add_argument("--config", "-c", default=None, help="YAML config (configs/default.yaml if omitted)")
+    p.add_argument("--stage-len", type=int, help="K: steps per stage before the trained role switches (paper: 30)")
+    p.add_argument("--mode", choices=["stagewise", "coupled", "designer_only", "executor_only"])
+    p.add_argument("--m-designs", type=int, help="M designs per task")
+    p.add_argument("--n-executions", type=int, help="N executions per design")
+    p.add_argument("--steps", type=int, help="total training steps")
+    p.add_argument("--model", help="model for both roles: 'embedded', 'tiny', or a local HF directory")
+    p.add_argument("--out", help="run directory")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
+                   help="continue from the newest checkpoint of --out, or from the given checkpoint folder")
+    p.add_argument("--frozen-designer", metavar="PATH_OR_TEMPLATE",
+                   help="fixed multi-agent system: every design is this script (no designer training)")
+    p.add_argument("--backend", choices=["local", "verl"], help="local (CPU / one GPU) or verl (GPU cluster)")
+    p.add_argument("--dry-run", action="store_true", help="validate the config and print the resolved plan")
+    p.add_argument("--quiet", action="store_true", help="no sample outputs in the log")
+    return p
+
+
+def resolve_config(args: argparse.Namespace):
+    from metaagent.train.config import TrainConfig
+
+    overrides = list(args.overrides)
+    for flag, key in SHORTCUTS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            overrides.append(f"{key}={value}")
+    return TrainConfig.load(args.config or "configs/default.yaml", overrides)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        config = resolve_config(args)
+    except ConfigError as e:
+        sys.exit(f"train-metaagent: config error: {e}")
+
+    if config.trainer.backend == "verl":
+        from metaagent.train.verl_backend import run as run_verl
+
+        sys.exit(run_verl(config, dry_run=args.dry_run, resume=args.resume))
+    if args.dry_run:
+        import yaml
+
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        return
+
+    from metaagent.cli.display import TrainDisplay
+    from metaagent.train.trainer import TrainError, Trainer
+
+    display = TrainDisplay(show_samples=config.trainer.show_samples and not args.quiet)
+    try:
+        trainer = Trainer(config, resume=args.resume, observer=display)
+    except (TrainError, ConfigError, FileNotFoundError, ValueError) as e:
+        sys.exit(f"train-metaagent: {e}")
+    with trainer:
+        display.header(config, trainer.start_step, str(trainer.run_dir))
+        trainer.train(on_step=lambda r: display.step_done(r.step, r.metrics, r.trees))
+    display.console.print(f"done: metrics in {trainer.run_dir / 'metrics.jsonl'}, "
+                          f"rollouts in {trainer.run_dir / 'rollouts'}, checkpoints in {trainer.run_dir / 'checkpoints'}")
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ class DatasetSpec:
     directory of them) in the source's schema, instead of the hub. ``split`` defaults to the source's
     (for ``bundled``: ``train`` / ``val`` / ``test``, or ``all``). ``limit`` keeps the first N tasks.
     ``subset`` overrides the hub config, ``difficulty`` the APPS difficulty (``introductory`` by default,
-    ``all`` for every level), ``domain`` keeps only ``math`` or ``code`` tasks.
+    ``all`` for every level), ``domain`` keeps only ``math`` or ``code`` tasks, ``levels`` keeps only tasks
+    whose ``metadata["level"]`` is listed (the bundled set's graded difficulty, e.g. ``[1, 2]``).
     """
 
     source: str
@@ -118,6 +119,7 @@ class DatasetSpec:
     subset: str | None = None
     difficulty: str | None = None
     domain: str | None = None
+    levels: list[int] | None = None
     trust_pickled_tests: bool = False  # LiveCodeBench private tests are pickled; see mappers.decode_lcb_tests
 
     def __post_init__(self) -> None:
@@ -127,6 +129,8 @@ class DatasetSpec:
             raise DataError(f"limit must be >= 1 (or None for all), got {self.limit}")
         if self.domain is not None and self.domain not in DOMAINS:
             raise DataError(f"domain must be one of {DOMAINS} or None, got {self.domain!r}")
+        if self.levels is not None and (not self.levels or any(not isinstance(x, int) for x in self.levels)):
+            raise DataError(f"levels must be a non-empty list of integers (e.g. [1, 2]), got {self.levels!r}")
         if self.path is not None and not Path(self.path).exists():
             raise DataError(f"dataset file {self.path!r} does not exist")
 
@@ -215,6 +219,8 @@ def load_tasks(spec: str | Mapping[str, Any] | DatasetSpec) -> list[Task]:
             skipped[str(e)] += 1
             continue
         if spec.domain and task.domain != spec.domain:
+            continue
+        if spec.levels is not None and task.metadata.get("level") not in spec.levels:
             continue
         tasks.append(task)
         if spec.limit is not None and len(tasks) >= spec.limit:

@@ -293,12 +293,15 @@ class BadLine:
 
 
 class TreeWriter:
-    """Append trees to a JSONL file, one per line, flushed and fsync'd per write (safe to tail)."""
+    """Write trees to a JSONL file, one per line, flushed and fsync'd per write (safe to tail).
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    Appends by default; ``truncate=True`` starts the file afresh (a resumed run rewriting a step).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, truncate: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "a", encoding="utf-8")
+        self._f = open(self.path, "w" if truncate else "a", encoding="utf-8")
         self._lock = threading.Lock()
 
     def write(self, tree: RolloutTree) -> None:

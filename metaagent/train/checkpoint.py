@@ -1,0 +1,278 @@
+"""Atomic training checkpoints: HF-format weights, optimizer state, and a JSON training state with RNG states.
+
+Layout of one checkpoint (``run_dir/checkpoints/step_00000030/``)::
+
+    meta.json          format, step, model keys and their folders (written last: marks a complete checkpoint)
+    state.json         the caller's JSON state (schedule, sampler position, ...) plus "rng" (python/numpy/torch)
+    models/<key>/      ``save_pretrained`` output (+ tokenizer): a valid ``--model`` path on its own
+    optim/<key>.pt     optimizer/updater state (``torch.save``; read back with ``weights_only=True``)
+
+A checkpoint is built in a hidden temporary folder next to its final place and renamed into place, so a
+crash never leaves a half-written ``step_*`` folder; :func:`latest_checkpoint` ignores anything without
+``meta.json``. Nothing in ``state.json`` is pickled.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import re
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+FORMAT_VERSION = 1
+CHECKPOINTS_DIR = "checkpoints"
+_STEP_RE = re.compile(r"^step_(\d{8,})$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint cannot be written or read; the message names the file and the fix."""
+
+
+# ---- RNG state as JSON ------------------------------------------------------------------------------------
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python, numpy (global) and torch (CPU, and CUDA when present) RNG states as JSON-safe data."""
+    version, mt, gauss = random.getstate()
+    np_state = np.random.get_state(legacy=False)
+    state: dict[str, Any] = {
+        "python": [version, list(mt), gauss],
+        "numpy": {**np_state, "state": {**np_state["state"], "key": np_state["state"]["key"].tolist()}},
+        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode("ascii"),
+    }
+    if torch.cuda.is_available():
+        state["torch_cuda"] = [
+            base64.b64encode(s.numpy().tobytes()).decode("ascii") for s in torch.cuda.get_rng_state_all()
+        ]
+    return state
+
+
+def _bytes_tensor(text: str) -> torch.Tensor:
+    return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Inverse of :func:`capture_rng_state`."""
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt), gauss))
+    np_state = dict(state["numpy"])
+    np_state["state"] = {**np_state["state"], "key": np.asarray(np_state["state"]["key"], dtype=np.uint32)}
+    np.random.set_state(np_state)
+    torch.set_rng_state(_bytes_tensor(state["torch"]))
+    if "torch_cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([_bytes_tensor(s) for s in state["torch_cuda"]])
+
+
+# ---- writing ----------------------------------------------------------------------------------------------
+
+
+def checkpoint_dir(run_dir: str | os.PathLike[str], step: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS_DIR / f"step_{step:08d}"
+
+
+def _write_json(path: Path, data: Any, what: str) -> None:
+    try:
+        text = json.dumps(data, indent=1, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(
+            f"{what} must be JSON-serialisable (plain dicts, lists, str, finite numbers): {e}"
+        ) from None
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _optimizer_state(obj: Any) -> Any:
+    return obj.state_dict() if hasattr(obj, "state_dict") else obj
+
+
+def _check_key(key: str) -> str:
+    if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", key):
+        raise CheckpointError(
+            f"model key {key!r} must be a simple name (letters, digits, _ . -): it becomes a folder"
+        )
+    return key
+
+
+def save_checkpoint(
+    run_dir: str | os.PathLike[str],
+    step: int,
+    *,
+    models: Mapping[str, Any],
+    tokenizers: Mapping[str, Any] | None = None,
+    optimizers: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None,
+    keep_last: int | None = None,
+) -> Path:
+    """Write checkpoint ``step`` atomically and return its folder.
+
+    Args:
+        models: physical model key -> Hugging Face model (saved with ``save_pretrained``).
+        tokenizers: key -> tokenizer saved next to that model, so the folder is a complete ``--model``.
+        optimizers: key -> ``PolicyUpdater`` / ``torch.optim.Optimizer`` (anything with ``state_dict``).
+        state: JSON-serialisable training state; RNG states are added under ``"rng"``.
+        keep_last: delete all but the newest ``keep_last`` checkpoints afterwards (None keeps all).
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"step must be an integer >= 0, got {step!r}")
+    if not models:
+        raise CheckpointError("save_checkpoint needs at least one model")
+    state = dict(state or {})
+    if "rng" in state:
+        raise CheckpointError("state key 'rng' is reserved for the RNG states")
+    final = checkpoint_dir(run_dir, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
+    tmp.mkdir()
+    try:
+        model_dirs = {}
+        for key, model in models.items():
+            out = tmp / "models" / _check_key(key)
+            model.save_pretrained(out, safe_serialization=True)
+            if tokenizers and key in tokenizers:
+                tokenizers[key].save_pretrained(out)
+            model_dirs[key] = f"models/{key}"
+        for key, opt in (optimizers or {}).items():
+            (tmp / "optim").mkdir(exist_ok=True)
+            torch.save(_optimizer_state(opt), tmp / "optim" / f"{_check_key(key)}.pt")
+        _write_json(tmp / "state.json", {**state, "rng": capture_rng_state()}, "checkpoint state")
+        meta = {
+            "format": FORMAT_VERSION,
+            "step": step,
+            "models": model_dirs,
+            "optimizers": sorted(optimizers or {}),
+            "created_at": time.time(),
+        }
+        _write_json(tmp / "meta.json", meta, "checkpoint meta")
+        if final.exists():  # re-saving a step: swap, then drop the old one
+            old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep_last is not None:
+        if keep_last < 1:
+            raise CheckpointError(f"keep_last must be >= 1 or None, got {keep_last}")
+        for old in list_checkpoints(run_dir)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+# ---- reading ----------------------------------------------------------------------------------------------
+
+
+def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    if not root.is_dir():
+        return []
+    found = []
+    for p in root.iterdir():
+        m = _STEP_RE.match(p.name)
+        if m and p.is_dir() and (p / "meta.json").is_file():
+            found.append((int(m.group(1)), p))
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
+    """The newest complete checkpoint of ``run_dir``, or None."""
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is not a complete checkpoint (no meta.json)") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}/meta.json is corrupt: {e}") from None
+    if meta.get("format", 0) > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} was written by a newer metaagent (format {meta['format']}); upgrade to load it"
+        )
+    return meta
+
+
+def model_path(path: str | os.PathLike[str], key: str) -> Path:
+    """The HF folder of model ``key`` in checkpoint ``path`` (usable as ``--model``)."""
+    meta = read_meta(path)
+    if key not in meta["models"]:
+        raise CheckpointError(f"checkpoint {path} has no model {key!r}; it has {sorted(meta['models'])}")
+    return Path(path) / meta["models"][key]
+
+
+def load_model_weights(model: torch.nn.Module, folder: str | os.PathLike[str]) -> None:
+    """Load ``*.safetensors`` weights from an HF folder into an existing model (tied weights may be absent)."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{folder} has no .safetensors weights")
+    expected = model.state_dict()
+    loaded: set[str] = set()
+    for f in files:
+        sd = load_file(str(f))
+        unexpected = sorted(set(sd) - set(expected))
+        if unexpected:
+            raise CheckpointError(
+                f"{f} has weights {unexpected[:5]} that {type(model).__name__} does not have; "
+                "load this checkpoint with AutoModelForCausalLM.from_pretrained instead"
+            )
+        model.load_state_dict(sd, strict=False)
+        loaded.update(sd)
+    ptrs = {expected[k].data_ptr() for k in loaded}
+    missing = [k for k in expected if k not in loaded and expected[k].data_ptr() not in ptrs]
+    if missing:
+        raise CheckpointError(f"{folder} lacks weights {missing[:5]} of {type(model).__name__}")
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    models: Mapping[str, torch.nn.Module] | None = None,
+    optimizers: Mapping[str, Any] | None = None,
+    restore_rng: bool = True,
+) -> dict[str, Any]:
+    """Restore a checkpoint into existing objects and return the saved JSON state (with ``"step"``).
+
+    Args:
+        models: key -> model to load the saved weights into (or build fresh ones from :func:`model_path`).
+        optimizers: key -> object with ``load_state_dict`` (``PolicyUpdater`` or optimizer).
+        restore_rng: restore python/numpy/torch RNG states.
+    """
+    path = Path(path)
+    meta = read_meta(path)
+    for key, model in (models or {}).items():
+        load_model_weights(model, model_path(path, key))
+    for key, opt in (optimizers or {}).items():
+        f = path / "optim" / f"{key}.pt"
+        if not f.is_file():
+            raise CheckpointError(
+                f"checkpoint {path} has no optimizer state {key!r}; it has {meta['optimizers']}"
+            )
+        opt.load_state_dict(torch.load(f, map_location="cpu", weights_only=True))
+    try:
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}/state.json cannot be read: {e}") from None
+    rng = state.pop("rng", None)
+    if restore_rng and rng is not None:
+        restore_rng_state(rng)
+    state["step"] = meta["step"]
+    return state

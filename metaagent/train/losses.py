@@ -1,0 +1,210 @@
+"""The GRPO / PPO-clip objective of one micro-batch (paper Eq. 2-3), computed by verl's own functions.
+
+Per response token t of trajectory i, with ``rho = exp(logp_theta - logp_old)`` against the rollout
+log-probs (Eq. 3)::
+
+    L_it = -min(rho * A_i, clip(rho, 1 - eps_low, 1 + eps_high) * A_i)      (Eq. 2, token level)
+
+with verl's dual-clip lower bound ``-A * clip_ratio_c`` for A < 0, then aggregated by ``loss_agg_mode``
+(default ``token-mean``: divided by the number of response tokens of the *whole* training batch, so the
+micro-batch losses add up to the big-batch loss). Optional terms, both off by default::
+
+    + kl_coef * agg(kl_penalty(logp_theta, logp_ref, kl_type))     KL to a frozen reference model
+    - entropy_coef * agg(entropy)                                  entropy bonus
+
+verl's ``compute_policy_loss_vanilla``, ``agg_loss`` and ``kl_penalty`` do the arithmetic; they read an
+``ActorConfig``, which instantiates fine on CPU. verl is imported on first use (it takes seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k1+", "k3+", "low_var_kl+")
+
+#: metrics that are this micro-batch's share of a whole-batch quantity: add them over micro-batches
+SUMMED_METRICS = frozenset({"train/loss", "train/pg_loss", "train/kl_loss", "train/entropy_loss"})
+#: the other metrics are means over this micro-batch's response tokens: weight them by its token count
+
+
+class LossError(ValueError):
+    """The loss is misconfigured or its inputs disagree; the message says what to change."""
+
+
+@functools.cache
+def _verl() -> Any:
+    from verl.trainer.ppo import core_algos
+    from verl.workers.config import ActorConfig
+
+    return core_algos, ActorConfig
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """PPO-clip settings. ``clip_low``/``clip_high`` are the ``eps`` of Eq. 2 below/above 1 (paper: 0.2)."""
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages (verl default)
+    loss_agg_mode: str = "token-mean"
+    kl_coef: float = 0.0
+    kl_type: str = "low_var_kl"
+    entropy_coef: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.clip_low < 1:
+            raise LossError(f"clip_low must be in (0, 1), got {self.clip_low} (paper: 0.2)")
+        if not self.clip_high > 0:
+            raise LossError(f"clip_high must be > 0, got {self.clip_high} (paper: 0.2)")
+        if not self.clip_ratio_c > 1:
+            raise LossError(f"clip_ratio_c must be > 1 (dual-clip lower bound), got {self.clip_ratio_c}")
+        if self.loss_agg_mode not in LOSS_AGG_MODES:
+            raise LossError(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}")
+        if self.kl_type not in KL_TYPES:
+            raise LossError(f"kl_type must be one of {KL_TYPES}, got {self.kl_type!r}")
+        if not self.kl_coef >= 0:
+            raise LossError(f"kl_coef must be >= 0 (0 = no KL term), got {self.kl_coef}")
+        if not self.entropy_coef >= 0:
+            raise LossError(f"entropy_coef must be >= 0 (0 = no entropy bonus), got {self.entropy_coef}")
+
+
+@dataclass(frozen=True)
+class GlobalBatch:
+    """Sizes of the whole training batch (all micro-batches of one optimizer step).
+
+    ``loss_scale_factor`` is the constant divisor of ``seq-mean-token-sum-norm`` (default there: the
+    longest response of the batch, so every micro-batch uses the same one).
+    """
+
+    num_tokens: int  # response tokens
+    num_samples: int
+    loss_scale_factor: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_tokens < 1 or self.num_samples < 1:
+            raise LossError(
+                f"a training batch needs >= 1 sample and token, got {self.num_samples} / {self.num_tokens}"
+            )
+
+
+def verl_actor_config(config: LossConfig, batch: GlobalBatch) -> Any:
+    """verl ``ActorConfig`` carrying the clip ratios and the global batch info its loss functions read."""
+    _, actor_config = _verl()
+    return actor_config(
+        strategy="fsdp",  # required field; unused by the loss functions
+        rollout_n=1,
+        ppo_micro_batch_size_per_gpu=1,
+        use_torch_compile=False,
+        clip_ratio=config.clip_low,
+        clip_ratio_low=config.clip_low,
+        clip_ratio_high=config.clip_high,
+        clip_ratio_c=config.clip_ratio_c,
+        loss_agg_mode=config.loss_agg_mode,
+        global_batch_info={
+            "dp_size": 1,
+            "batch_num_tokens": batch.num_tokens,
+            "global_batch_size": batch.num_samples,
+            "loss_scale_factor": batch.loss_scale_factor,
+        },
+    )
+
+
+def _token_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    n = float(mask.sum())
+    return float((x.detach() * mask).sum()) / n if n else 0.0
+
+
+def policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    config: LossConfig,
+    batch: GlobalBatch,
+    ref_log_probs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Loss of one micro-batch and its metrics (module docstring).
+
+    Args:
+        log_probs: (B, R) log-probs under the current policy (differentiable).
+        old_log_probs: (B, R) rollout log-probs (pi_old of Eq. 3).
+        advantages: (B, R) advantage of each token (its sample's advantage).
+        response_mask: (B, R) 1 for response tokens, 0 for padding.
+        batch: sizes of the whole step's batch; the returned loss is this micro-batch's share of it.
+        ref_log_probs: (B, R) reference-model log-probs; required when ``config.kl_coef > 0``.
+        entropy: (B, R) token entropies, for logging and (``entropy_coef > 0``, differentiable) the bonus.
+
+    Returns:
+        ``(loss, metrics)``; metrics in :data:`SUMMED_METRICS` add up over micro-batches, the others
+        (``train/pg_clipfrac``, ``train/pg_clipfrac_lower``, ``train/ppo_kl``, ``train/entropy``,
+        ``train/ref_kl``) are means over this micro-batch's tokens.
+    """
+    shape = log_probs.shape
+    for name, t in (
+        ("old_log_probs", old_log_probs),
+        ("advantages", advantages),
+        ("response_mask", response_mask),
+    ):
+        if t.shape != shape:
+            raise LossError(f"{name} has shape {tuple(t.shape)} but log_probs has {tuple(shape)}")
+    core_algos, _ = _verl()
+    actor_config = verl_actor_config(config, batch)
+    mask = response_mask.to(log_probs.dtype)  # (B, R)
+    pg_loss, pg_metrics = core_algos.compute_policy_loss_vanilla(
+        old_log_prob=old_log_probs,
+        log_prob=log_probs,
+        advantages=advantages,
+        response_mask=mask,
+        loss_agg_mode=config.loss_agg_mode,
+        config=actor_config,
+    )
+    loss = pg_loss
+    metrics = {
+        "train/pg_loss": float(pg_loss.detach()),
+        "train/pg_clipfrac": pg_metrics["actor/pg_clipfrac"],
+        "train/pg_clipfrac_lower": pg_metrics["actor/pg_clipfrac_lower"],
+        "train/ppo_kl": pg_metrics["actor/ppo_kl"],
+    }
+    agg = functools.partial(
+        core_algos.agg_loss,
+        loss_mask=mask,
+        loss_agg_mode=config.loss_agg_mode,
+        **actor_config.global_batch_info,
+    )
+    if config.kl_coef > 0:
+        if ref_log_probs is None:
+            raise LossError(
+                "kl_coef > 0 needs ref_log_probs from a reference model (pass ref_model to the updater)"
+            )
+        kld = core_algos.kl_penalty(
+            logprob=log_probs, ref_logprob=ref_log_probs, kl_penalty=config.kl_type
+        )  # (B, R)
+        kl_loss = agg(loss_mat=kld)
+        loss = loss + config.kl_coef * kl_loss
+        metrics["train/kl_loss"] = float(kl_loss.detach())
+        metrics["train/ref_kl"] = _token_mean(kld, mask)
+    if entropy is not None:
+        metrics["train/entropy"] = _token_mean(entropy, mask)
+        if config.entropy_coef > 0:
+            if not entropy.requires_grad:
+                raise LossError("entropy_coef > 0 needs differentiable entropies (entropy_grad=True)")
+            entropy_loss = agg(loss_mat=entropy)
+            loss = loss - config.entropy_coef * entropy_loss
+            metrics["train/entropy_loss"] = float(entropy_loss.detach())
+    elif config.entropy_coef > 0:
+        raise LossError("entropy_coef > 0 needs the token entropies")
+    metrics["train/loss"] = float(loss.detach())
+    return loss, metrics

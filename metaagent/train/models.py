@@ -1,0 +1,134 @@
+"""Physical models of a run and how logical roles map onto them.
+
+    policy.weights = shared    {"policy": M}                       designer, executor  -> M
+    policy.weights = separate  {"designer": D, "executor": E}      designer -> D, executor -> E
+    policy.role_models         + {"role0": R, ...}                 executor:<pattern>  -> R
+
+Each physical model is loaded once (fp32 master weights), served for rollout through an ``HFPolicy``
+behind a ``BatchingPolicy``, and trained by its own ``PolicyUpdater`` (own optimizer). The rollout
+reads the very weights the updater changes, so no sync step is needed on the local backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from metaagent.policy.base import Policy
+from metaagent.train.config import OptimConfig, PolicyConfig
+
+
+@dataclass
+class ModelSet:
+    """Loaded physical models, their rollout policies, and the role -> model-key routing."""
+
+    models: dict[str, Any]  # key -> transformers model (trained in place)
+    tokenizers: dict[str, Any]
+    paths: dict[str, str]  # key -> the path or alias it was loaded from
+    policies: dict[str, Policy]  # key -> batching policy over the model
+    role_to_key: dict[str, str]  # patterns for metaagent.train.samples.route_samples
+    designer_key: str
+    executor_keys: dict[str, str] = field(default_factory=dict)  # registry pattern -> key
+
+    @property
+    def designer(self) -> Policy:
+        return self.policies[self.designer_key]
+
+    def executor(self) -> Policy:
+        """The policy agent calls go to: one model, or a router over executor role-name patterns."""
+        keys = set(self.executor_keys.values())
+        if len(keys) == 1:
+            return self.policies[keys.pop()]
+        from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
+
+        return RoutingPolicy(PolicyRegistry({p: self.policies[k] for p, k in self.executor_keys.items()}))
+
+    def model_ids(self) -> dict[str, str]:
+        return {"designer": self.paths[self.designer_key], **{p: self.paths[k] for p, k in self.executor_keys.items()}}
+
+    def close(self) -> None:
+        for p in self.policies.values():
+            p.close()
+
+
+def model_plan(cfg: PolicyConfig) -> tuple[dict[str, str], dict[str, str], str, dict[str, str]]:
+    """(key -> model path, route patterns -> key, designer key, executor registry patterns -> key)."""
+    if cfg.weights == "shared":
+        paths = {"policy": cfg.model}
+        designer_key, executor_key = "policy", "policy"
+    else:
+        paths = {"designer": cfg.model_for("designer"), "executor": cfg.model_for("executor")}
+        designer_key, executor_key = "designer", "executor"
+    executor_keys: dict[str, str] = {}
+    route: dict[str, str] = {"designer": designer_key}
+    for i, (pattern, path) in enumerate(cfg.role_models.items()):
+        key = f"role{i}"
+        paths[key] = path
+        registry_pattern = pattern if pattern.startswith("executor:") else f"executor:{pattern}"
+        executor_keys[registry_pattern] = key
+        route[registry_pattern] = key
+    executor_keys["executor"] = executor_key
+    route["executor"] = executor_key
+    return paths, route, designer_key, executor_keys
+
+
+def load_models(cfg: PolicyConfig) -> ModelSet:
+    """Load every physical model of ``cfg`` and wrap each in a batching rollout policy."""
+    from metaagent.policy.batcher import BatchingPolicy
+    from metaagent.policy.hf import HFPolicy
+    from metaagent.policy.models import load_model_and_tokenizer
+
+    if cfg.backend != "hf":
+        raise ValueError(
+            f"the local trainer generates with the model it trains (policy.backend=hf); got {cfg.backend!r}. "
+            "For vLLM rollouts use trainer.backend=verl"
+        )
+    paths, route, designer_key, executor_keys = model_plan(cfg)
+    models, tokenizers, policies = {}, {}, {}
+    for key, path in paths.items():
+        model, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
+        models[key], tokenizers[key] = model, tok
+        hf = HFPolicy(model, tok, device=cfg.device, max_batch_size=cfg.max_batch_size, model_id=path)
+        policies[key] = BatchingPolicy(
+            hf, max_batch_size=cfg.max_batch_size, max_wait_s=cfg.max_wait_s, close_backend=True
+        )
+    return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys)
+
+
+def make_updaters(models: ModelSet, optim: OptimConfig) -> dict[str, Any]:
+    """One PolicyUpdater (own AdamW) per physical model."""
+    from metaagent.train.update import PolicyUpdater, UpdateConfig
+
+    updaters = {}
+    for key, model in models.models.items():
+        pad_id = models.tokenizers[key].pad_token_id or 0
+        cfg = UpdateConfig(
+            lr=optim.lr,
+            betas=tuple(optim.betas),
+            weight_decay=optim.weight_decay,
+            grad_clip=optim.grad_clip,
+            clip_low=optim.clip_low,
+            clip_high=optim.clip_high,
+            loss_agg_mode=optim.loss_agg_mode,
+            micro_batch_tokens=optim.micro_batch_tokens,
+            autocast_dtype=optim.autocast,
+            kl_coef=optim.kl_coef,
+            logprob_chunk_size=optim.logprob_chunk,
+            pad_id=pad_id,
+        )
+        ref = None
+        if optim.kl_coef > 0:
+            from metaagent.policy.models import load_model_and_tokenizer
+
+            ref, _ = load_model_and_tokenizer(models.paths[key], dtype="float32", device=str(model.device))
+        updaters[key] = PolicyUpdater(model, ref_model=ref, config=cfg)
+    return updaters
+
+
+def temperatures(rollout_cfg: Any) -> Mapping[str, float]:
+    """Per-role temperature the log-probs were sampled at (greedy -> 1.0, see policy.base)."""
+    return {
+        "designer": rollout_cfg.designer.temperature or 1.0,
+        "executor": rollout_cfg.executor.temperature or 1.0,
+    }

@@ -1,0 +1,320 @@
+"""Training samples from rollout records, token-budget micro-batches, and collation to tensors.
+
+A :class:`Sample` is one generation to train on: a designer generation (``Design.sample``) with the
+design's advantage, or one agent turn of an execution with the execution's advantage (Eq. 7: every turn
+of an execution shares it) unless the credit estimator gave the turn its own.
+
+Truncation rule (``max_prompt_len`` / ``max_response_len``):
+
+- a response longer than ``max_response_len`` keeps its first ``max_response_len`` tokens. This is exact:
+  under a causal LM the kept tokens' log-probs do not depend on the dropped ones, so the ratio against
+  the rollout log-probs is still a ratio of the same quantities;
+- a prompt is never cut: removing context changes ``pi_theta(o | c)`` itself, so the ratio would no longer
+  measure a policy change. A sample whose prompt is longer than ``max_prompt_len`` is dropped and counted
+  (``samples/dropped_long_prompt``).
+
+Padding is on the right (prompt + response, then ``pad_id``), with ``position_ids = 0..L-1`` per row:
+causal attention never lets a real token see the padding after it, so no position shift is needed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from metaagent.rollout.records import RolloutTree
+
+from .schedule import DESIGNER, EXECUTOR, ROLES
+
+
+class SampleError(ValueError):
+    """Records cannot be turned into training samples; the message names the record and the fix."""
+
+
+@dataclass
+class Sample:
+    """One generation to train on. ``key`` locates it: (tree, design) or (tree, design, execution, turn)."""
+
+    role: str  # "designer" | "executor": which stage trains it
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: list[float]  # rollout log-probs of response_ids (pi_old, at `temperature`)
+    advantage: float
+    temperature: float  # the sampling temperature; greedy samples carry 1.0 (log-probs of softmax(logits))
+    agent: str = ""  # executor: the agent's role name in the script; designer: ""
+    key: tuple[int, ...] = ()
+    task_id: str = ""
+    truncated: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+    @property
+    def route_name(self) -> str:
+        """``designer`` or ``executor:<agent>``: the name role-to-model patterns are matched against."""
+        return self.role if self.role == DESIGNER else f"{self.role}:{self.agent}"
+
+
+class SampleSet(list):
+    """A list of :class:`Sample` with the ``samples/*`` counts of how it was built."""
+
+    def __init__(self, items: Iterable[Sample] = (), metrics: Mapping[str, float] | None = None) -> None:
+        super().__init__(items)
+        self.metrics: dict[str, float] = dict(metrics or {})
+
+
+def _temperature(temperatures: Mapping[str, float], role: str) -> float:
+    if role not in temperatures:
+        raise SampleError(
+            f"no sampling temperature for role {role!r}; pass temperatures={{'designer': T_D, 'executor': T_E}} "
+            "with the temperatures the rollout sampled at"
+        )
+    t = float(temperatures[role])
+    if not t >= 0:
+        raise SampleError(f"temperatures[{role!r}] must be >= 0, got {t}")
+    return 1.0 if t == 0 else t  # greedy: the backend reports log-probs of softmax(logits)
+
+
+def _make(
+    where: str,
+    role: str,
+    agent: str,
+    key: tuple[int, ...],
+    task_id: str,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    logprobs: Sequence[float] | None,
+    advantage: float,
+    temperature: float,
+    max_prompt_len: int | None,
+    max_response_len: int | None,
+    counts: Counter[str],
+) -> Sample | None:
+    if logprobs is None:
+        raise SampleError(
+            f"{where} has no log-probs; RL training needs the rollout log-probs (use a backend that returns "
+            "them: 'hf', 'vllm', or an OpenAI-compatible server with logprobs and token ids)"
+        )
+    if len(logprobs) != len(response_ids):
+        raise SampleError(f"{where} has {len(response_ids)} response tokens but {len(logprobs)} log-probs")
+    if not prompt_ids:
+        raise SampleError(
+            f"{where} has an empty prompt; the first response token needs a context to predict it"
+        )
+    if not response_ids:
+        counts["samples/empty_response"] += 1
+        return None
+    if max_prompt_len is not None and len(prompt_ids) > max_prompt_len:
+        counts["samples/dropped_long_prompt"] += 1
+        return None
+    truncated = max_response_len is not None and len(response_ids) > max_response_len
+    if truncated:
+        counts["samples/truncated_response"] += 1
+        response_ids, logprobs = response_ids[:max_response_len], logprobs[:max_response_len]
+    counts[f"samples/{role}"] += 1
+    counts[f"samples/tokens/{role}"] += len(response_ids)
+    return Sample(
+        role=role,
+        prompt_ids=list(prompt_ids),
+        response_ids=list(response_ids),
+        old_logprobs=[float(x) for x in logprobs],
+        advantage=float(advantage),
+        temperature=temperature,
+        agent=agent,
+        key=key,
+        task_id=task_id,
+        truncated=truncated,
+    )
+
+
+def build_samples(
+    trees: Sequence[RolloutTree],
+    *,
+    active_roles: Iterable[str],
+    temperatures: Mapping[str, float],
+    turn_advantages: Mapping[tuple[int, int, int, int], float] | None = None,
+    max_prompt_len: int | None = None,
+    max_response_len: int | None = None,
+) -> SampleSet:
+    """Samples of the active roles, after :func:`metaagent.credit.assign_credit` filled the advantages.
+
+    Args:
+        trees: the rollout trees of the step.
+        active_roles: roles whose samples enter the loss (``StageSchedule.active_roles(step)``); samples of
+            inactive roles are not built at all (so never forwarded) and are counted.
+        temperatures: sampling temperature per role ("designer", "executor"), as in the rollout config.
+        turn_advantages: per-turn advantages keyed (tree, design, execution, turn), from
+            ``CreditResult.turn_advantages``; they replace the execution's advantage for those turns.
+        max_prompt_len, max_response_len: the truncation rule of the module docstring.
+
+    Counts in ``.metrics``: ``samples/<role>``, ``samples/tokens/<role>``, ``samples/inactive/<role>``,
+    ``samples/no_advantage/<role>``, ``samples/frozen_designs``, ``samples/empty_response``,
+    ``samples/truncated_response``, ``samples/dropped_long_prompt``.
+    """
+    active = frozenset(active_roles)
+    unknown = active - set(ROLES)
+    if unknown:
+        raise SampleError(f"unknown role(s) {sorted(unknown)} in active_roles; roles are {ROLES}")
+    for name, v in (("max_prompt_len", max_prompt_len), ("max_response_len", max_response_len)):
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise SampleError(f"{name} must be a positive integer or None, got {v!r}")
+    temps = {r: _temperature(temperatures, r) for r in active}
+    turn_adv = dict(turn_advantages or {})
+    counts: Counter[str] = Counter({f"samples/{r}": 0 for r in ROLES})
+    out: list[Sample] = []
+    limits = (max_prompt_len, max_response_len, counts)
+    for t, tree in enumerate(trees):
+        for i, d in enumerate(tree.designs):
+            where = f"tree {t} (task {tree.task_id}) designs[{i}]"
+            if DESIGNER not in active:
+                counts[f"samples/inactive/{DESIGNER}"] += int(d.sample is not None)
+            elif d.sample is None:
+                counts["samples/frozen_designs"] += 1
+            elif d.advantage is None:
+                counts[f"samples/no_advantage/{DESIGNER}"] += 1
+            else:
+                s = d.sample
+                sample = _make(
+                    where,
+                    DESIGNER,
+                    "",
+                    (t, i),
+                    tree.task_id,
+                    s.prompt_ids,
+                    s.response_ids,
+                    s.logprobs,
+                    d.advantage,
+                    temps[DESIGNER],
+                    *limits,
+                )
+                if sample is not None:
+                    out.append(sample)
+            for j, e in enumerate(d.executions):
+                for k, turn in enumerate(e.turns):
+                    if EXECUTOR not in active:
+                        counts[f"samples/inactive/{EXECUTOR}"] += 1
+                        continue
+                    adv = turn_adv.get((t, i, j, k), e.advantage)
+                    if adv is None:
+                        counts[f"samples/no_advantage/{EXECUTOR}"] += 1
+                        continue
+                    sample = _make(
+                        f"{where}.executions[{j}].turns[{k}]",
+                        EXECUTOR,
+                        turn.role,
+                        (t, i, j, k),
+                        tree.task_id,
+                        turn.prompt_ids,
+                        turn.response_ids,
+                        turn.logprobs,
+                        adv,
+                        temps[EXECUTOR],
+                        *limits,
+                    )
+                    if sample is not None:
+                        out.append(sample)
+    return SampleSet(out, {k: float(v) for k, v in sorted(counts.items())})
+
+
+RoleToModel = Mapping[str, str] | Callable[[Sample], str]
+
+
+def model_key(sample: Sample, role_to_model_key: RoleToModel) -> str:
+    """The physical model that trains ``sample``.
+
+    ``role_to_model_key`` is a callable ``sample -> key`` or a mapping from patterns to keys, tried in
+    order; a pattern matches when it equals ``sample.role`` or ``fnmatch``-es ``sample.route_name``
+    (``designer`` or ``executor:<agent>``). Shared policy: ``{"designer": "policy", "executor": "policy"}``;
+    separate: ``{"designer": "D", "executor": "E"}``; partial: ``{"executor:Verifier*": "V", "*": "policy"}``.
+    """
+    if callable(role_to_model_key):
+        return role_to_model_key(sample)
+    for pattern, key in role_to_model_key.items():
+        if pattern == sample.role or fnmatch.fnmatchcase(sample.route_name, pattern):
+            return key
+    raise SampleError(
+        f"no model for sample {sample.route_name!r} (key {sample.key}); role_to_model_key patterns are "
+        f"{list(role_to_model_key)}: add one that matches, e.g. '{sample.role}' or '*'"
+    )
+
+
+def route_samples(samples: Iterable[Sample], role_to_model_key: RoleToModel) -> dict[str, list[Sample]]:
+    """Split samples by the physical model that trains them (one :class:`PolicyUpdater` per key)."""
+    out: dict[str, list[Sample]] = {}
+    for s in samples:
+        out.setdefault(model_key(s, role_to_model_key), []).append(s)
+    return out
+
+
+def micro_batches(samples: Sequence[Sample], max_tokens: int) -> list[list[Sample]]:
+    """Split samples into micro-batches whose padded size ``rows x longest`` stays within ``max_tokens``.
+
+    Samples are sorted longest first (stable, so the split is deterministic) and packed greedily; a single
+    sample longer than ``max_tokens`` gets a micro-batch of its own. Because the loss is normalised by the
+    whole batch's token count (see ``PolicyUpdater``), the split does not change the gradient.
+    """
+    if max_tokens < 1:
+        raise SampleError(f"micro-batch token budget must be >= 1, got {max_tokens}")
+    order = sorted(samples, key=lambda s: s.num_tokens, reverse=True)
+    batches: list[list[Sample]] = []
+    current: list[Sample] = []
+    longest = 0
+    for s in order:
+        if current and max(longest, s.num_tokens) * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(s)
+        longest = max(longest, s.num_tokens)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def collate(samples: Sequence[Sample], pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Right-padded tensors of a micro-batch (B samples, L = longest prompt+response, R = longest response).
+
+    Returns:
+        input_ids (B, L) long; attention_mask (B, L) long; position_ids (B, L) long;
+        responses (B, R) long; response_mask (B, R) float; response_index (B, R) long (position whose hidden
+        state predicts each response token); old_log_probs (B, R) float; advantages (B, R) float (the
+        sample's advantage on every response token); temperatures (B,) float.
+    """
+    if not samples:
+        raise SampleError("cannot collate an empty micro-batch")
+    b = len(samples)
+    seq_len = max(s.num_tokens for s in samples)
+    resp_len = max(len(s.response_ids) for s in samples)
+    input_ids = torch.full((b, seq_len), pad_id, dtype=torch.long)  # (B, L)
+    attention_mask = torch.zeros((b, seq_len), dtype=torch.long)  # (B, L)
+    responses = torch.full((b, resp_len), pad_id, dtype=torch.long)  # (B, R)
+    response_mask = torch.zeros((b, resp_len), dtype=torch.float32)  # (B, R)
+    response_index = torch.zeros((b, resp_len), dtype=torch.long)  # (B, R)
+    old_log_probs = torch.zeros((b, resp_len), dtype=torch.float32)  # (B, R)
+    advantages = torch.zeros((b, resp_len), dtype=torch.float32)  # (B, R)
+    temperatures = torch.tensor([s.temperature for s in samples], dtype=torch.float32)  # (B,)
+    for row, s in enumerate(samples):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        input_ids[row, : p + r] = torch.tensor(s.prompt_ids + s.response_ids, dtype=torch.long)
+        attention_mask[row, : p + r] = 1
+        responses[row, :r] = torch.tensor(s.response_ids, dtype=torch.long)
+        response_mask[row, :r] = 1.0
+        response_index[row, :r] = torch.arange(p - 1, p + r - 1)
+        old_log_probs[row, :r] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+        advantages[row, :r] = s.advantage
+    position_ids = torch.arange(seq_len, dtype=torch.long).expand(b, seq_len).contiguous()  # (B, L)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "responses": responses,
+        "response_mask": response_mask,
+        "response_index": response_index,
+        "old_log_probs": old_log_probs,
+        "advantages": advantages,
+        "temperatures": temperatures,
+    }

@@ -1,0 +1,348 @@
+"""One policy-gradient step of one physical model: micro-batched PPO-clip with gradient accumulation.
+
+``PolicyUpdater.update(samples)`` is one optimizer step per training step:
+
+1. samples of roles outside ``active_roles`` are dropped before anything is forwarded, so they contribute
+   exactly zero gradient and do not count in the loss normaliser (paper §4.1: "gradients from the inactive
+   role are masked");
+2. the rest is split into micro-batches by a padded-token budget (:func:`~metaagent.train.samples.micro_batches`);
+3. each micro-batch: chunked log-probs (:mod:`~metaagent.train.logprobs`), verl's PPO-clip loss normalised
+   by the token count of the *whole* batch (:mod:`~metaagent.train.losses`), ``backward()``; the
+   accumulated gradient therefore equals the gradient of one big-batch token-mean loss;
+4. grad-norm clipping (1.0), AdamW step on fp32 master weights; a non-finite grad norm skips the step.
+
+Shared or separate designer/executor weights: hold one updater per physical model and route samples with
+:func:`~metaagent.train.samples.route_samples`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+
+from .logprobs import DEFAULT_CHUNK_SIZE, naive_response_logprobs, response_logprobs
+from .losses import SUMMED_METRICS, GlobalBatch, LossConfig, policy_loss
+from .samples import RoleToModel, Sample, collate, micro_batches, route_samples
+from .schedule import ROLES
+
+AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16}
+LOGPROB_IMPLS = ("chunked", "naive")  # "naive": the full-logits reference, for tests and benchmarks only
+
+
+class UpdateError(ValueError):
+    """The updater is misconfigured or got unusable samples; the message says what to change."""
+
+
+@dataclass
+class UpdateConfig:
+    """Optimizer and loss settings of one physical model (paper §4.1: lr 5e-6; verl defaults otherwise)."""
+
+    lr: float = 5e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.01
+    adam_eps: float = 1e-8
+    grad_clip: float = 1.0
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    micro_batch_tokens: int = 8192  # padded tokens (rows x longest prompt+response) per forward pass
+    autocast_dtype: str | None = None  # None (fp32) or "bfloat16"
+    kl_coef: float = 0.0
+    kl_type: str = "low_var_kl"
+    entropy_coef: float = 0.0
+    logprob_chunk_size: int = DEFAULT_CHUNK_SIZE  # response tokens per LM-head chunk
+    logprob_impl: str = "chunked"  # or "naive" (full B x L x V logits; reference for benchmarks)
+    compute_entropy: bool = True  # log train/entropy (detached, chunked)
+    gradient_checkpointing: bool = False  # recompute decoder layers in backward (long sequences)
+    pad_id: int = 0
+    loss: LossConfig = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        if not self.lr > 0:
+            raise UpdateError(f"lr must be > 0, got {self.lr} (paper: 5e-6)")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise UpdateError(f"betas must be two numbers in [0, 1), got {self.betas}")
+        if not self.weight_decay >= 0 or not self.adam_eps > 0:
+            raise UpdateError(
+                f"weight_decay must be >= 0 and adam_eps > 0, got {self.weight_decay}, {self.adam_eps}"
+            )
+        if not self.grad_clip > 0:
+            raise UpdateError(f"grad_clip must be > 0 (max global grad norm), got {self.grad_clip}")
+        if self.micro_batch_tokens < 1 or self.logprob_chunk_size < 1:
+            raise UpdateError("micro_batch_tokens and logprob_chunk_size must be >= 1")
+        if self.logprob_impl not in LOGPROB_IMPLS:
+            raise UpdateError(f"logprob_impl must be one of {LOGPROB_IMPLS}, got {self.logprob_impl!r}")
+        if self.autocast_dtype is not None and self.autocast_dtype not in AUTOCAST_DTYPES:
+            raise UpdateError(
+                f"autocast_dtype must be None or one of {list(AUTOCAST_DTYPES)}, got {self.autocast_dtype!r}"
+            )
+        self.loss = LossConfig(
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            clip_ratio_c=self.clip_ratio_c,
+            loss_agg_mode=self.loss_agg_mode,
+            kl_coef=self.kl_coef,
+            kl_type=self.kl_type,
+            entropy_coef=self.entropy_coef,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("loss")
+        return d
+
+
+def _check_fp32(model: torch.nn.Module, name: str) -> None:
+    bad = {str(p.dtype) for p in model.parameters() if p.is_floating_point() and p.dtype != torch.float32}
+    if bad:
+        raise UpdateError(
+            f"{name} has {sorted(bad)} parameters; the updater keeps fp32 master weights: load it with "
+            "dtype=torch.float32 and use autocast_dtype='bfloat16' for bf16 compute"
+        )
+
+
+class PolicyUpdater:
+    """AdamW PPO-clip updates of ``model`` from :class:`~metaagent.train.samples.Sample` lists.
+
+    Args:
+        model: a Hugging Face causal LM with fp32 parameters.
+        ref_model: frozen reference model for the KL term (required when ``kl_coef > 0``).
+        config: an :class:`UpdateConfig`; or give its fields as keyword arguments.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        ref_model: torch.nn.Module | None = None,
+        config: UpdateConfig | None = None,
+        **overrides: Any,
+    ) -> None:
+        if config is not None and overrides:
+            raise UpdateError("pass either config=UpdateConfig(...) or keyword settings, not both")
+        known = {f.name for f in fields(UpdateConfig) if f.init}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise UpdateError(f"unknown updater setting(s) {unknown}; known: {sorted(known)}")
+        self.config = config or UpdateConfig(**overrides)
+        _check_fp32(model, "model")
+        if self.config.kl_coef > 0 and ref_model is None:
+            raise UpdateError("kl_coef > 0 needs ref_model (a frozen copy of the initial policy)")
+        self.model = model
+        self.ref_model = ref_model
+        if ref_model is not None:
+            ref_model.eval().requires_grad_(False)
+        if self.config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        if not self.params:
+            raise UpdateError("model has no trainable parameters (all requires_grad=False)")
+        c = self.config
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=c.lr, betas=c.betas, eps=c.adam_eps, weight_decay=c.weight_decay
+        )
+        self.steps = 0
+        self._pending = False  # gradients accumulated since the last step
+
+    @property
+    def device(self) -> torch.device:
+        return self.params[0].device
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        dtype = self.config.autocast_dtype
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=AUTOCAST_DTYPES[dtype])
+
+    def _select(
+        self, samples: Iterable[Sample], active_roles: Iterable[str] | None, metrics: dict[str, float]
+    ) -> list[Sample]:
+        samples = list(samples)
+        for i, s in enumerate(samples):
+            if not isinstance(s, Sample):
+                raise UpdateError(f"samples[{i}] is {type(s).__name__}, expected Sample (see build_samples)")
+            if len(s.old_logprobs) != len(s.response_ids) or not s.prompt_ids or not s.response_ids:
+                raise UpdateError(
+                    f"samples[{i}] (key {s.key}) is malformed: build samples with build_samples"
+                )
+        if active_roles is None:
+            return samples
+        active = frozenset(active_roles)
+        unknown = active - set(ROLES)
+        if unknown:
+            raise UpdateError(f"unknown role(s) {sorted(unknown)} in active_roles; roles are {ROLES}")
+        kept = [s for s in samples if s.role in active]
+        for role, n in Counter(s.role for s in samples if s.role not in active).items():
+            metrics[f"train/samples_inactive/{role}"] = float(n)
+        return kept
+
+    def _device_batch(self, mb: Sequence[Sample]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device) for k, v in collate(mb, self.config.pad_id).items()}
+
+    def _logprobs(self, data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        c = self.config
+        with_entropy = c.compute_entropy or c.entropy_coef > 0
+        if c.logprob_impl == "naive":
+            logp, entropy = naive_response_logprobs(self.model, data, with_entropy=with_entropy)
+            return logp, (entropy if c.entropy_coef > 0 or entropy is None else entropy.detach())
+        return response_logprobs(
+            self.model,
+            data,
+            chunk_size=c.logprob_chunk_size,
+            with_entropy=with_entropy,
+            entropy_grad=c.entropy_coef > 0,
+        )
+
+    def accumulate(
+        self, samples: Iterable[Sample], *, active_roles: Iterable[str] | None = None
+    ) -> dict[str, float]:
+        """Forward and backward all samples of one step, leaving the gradient in ``.grad``; no optimizer step.
+
+        Call it once per step: the loss is normalised over exactly these samples' tokens.
+        """
+        if self._pending:
+            raise UpdateError(
+                "accumulate() was already called since the last step(); pass all samples of a step in one call "
+                "so the token-mean is over the whole batch"
+            )
+        c = self.config
+        metrics: dict[str, float] = {}
+        samples = self._select(samples, active_roles, metrics)
+        metrics["train/samples"] = float(len(samples))
+        for role in ROLES:
+            metrics[f"train/samples/{role}"] = float(sum(s.role == role for s in samples))
+            metrics[f"train/tokens/{role}"] = float(
+                sum(len(s.response_ids) for s in samples if s.role == role)
+            )
+        n_tokens = sum(len(s.response_ids) for s in samples)
+        metrics["train/tokens"] = float(n_tokens)
+        if not samples:
+            return metrics
+        batch = GlobalBatch(
+            num_tokens=n_tokens,
+            num_samples=len(samples),
+            loss_scale_factor=(
+                max(len(s.response_ids) for s in samples)
+                if c.loss_agg_mode == "seq-mean-token-sum-norm"
+                else None
+            ),
+        )
+        sums: Counter[str] = Counter()
+        weighted: Counter[str] = Counter()
+        mbs = micro_batches(samples, c.micro_batch_tokens)
+        was_training = self.model.training
+        self.model.train()
+        try:
+            for mb in mbs:
+                data = self._device_batch(mb)
+                mb_tokens = float(data["response_mask"].sum())
+                with self._autocast():
+                    logp, entropy = self._logprobs(data)
+                    ref_logp = None
+                    if c.kl_coef > 0:
+                        with torch.no_grad():
+                            ref_logp, _ = response_logprobs(
+                                self.ref_model, data, chunk_size=c.logprob_chunk_size
+                            )
+                loss, m = policy_loss(
+                    logp,
+                    data["old_log_probs"],
+                    data["advantages"],
+                    data["response_mask"],
+                    config=c.loss,
+                    batch=batch,
+                    ref_log_probs=ref_logp,
+                    entropy=entropy,
+                )
+                loss.backward()
+                for k, v in m.items():
+                    if k in SUMMED_METRICS:
+                        sums[k] += v
+                    else:
+                        weighted[k] += v * mb_tokens
+                padded = float(data["input_ids"].numel())
+                metrics["train/padded_tokens"] = metrics.get("train/padded_tokens", 0.0) + padded
+        finally:
+            self.model.train(was_training)
+        self._pending = True
+        metrics.update({k: float(v) for k, v in sums.items()})
+        metrics.update({k: float(v) / n_tokens for k, v in weighted.items()})
+        metrics["train/micro_batches"] = float(len(mbs))
+        metrics["train/adv_mean"] = sum(s.advantage * len(s.response_ids) for s in samples) / n_tokens
+        return metrics
+
+    def step(self) -> dict[str, float]:
+        """Clip the accumulated gradient and take one AdamW step (skipped when nothing was accumulated)."""
+        metrics = {"train/lr": float(self.optimizer.param_groups[0]["lr"])}
+        if not self._pending:
+            metrics["train/skipped_step"] = 1.0
+            return metrics
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.grad_clip)
+        metrics["train/grad_norm"] = float(grad_norm)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+            self.steps += 1
+            metrics["train/skipped_step"] = 0.0
+        else:
+            metrics["train/skipped_step"] = 1.0
+            metrics["train/nonfinite_grad"] = 1.0
+        self.optimizer.zero_grad(set_to_none=True)
+        self._pending = False
+        return metrics
+
+    def update(
+        self, samples: Iterable[Sample], *, active_roles: Iterable[str] | None = None
+    ) -> dict[str, float]:
+        """``accumulate`` + ``step``: one optimizer step on these samples. Returns ``train/*`` metrics."""
+        t0 = time.perf_counter()
+        metrics = self.accumulate(samples, active_roles=active_roles)
+        metrics.update(self.step())
+        elapsed = time.perf_counter() - t0
+        metrics["train/update_s"] = elapsed
+        metrics["train/tokens_per_s"] = metrics["train/tokens"] / elapsed if elapsed > 0 else 0.0
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer state and step count (the model weights are saved separately, in HF format)."""
+        return {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.steps = int(state["steps"])
+
+
+def update_routed(
+    updaters: dict[str, PolicyUpdater],
+    samples: Iterable[Sample],
+    role_to_model_key: RoleToModel,
+    *,
+    active_roles: Iterable[str] | None = None,
+) -> dict[str, float]:
+    """One step of every physical model: route samples by role (:func:`route_samples`) and update each.
+
+    Every updater is called, also without samples (its step is then skipped and reported), so each model's
+    metrics appear every step. With one model the metrics keep their ``train/...`` names; with several they
+    become ``train/<model key>/...``.
+    """
+    routed = route_samples(samples, role_to_model_key)
+    unknown = sorted(set(routed) - set(updaters))
+    if unknown:
+        raise UpdateError(
+            f"samples routed to model key(s) {unknown} that have no updater; updaters: {sorted(updaters)}"
+        )
+    metrics: dict[str, float] = {}
+    for key, updater in updaters.items():
+        m = updater.update(routed.get(key, []), active_roles=active_roles)
+        if len(updaters) == 1:
+            metrics.update(m)
+        else:
+            metrics.update({f"train/{key}/{k.removeprefix('train/')}": v for k, v in m.items()})
+    return metrics
