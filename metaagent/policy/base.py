@@ -118,11 +118,21 @@ def validate_messages(messages: Any) -> list[dict[str, str]]:
 
 @dataclass
 class ChatRequest:
-    """One chat generation request. ``role`` is the logical role (designer, executor, ...) for accounting."""
+    """One chat generation request.
+
+    ``role`` is the logical role (designer, executor) for accounting; ``agent`` is the agent's role name in
+    the workflow script (e.g. "MathCritic"), which partial weight sharing routes on (``executor:<agent>``).
+    """
 
     messages: list[dict[str, str]]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     role: str = "executor"
+    agent: str = ""
+
+    @property
+    def route_name(self) -> str:
+        """``designer`` or ``executor:<agent>``: the name policy-registry patterns are matched against."""
+        return f"{self.role}:{self.agent}" if self.agent else self.role
 
     def __post_init__(self) -> None:
         self.messages = validate_messages(self.messages)

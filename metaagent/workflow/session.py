@@ -345,7 +345,7 @@ class Session:
                 max_tokens=min(self.sampling.max_tokens, remaining),
                 seed=call_seed(self.seed, self.calls_made + i),
             )
-            requests.append(ChatRequest(messages, sampling, role=EXECUTOR_ROLE))
+            requests.append(ChatRequest(messages, sampling, role=EXECUTOR_ROLE, agent=call.role))
         t0 = time.perf_counter()
         try:
             completions = self.policy.generate(requests)

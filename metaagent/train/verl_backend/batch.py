@@ -1,0 +1,229 @@
+"""Training samples -> verl ``DataProto`` for ``update_actor``: layout, masks, advantages, DP padding, balance.
+
+Pure CPU code between generation and the update; :mod:`metaagent.train.samples` already turned the records
+into :class:`~metaagent.train.samples.Sample` objects of the active role only (the inactive role's samples
+are never built, so they are not in the batch at all). This module lays them out as verl's actor expects::
+
+    prompts        (B, P)     left-padded with pad_id        (P = longest prompt of the batch)
+    responses      (B, R)     right-padded with pad_id       (R = longest response)
+    input_ids      (B, P+R)   prompts ++ responses
+    attention_mask (B, P+R)   1 on real prompt and response tokens
+    position_ids   (B, P+R)   clip(cumsum(attention_mask) - 1, 0)   (verl's compute_position_id_with_mask)
+    response_mask  (B, R)     1 on response tokens that enter the loss
+    old_log_probs  (B, R)     pi_old of Eq. 3: the rollout log-probs (0 on padding)
+    advantages     (B, R)     the sample's advantage on every response token, or on the last one only
+    returns        (B, R)     = advantages (verl's field; unused by the actor loss)
+    temperature    (B,)       sampling temperature of each row (designer and executor may differ)
+    non-tensor: uid (question), mas_role, mas_key, is_padding
+
+Data parallelism: verl's dispatch hands rank k the k-th contiguous B/dp slice, so B must be a multiple of
+``dp_size`` and every rank needs at least one row. Missing rows are **zero-weight copies** of the shortest
+real sample (``response_mask`` 0, advantage 0): they run through the model but add nothing to the loss, the
+gradient or the token count (verl normalises by the summed ``response_mask``; the sequence count we pass as
+``global_batch_size`` is the real one). Rows are then partitioned into dp groups of equal size with balanced
+token counts (verl's Karmarkar-Karp ``get_seqlen_balanced_partitions``) and ordered rank by rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from metaagent.train.samples import Sample
+
+from .config import ADVANTAGE_PLACEMENTS
+from .errors import VerlBackendError
+
+
+@dataclass
+class UpdateBatch:
+    """A DataProto ready for ``update_actor`` and what was done to build it."""
+
+    data: object  # verl.DataProto
+    dp_size: int
+    real_rows: int
+    pad_rows: int
+    response_tokens: int  # real response tokens: the loss normaliser of token-mean
+    rank_tokens: list[int]  # forwarded tokens (prompt + response) per data-parallel rank
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def _check(samples: Sequence[Sample], dp_size: int, advantage_placement: str) -> None:
+    if not samples:
+        raise VerlBackendError(
+            "no samples to train on: skip update_actor for this model instead of sending an empty batch"
+        )
+    if isinstance(dp_size, bool) or not isinstance(dp_size, int) or dp_size < 1:
+        raise VerlBackendError(
+            f"dp_size must be a positive integer (data-parallel ranks of the actor), got {dp_size!r}"
+        )
+    if advantage_placement not in ADVANTAGE_PLACEMENTS:
+        raise VerlBackendError(
+            f"advantage_placement must be one of {ADVANTAGE_PLACEMENTS}, got {advantage_placement!r}"
+        )
+    for i, s in enumerate(samples):
+        if not isinstance(s, Sample):
+            raise VerlBackendError(
+                f"samples[{i}] is {type(s).__name__}, expected a Sample (see build_samples)"
+            )
+        if not s.prompt_ids or not s.response_ids or len(s.old_logprobs) != len(s.response_ids):
+            raise VerlBackendError(
+                f"samples[{i}] (key {s.key}) has {len(s.prompt_ids)} prompt tokens, {len(s.response_ids)} response "
+                f"tokens and {len(s.old_logprobs)} log-probs; build samples with build_samples"
+            )
+        if not np.isfinite(s.advantage) or not all(np.isfinite(s.old_logprobs)):
+            raise VerlBackendError(f"samples[{i}] (key {s.key}) has a non-finite advantage or log-prob")
+        if not s.temperature > 0:
+            raise VerlBackendError(
+                f"samples[{i}] (key {s.key}) has temperature {s.temperature}; greedy samples carry 1.0"
+            )
+
+
+def balanced_order(seq_lens: Sequence[int], dp_size: int) -> tuple[list[int], list[int]]:
+    """Row order (rank 0's rows first) and tokens per rank, balancing ``seq_lens`` over ``dp_size`` equal groups."""
+    from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+
+    if len(seq_lens) % dp_size:
+        raise VerlBackendError(f"{len(seq_lens)} rows cannot be split evenly over {dp_size} ranks; pad first")
+    partitions = get_seqlen_balanced_partitions(list(seq_lens), k_partitions=dp_size, equal_size=True)
+    order = [i for part in partitions for i in part]
+    return order, [sum(seq_lens[i] for i in part) for part in partitions]
+
+
+def padded_size(n: int, dp_size: int) -> int:
+    """Smallest multiple of ``dp_size`` that is >= max(n, dp_size)."""
+    return max(dp_size, -(-n // dp_size) * dp_size)
+
+
+def build_update_batch(
+    samples: Sequence[Sample],
+    *,
+    dp_size: int,
+    pad_id: int,
+    advantage_placement: str = "all_tokens",
+    balance: bool = True,
+):
+    """The verl batch of one physical model's update (module docstring). Returns an :class:`UpdateBatch`."""
+    from verl import DataProto
+
+    _check(samples, dp_size, advantage_placement)
+    real = list(samples)
+    n_pad = padded_size(len(real), dp_size) - len(real)
+    filler = min(real, key=lambda s: (s.num_tokens, s.key))  # cheapest row to forward
+    rows: list[tuple[Sample, bool]] = [(s, False) for s in real] + [(filler, True)] * n_pad
+    seq_lens = [s.num_tokens for s, _ in rows]
+    if balance:
+        order, rank_tokens = balanced_order(seq_lens, dp_size)
+    else:
+        order = list(range(len(rows)))
+        per = len(rows) // dp_size
+        rank_tokens = [sum(seq_lens[r * per : (r + 1) * per]) for r in range(dp_size)]
+    rows = [rows[i] for i in order]
+
+    b = len(rows)
+    p = max(len(s.prompt_ids) for s, _ in rows)
+    r = max(len(s.response_ids) for s, _ in rows)
+    prompts = torch.full((b, p), pad_id, dtype=torch.long)  # (B, P)
+    responses = torch.full((b, r), pad_id, dtype=torch.long)  # (B, R)
+    prompt_mask = torch.zeros((b, p), dtype=torch.long)  # (B, P)
+    resp_attn = torch.zeros((b, r), dtype=torch.long)  # (B, R)
+    response_mask = torch.zeros((b, r), dtype=torch.long)  # (B, R)
+    old_log_probs = torch.zeros((b, r), dtype=torch.float32)  # (B, R)
+    advantages = torch.zeros((b, r), dtype=torch.float32)  # (B, R)
+    temperature = torch.tensor([s.temperature for s, _ in rows], dtype=torch.float32)  # (B,)
+    for row, (s, is_pad) in enumerate(rows):
+        lp, lr = len(s.prompt_ids), len(s.response_ids)
+        prompts[row, p - lp :] = torch.tensor(s.prompt_ids, dtype=torch.long)
+        prompt_mask[row, p - lp :] = 1
+        responses[row, :lr] = torch.tensor(s.response_ids, dtype=torch.long)
+        resp_attn[row, :lr] = 1
+        if is_pad:
+            continue
+        response_mask[row, :lr] = 1
+        old_log_probs[row, :lr] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+        if advantage_placement == "all_tokens":
+            advantages[row, :lr] = s.advantage
+        else:
+            advantages[row, lr - 1] = s.advantage
+    attention_mask = torch.cat([prompt_mask, resp_attn], dim=1)  # (B, P+R)
+    position_ids = torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)  # (B, P+R)
+    tensors = {
+        "prompts": prompts,
+        "responses": responses,
+        "input_ids": torch.cat([prompts, responses], dim=1),  # (B, P+R)
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "response_mask": response_mask,
+        "old_log_probs": old_log_probs,
+        "advantages": advantages,
+        "returns": advantages.clone(),
+        "temperature": temperature,
+    }
+    non_tensors = {
+        "uid": np.array([f"{s.key[0] if s.key else 0}:{s.task_id}" for s, _ in rows], dtype=object),
+        "mas_role": np.array([s.role for s, _ in rows], dtype=object),
+        "mas_key": np.array([",".join(map(str, s.key)) for s, _ in rows], dtype=object),
+        "is_padding": np.array([is_pad for _, is_pad in rows], dtype=bool),
+    }
+    data = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+    response_tokens = int(response_mask.sum())
+    metrics = {
+        "verl/rows": float(b),
+        "verl/pad_rows": float(n_pad),
+        "verl/response_tokens": float(response_tokens),
+        "verl/padded_tokens": float(b * (p + r)),
+        "verl/rank_tokens_max": float(max(rank_tokens)),
+        "verl/rank_tokens_min": float(min(rank_tokens)),
+    }
+    return UpdateBatch(data, dp_size, len(real), n_pad, response_tokens, rank_tokens, metrics)
+
+
+def update_tensordict(batch: UpdateBatch, *, calculate_entropy: bool = False, seed: int = 0):
+    """What verl's trainer sends to ``update_actor``: no-padding TensorDict plus the update's meta fields.
+
+    Mirrors ``RayPPOTrainer._update_actor`` of verl 0.9.1 with one mini-batch of the whole batch (one
+    optimizer step per training step, as the local backend) and ``global_batch_size`` = the real rows.
+    A batch whose rows share one temperature passes it as verl's scalar ``temperature``; otherwise the
+    per-row tensor stays (verl's FSDP engine supports per-sample temperature).
+    """
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    td = _scalar_temperature(left_right_2_no_padding(batch.data.to_tensordict()))
+    tu.assign_non_tensor(
+        td,
+        calculate_entropy=calculate_entropy,
+        distillation_use_topk=False,
+        distillation_only=False,
+        global_batch_size=batch.real_rows,
+        mini_batch_size=len(batch.data),
+        epochs=1,
+        seed=seed,
+        dataloader_kwargs={"shuffle": False},
+        compute_loss=True,
+    )
+    return td
+
+
+def logprob_tensordict(batch: UpdateBatch):
+    """What verl's trainer sends to ``compute_log_prob`` / ``compute_ref_log_prob`` for this batch."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    td = _scalar_temperature(left_right_2_no_padding(batch.data.to_tensordict()))
+    tu.assign_non_tensor(td, calculate_entropy=False, compute_loss=False)
+    return td
+
+
+def _scalar_temperature(td):
+    """One shared temperature becomes verl's scalar meta field (its common path); mixed ones stay per row."""
+    from verl.utils import tensordict_utils as tu
+
+    temps = td["temperature"]  # (B,)
+    if bool((temps == temps[0]).all()):
+        del td["temperature"]
+        tu.assign_non_tensor(td, temperature=float(temps[0]))
+    return td

@@ -1,0 +1,139 @@
+"""Run-directory checkpoints of the verl backend, in the local backend's layout and listing rules.
+
+One checkpoint (``RUN/checkpoints/step_00000030/``)::
+
+    meta.json          format, "backend": "verl", step, model keys and their folders (written last)
+    state.json         schedule, sampler position, config hash, run id, RNG states (JSON, nothing pickled)
+    verl/<key>/        verl's FSDP checkpoint of physical model <key>: sharded model + optimizer + extra
+                       state (model_world_size_W_rank_R.pt, ...), fsdp_config.json, huggingface/ (config,
+                       tokenizer; full weights too with verl.save_hf_model)
+
+Like the local backend, a checkpoint is written into a hidden temporary folder next to its final place and
+renamed, so a crash never leaves a half-written ``step_*`` folder; ``latest_checkpoint`` (shared with the
+local backend) only sees folders with ``meta.json``. The FSDP shards become a Hugging Face model with
+``python -m metaagent.train.verl_backend.convert RUN/checkpoints/step_00000030 OUT``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from metaagent.train.checkpoint import (
+    FORMAT_VERSION,
+    CheckpointError,
+    capture_rng_state,
+    checkpoint_dir,
+    read_meta,
+    restore_rng_state,
+)
+
+BACKEND = "verl"
+MODELS_DIR = "verl"
+
+
+class SavesCheckpoints(Protocol):
+    def save(self, path: Path, step: int) -> None: ...
+    def load(self, path: Path) -> None: ...
+
+
+def _write_json(path: Path, data: Any) -> None:
+    try:
+        text = json.dumps(data, indent=1, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(
+            f"{path.name} must be JSON-serialisable (plain dicts, lists, str, finite numbers): {e}"
+        ) from None
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def save_verl_checkpoint(
+    run_dir: str | os.PathLike[str],
+    step: int,
+    *,
+    groups: Mapping[str, SavesCheckpoints],
+    state: Mapping[str, Any],
+    hf_weights: bool = False,
+) -> Path:
+    """Write checkpoint ``step`` of every physical model atomically and return its folder."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"step must be an integer >= 0, got {step!r}")
+    if not groups:
+        raise CheckpointError("a checkpoint needs at least one model")
+    if "rng" in state:
+        raise CheckpointError("state key 'rng' is reserved for the RNG states")
+    final = checkpoint_dir(run_dir, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
+    tmp.mkdir()
+    try:
+        folders = {}
+        for key, group in groups.items():
+            folder = tmp / MODELS_DIR / key
+            folder.mkdir(parents=True)
+            group.save(folder, step)
+            folders[key] = f"{MODELS_DIR}/{key}"
+        _write_json(tmp / "state.json", {**state, "rng": capture_rng_state()})
+        meta = {
+            "format": FORMAT_VERSION,
+            "backend": BACKEND,
+            "step": step,
+            "models": folders,
+            "optimizers": sorted(groups),
+            "hf_weights": hf_weights,
+            "created_at": time.time(),
+        }
+        _write_json(tmp / "meta.json", meta)
+        if final.exists():
+            old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def verl_model_dirs(path: str | os.PathLike[str]) -> dict[str, Path]:
+    """Physical model key -> verl FSDP folder of a verl checkpoint; refuses local-backend checkpoints."""
+    path = Path(path)
+    meta = read_meta(path)
+    if meta.get("backend") != BACKEND:
+        raise CheckpointError(
+            f"{path} was written by the {meta.get('backend', 'local')} backend; its models/<key>/ folders are already "
+            "Hugging Face models (no conversion needed), and resuming it needs trainer.backend=local"
+        )
+    return {key: path / rel for key, rel in meta["models"].items()}
+
+
+def load_verl_checkpoint(
+    path: str | os.PathLike[str], *, groups: Mapping[str, SavesCheckpoints], restore_rng: bool = True
+) -> dict[str, Any]:
+    """Load every model's FSDP state into its group and return the saved JSON state (with ``"step"``)."""
+    path = Path(path)
+    folders = verl_model_dirs(path)
+    missing = sorted(set(groups) - set(folders))
+    if missing:
+        raise CheckpointError(f"checkpoint {path} has no model(s) {missing}; it has {sorted(folders)}")
+    for key, group in groups.items():
+        group.load(folders[key])
+    try:
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}/state.json cannot be read: {e}") from None
+    rng = state.pop("rng", None)
+    if restore_rng and rng is not None:
+        restore_rng_state(rng)
+    state["step"] = read_meta(path)["step"]
+    return state

@@ -1,0 +1,7 @@
+"""The one error type of the verl backend."""
+
+from __future__ import annotations
+
+
+class VerlBackendError(RuntimeError):
+    """The verl backend cannot run this configuration or these inputs; the message says what to change."""

@@ -1,0 +1,329 @@
+"""The resolved plan of a verl run: physical models on GPUs, sizes per step, and their validation.
+
+Pure and cheap (no torch, Ray, verl or vLLM import): ``train-metaagent --backend verl --dry-run`` prints it on
+any machine, and :func:`metaagent.train.verl_backend.run` starts from the same object on the GPU node.
+
+Sizes of one training step (B tasks, M designs, N executions, K steps per stage)::
+
+    designer generations      B * M                     (trained in designer stages)
+    executions                <= B * M * N              (invalid designs are not executed)
+    agent calls               ~ executions * c          (c = verl.plan_agent_calls; at most limits.max_agent_calls)
+    executor samples          = agent calls             (trained in executor stages; one sample per call)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from metaagent.config import ConfigError
+from metaagent.train.config import TrainConfig
+from metaagent.train.models import model_plan
+from metaagent.train.schedule import DESIGNER, EXECUTOR, StageSchedule
+from metaagent.workflow.limits import Limits
+
+from .config import ModelResources, VerlConfig
+
+#: the verl advantage-estimator name of each metaagent credit estimator (registered in .advantage)
+VERL_ESTIMATORS = {"hierarchical": "metaagent_hierarchical", "flat": "metaagent_flat"}
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One physical model: its weights, the roles it trains, and where it runs."""
+
+    key: str
+    path: str
+    roles: tuple[str, ...]  # route patterns of metaagent.train.samples.route_samples trained by this model
+    gpus: int  # FSDP actor GPUs
+    rollout_gpus: int  # standalone vLLM GPUs (0 = colocated on the actor GPUs)
+    dp_size: int  # data-parallel ranks of the actor (gpus / ulysses_sp)
+    rollout_replicas: int  # vLLM servers (each rollout_tp GPUs)
+    rollout_start_rank: int  # first vLLM replica rank (split models are numbered after colocated ones)
+
+    @property
+    def colocated(self) -> bool:
+        return self.rollout_gpus == 0
+
+    @property
+    def placement(self) -> str:
+        return "colocated" if self.colocated else "split"
+
+
+@dataclass(frozen=True)
+class StepSizes:
+    """Per-step counts and token volumes (upper bounds at full response length unless named ``expected``)."""
+
+    tasks: int
+    designer_generations: int
+    max_executions: int
+    expected_agent_calls: float
+    max_agent_calls: int
+    generated_tokens_expected: int
+    generated_tokens_max: int
+    designer_stage_samples: int
+    executor_stage_samples_expected: float
+    designer_stage_response_tokens_max: int
+    executor_stage_response_tokens_expected: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    models: tuple[ModelPlan, ...]
+    designer_key: str
+    route: dict[str, str]  # sample route pattern -> model key
+    executor_keys: dict[str, str]  # policy registry pattern -> model key
+    schedule: StageSchedule
+    steps: int
+    batch_size: int
+    m_designs: int
+    n_executions: int
+    frozen_designer: str | None
+    max_prompt_tokens: int
+    max_response_tokens: int
+    designer_max_tokens: int
+    executor_max_tokens: int
+    rollout_response_length: int
+    max_model_len: int
+    train_tokens_per_gpu: int
+    logprob_tokens_per_gpu: int
+    cluster_gpus: int
+    used_gpus: int
+    estimator: str
+    verl_estimator: str
+    sizes: StepSizes
+    verl: VerlConfig = field(repr=False)
+
+    def model(self, key: str) -> ModelPlan:
+        for m in self.models:
+            if m.key == key:
+                return m
+        raise KeyError(f"no physical model {key!r}; models: {[m.key for m in self.models]}")
+
+
+def _resources(cfg: TrainConfig, verl: VerlConfig, keys: list[str]) -> dict[str, ModelResources]:
+    if not verl.models:
+        if len(keys) > 1:
+            source = f"policy.weights={cfg.policy.weights}" + (
+                " with policy.role_models" if cfg.policy.role_models else ""
+            )
+            raise ConfigError(
+                f"{source} gives {len(keys)} physical models {keys}; say how to place them in verl.models, e.g. "
+                + "{"
+                + ", ".join(f"{k}: {{gpus: 2, rollout_gpus: 2}}" for k in keys)
+                + "} (at most one model may be colocated, see metaagent.train.verl_backend.config)"
+            )
+        return {keys[0]: ModelResources(gpus=verl.total_gpus, rollout_gpus=0)}
+    unknown = sorted(set(verl.models) - set(keys))
+    missing = sorted(set(keys) - set(verl.models))
+    if unknown or missing:
+        raise ConfigError(
+            f"verl.models must list exactly the physical models {keys} of policy.weights={cfg.policy.weights}; "
+            f"unknown: {unknown}, missing: {missing}"
+        )
+    return {k: verl.models[k] for k in keys}
+
+
+def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
+    """Validate ``cfg`` for the verl backend and resolve what runs where. Raises ``ConfigError`` naming the fix."""
+    verl = verl or VerlConfig.from_train_config(cfg)
+    paths, route, designer_key, executor_keys = model_plan(cfg.policy)
+    keys = list(paths)
+    resources = _resources(cfg, verl, keys)
+    for key, res in resources.items():
+        verl.check_model(key, res)
+
+    colocated = [k for k, r in resources.items() if r.colocated]
+    if len(keys) > 1 and len(colocated) > 1:
+        raise ConfigError(
+            f"physical models {colocated} are all colocated (rollout_gpus: 0); verl 0.9.1 names hybrid vLLM servers "
+            "by replica rank only, so two of them collide in one Ray job. Give all but one of them rollout_gpus > 0 "
+            "(split placement)"
+        )
+    used = sum(r.total_gpus for r in resources.values())
+    if used > verl.total_gpus:
+        raise ConfigError(
+            f"verl.models need {used} GPUs but the cluster has verl.nnodes * verl.n_gpus_per_node = "
+            f"{verl.nnodes} * {verl.n_gpus_per_node} = {verl.total_gpus}"
+        )
+    if cfg.optim.kl_coef > 0 and any(not r.colocated for r in resources.values()):
+        raise ConfigError(
+            "optim.kl_coef > 0 needs a reference model, which the verl backend hosts in the colocated "
+            "actor_rollout_ref worker only; use colocated placement (rollout_gpus: 0) or optim.kl_coef: 0"
+        )
+
+    max_prompt, max_response = cfg.optim.max_prompt_tokens, cfg.optim.max_response_tokens
+    longest = max_prompt + max_response
+    train_tokens = verl.train_tokens_per_gpu or longest
+    if train_tokens < longest:
+        raise ConfigError(
+            f"verl.train_tokens_per_gpu = {train_tokens} is below one longest sample (optim.max_prompt_tokens + "
+            f"optim.max_response_tokens = {longest}); verl's dynamic micro-batching cannot place it. Raise it or "
+            "lower the optim lengths"
+        )
+    logprob_tokens = verl.logprob_tokens_per_gpu or 2 * train_tokens
+    if logprob_tokens < longest:
+        raise ConfigError(
+            f"verl.logprob_tokens_per_gpu = {logprob_tokens} is below one longest sample ({longest})"
+        )
+
+    frozen = cfg.rollout.frozen_designer
+    designer_tokens = 0 if frozen else cfg.rollout.designer.max_tokens
+    executor_tokens = cfg.rollout.executor.max_tokens
+    response_length = max(designer_tokens, executor_tokens)
+
+    models = []
+    next_rank = sum(
+        resources[k].gpus // verl.rollout_tp for k in colocated
+    )  # split replicas come after these
+    for key in keys:
+        res = resources[key]
+        roles = tuple(p for p, k in route.items() if k == key)
+        if res.colocated:
+            start, replicas = 0, res.gpus // verl.rollout_tp
+        else:
+            start, replicas = next_rank, res.rollout_gpus // verl.rollout_tp
+            next_rank += replicas
+        models.append(
+            ModelPlan(
+                key=key,
+                path=paths[key],
+                roles=roles,
+                gpus=res.gpus,
+                rollout_gpus=res.rollout_gpus,
+                dp_size=res.gpus // verl.ulysses_sp,
+                rollout_replicas=replicas,
+                rollout_start_rank=start,
+            )
+        )
+
+    schedule = StageSchedule(cfg.schedule.mode, cfg.schedule.stage_len)
+    m = 1 if frozen else cfg.rollout.m_designs
+    sizes = _step_sizes(cfg, verl, m, designer_tokens, executor_tokens)
+    return Plan(
+        models=tuple(models),
+        designer_key=designer_key,
+        route=route,
+        executor_keys=executor_keys,
+        schedule=schedule,
+        steps=cfg.trainer.steps,
+        batch_size=cfg.data.batch_size,
+        m_designs=m,
+        n_executions=cfg.rollout.n_executions,
+        frozen_designer=frozen,
+        max_prompt_tokens=max_prompt,
+        max_response_tokens=max_response,
+        designer_max_tokens=designer_tokens,
+        executor_max_tokens=executor_tokens,
+        rollout_response_length=response_length,
+        max_model_len=max_prompt + response_length,
+        train_tokens_per_gpu=train_tokens,
+        logprob_tokens_per_gpu=logprob_tokens,
+        cluster_gpus=verl.total_gpus,
+        used_gpus=used,
+        estimator=cfg.algo.estimator,
+        verl_estimator=VERL_ESTIMATORS[cfg.algo.estimator],
+        sizes=sizes,
+        verl=verl,
+    )
+
+
+def _step_sizes(
+    cfg: TrainConfig, verl: VerlConfig, m: int, designer_tokens: int, executor_tokens: int
+) -> StepSizes:
+    limits = Limits.coerce(cfg.rollout.limits)
+    b, n = cfg.data.batch_size, cfg.rollout.n_executions
+    designs = b * m
+    executions = designs * n
+    calls_expected = min(verl.plan_agent_calls, float(limits.max_agent_calls))
+    per_exec_expected = min(limits.max_total_tokens, math.ceil(calls_expected * executor_tokens))
+    per_exec_max = min(limits.max_total_tokens, limits.max_agent_calls * executor_tokens)
+    designer_gen = designs * designer_tokens
+    trained_response = min(executor_tokens, cfg.optim.max_response_tokens)
+    per_exec_trained = min(limits.max_total_tokens, math.ceil(calls_expected * trained_response))
+    return StepSizes(
+        tasks=b,
+        designer_generations=0 if cfg.rollout.frozen_designer else designs,
+        max_executions=executions,
+        expected_agent_calls=executions * calls_expected,
+        max_agent_calls=executions * limits.max_agent_calls,
+        generated_tokens_expected=designer_gen + executions * per_exec_expected,
+        generated_tokens_max=designer_gen + executions * per_exec_max,
+        designer_stage_samples=0 if cfg.rollout.frozen_designer else designs,
+        executor_stage_samples_expected=executions * calls_expected,
+        designer_stage_response_tokens_max=designs * min(designer_tokens, cfg.optim.max_response_tokens),
+        executor_stage_response_tokens_expected=executions * per_exec_trained,
+    )
+
+
+def _stages(schedule: StageSchedule, steps: int, shown: int = 4) -> str:
+    parts = [f"{a}-{b - 1} {name}" for a, b, name in schedule.boundaries(steps)[:shown]]
+    more = len(schedule.boundaries(steps)) - shown
+    return ", ".join(parts) + (f", ... ({more} more)" if more > 0 else "")
+
+
+def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = None) -> str:
+    """The plan as the text ``--dry-run`` prints; ``verl_settings`` adds resolved verl config values per model."""
+    v, s = plan.verl, plan.sizes
+    lines = [
+        "metaagent verl plan (dry run: nothing was started)",
+        f"cluster: {v.nnodes} node(s) x {v.n_gpus_per_node} GPU = {plan.cluster_gpus} GPUs; this run uses {plan.used_gpus}",
+        "physical models:",
+    ]
+    for mp in plan.models:
+        where = (
+            f"colocated on {mp.gpus} GPU(s) (FSDP dp={mp.dp_size}, {mp.rollout_replicas} vLLM replica(s) x tp={v.rollout_tp})"
+            if mp.colocated
+            else f"split: FSDP on {mp.gpus} GPU(s) (dp={mp.dp_size}), {mp.rollout_replicas} standalone vLLM "
+            f"replica(s) x tp={v.rollout_tp} on {mp.rollout_gpus} GPU(s), ranks from {mp.rollout_start_rank}, "
+            f"weights via {v.checkpoint_engine}"
+        )
+        lines.append(f"  {mp.key}: {mp.path}  trains {', '.join(mp.roles)}  [{where}]")
+        for name, value in (verl_settings or {}).get(mp.key, {}).items():
+            lines.append(f"      {name} = {value}")
+    lines += [
+        (
+            f"hierarchical rollout: B={plan.batch_size} tasks x M={plan.m_designs} designs x N={plan.n_executions} "
+            "executions" + (f" (frozen designer: {plan.frozen_designer})" if plan.frozen_designer else "")
+        ),
+        (
+            f"schedule: {plan.schedule.mode}, K={plan.schedule.stage_len} steps per stage, {plan.steps} steps: "
+            f"{_stages(plan.schedule, plan.steps)}"
+        ),
+        (
+            f"credit: {plan.estimator} (verl estimator '{plan.verl_estimator}'); advantages on "
+            f"{v.advantage_placement}; pi_old = {v.old_log_prob} log-probs"
+        ),
+        (
+            f"lengths: train prompt <= {plan.max_prompt_tokens}, train response <= {plan.max_response_tokens}; "
+            f"generation designer <= {plan.designer_max_tokens}, agent <= {plan.executor_max_tokens}; "
+            f"vLLM max_model_len = {plan.max_model_len}"
+        ),
+        (
+            f"micro-batches: <= {plan.train_tokens_per_gpu} tokens per GPU (train), "
+            f"<= {plan.logprob_tokens_per_gpu} (log-prob)"
+        ),
+        "per step:",
+        (
+            f"  designer generations: {s.designer_generations}; executions: <= {s.max_executions}; agent calls: "
+            f"~{s.expected_agent_calls:g} expected (<= {s.max_agent_calls})"
+        ),
+        (
+            f"  generated tokens (every response at max_tokens): <= {s.generated_tokens_expected:,} with "
+            f"{v.plan_agent_calls:g} agent calls per execution, <= {s.generated_tokens_max:,} at every limit"
+        ),
+        (
+            f"  trained samples: designer stage {s.designer_stage_samples} "
+            f"(<= {s.designer_stage_response_tokens_max:,} response tokens); executor stage "
+            f"~{s.executor_stage_samples_expected:g} (<= {s.executor_stage_response_tokens_expected:,} response tokens)"
+        ),
+    ]
+    for mp in plan.models:
+        parts = []
+        if DESIGNER in mp.roles:
+            parts.append(f"designer stage {s.designer_stage_samples / mp.dp_size:.1f}")
+        if any(r.startswith(EXECUTOR) for r in mp.roles):
+            parts.append(f"executor stage <= ~{s.executor_stage_samples_expected / mp.dp_size:.1f}")
+        lines.append(f"  {mp.key}: samples per data-parallel rank (dp={mp.dp_size}): {', '.join(parts)}")
+    return "\n".join(lines)

@@ -1,0 +1,190 @@
+"""verl's own ``ppo_trainer`` config for one physical model, filled in from the metaagent config.
+
+The worker groups, vLLM servers and weight sync read verl's config objects, so the backend composes verl's
+shipped ``verl/trainer/config/ppo_trainer.yaml`` with Hydra (the same file ``python -m verl.trainer.main_ppo``
+uses) and sets the fields metaagent decides. Composition only reads YAML: it imports neither torch nor
+verl, so ``--dry-run`` can show and check the result anywhere.
+
+Precedence: verl defaults < metaagent's settings (:func:`metaagent_settings`) < ``verl.overrides``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from metaagent.config import ConfigError
+from metaagent.train.config import TrainConfig
+
+from .plan import ModelPlan, Plan
+
+VERL_CONFIG_NAME = "ppo_trainer"
+
+#: settings shown by ``--dry-run`` for each model (dotted verl keys)
+SHOWN_KEYS = (
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+    "actor_rollout_ref.actor.fsdp_config.param_offload",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size",
+    "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "actor_rollout_ref.rollout.max_model_len",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend",
+)
+
+
+SUPPORTED_VERL = ((0, 9), (0, 10))  # [lowest, first unsupported): the range pinned in pyproject.toml
+
+
+def verl_config_dir() -> Path:
+    """Folder of verl's shipped Hydra configs, found without importing verl; checks the verl version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the verl backend needs verl: pip install 'verl>=0.9,<0.10'")
+    try:
+        found = version("verl")
+    except PackageNotFoundError:
+        found = "0"
+    parts = tuple(int(x) for x in found.split(".")[:2] if x.isdigit())
+    if not SUPPORTED_VERL[0] <= parts < SUPPORTED_VERL[1]:
+        raise ConfigError(
+            f"verl {found} is installed; the verl backend drives verl 0.9.x internals (worker groups, LLM servers, "
+            "checkpoint engine): pip install 'verl>=0.9,<0.10'"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "config"
+    if not (path / f"{VERL_CONFIG_NAME}.yaml").is_file():
+        raise ConfigError(
+            f"{path} has no {VERL_CONFIG_NAME}.yaml; this verl is not 0.9.x (pip install 'verl>=0.9,<0.10')"
+        )
+    return path
+
+
+def metaagent_settings(
+    cfg: TrainConfig, plan: Plan, model: ModelPlan, run_dir: str | None = None
+) -> dict[str, Any]:
+    """Dotted verl keys -> values for one physical model (module docstring)."""
+    v, o = plan.verl, cfg.optim
+    rollout_nodes = max(1, model.rollout_gpus // v.n_gpus_per_node) if not model.colocated else 0
+    actor_nodes = max(1, model.gpus // v.n_gpus_per_node)
+    actor_gpus_per_node = min(model.gpus, v.n_gpus_per_node)
+    rollout_gpus_per_node = (
+        actor_gpus_per_node if model.colocated else min(model.rollout_gpus, v.n_gpus_per_node)
+    )
+    ar = "actor_rollout_ref"
+    settings: dict[str, Any] = {
+        "trainer.nnodes": actor_nodes,
+        "trainer.n_gpus_per_node": actor_gpus_per_node,
+        "trainer.device": "cuda",
+        "trainer.project_name": "metaagent",
+        "trainer.experiment_name": model.key,
+        "trainer.logger": ["console"],
+        "trainer.total_training_steps": max(1, plan.steps),
+        "trainer.default_local_dir": str(Path(run_dir or cfg.trainer.out) / "checkpoints"),
+        "trainer.balance_batch": False,  # metaagent balances the batch itself (batch.build_update_batch)
+        "data.max_prompt_length": plan.max_prompt_tokens,
+        "data.max_response_length": plan.rollout_response_length,
+        "data.train_batch_size": plan.batch_size,
+        f"{ar}.hybrid_engine": model.colocated,
+        f"{ar}.model.path": model.path,
+        f"{ar}.model.use_remove_padding": True,
+        f"{ar}.model.enable_gradient_checkpointing": v.gradient_checkpointing,
+        f"{ar}.actor.strategy": "fsdp",
+        f"{ar}.actor.optim.lr": o.lr,
+        f"{ar}.actor.optim.betas": list(o.betas),
+        f"{ar}.actor.optim.weight_decay": o.weight_decay,
+        f"{ar}.actor.optim.clip_grad": o.grad_clip,
+        f"{ar}.actor.optim.lr_scheduler_type": "constant",
+        f"{ar}.actor.optim.lr_warmup_steps_ratio": 0.0,
+        f"{ar}.actor.optim.total_training_steps": max(1, plan.steps),
+        f"{ar}.actor.grad_clip": o.grad_clip,
+        f"{ar}.actor.clip_ratio": o.clip_low,
+        f"{ar}.actor.clip_ratio_low": o.clip_low,
+        f"{ar}.actor.clip_ratio_high": o.clip_high,
+        f"{ar}.actor.loss_agg_mode": o.loss_agg_mode,
+        # seq-mean-token-sum-norm divides by a constant; the longest allowed response keeps it fixed
+        f"{ar}.actor.loss_scale_factor": o.max_response_tokens
+        if o.loss_agg_mode == "seq-mean-token-sum-norm"
+        else None,
+        f"{ar}.actor.entropy_coeff": 0.0,
+        f"{ar}.actor.calculate_entropy": v.calculate_entropy,
+        f"{ar}.actor.use_kl_loss": o.kl_coef > 0,
+        f"{ar}.actor.kl_loss_coef": o.kl_coef,
+        f"{ar}.actor.kl_loss_type": "low_var_kl",
+        f"{ar}.actor.use_dynamic_bsz": True,
+        f"{ar}.actor.ppo_max_token_len_per_gpu": plan.train_tokens_per_gpu,
+        f"{ar}.actor.ppo_mini_batch_size": plan.batch_size,  # unused: every update is one mini-batch
+        f"{ar}.actor.ppo_epochs": 1,
+        f"{ar}.actor.shuffle": False,
+        f"{ar}.actor.ulysses_sequence_parallel_size": v.ulysses_sp,
+        f"{ar}.actor.fsdp_config.param_offload": v.param_offload,
+        f"{ar}.actor.fsdp_config.optimizer_offload": v.optimizer_offload,
+        f"{ar}.actor.checkpoint.save_contents": ["model", "optimizer", "extra"]
+        + (["hf_model"] if v.save_hf_model else []),
+        f"{ar}.ref.log_prob_max_token_len_per_gpu": plan.logprob_tokens_per_gpu,
+        f"{ar}.rollout.name": v.rollout_name,
+        f"{ar}.rollout.mode": "async",
+        f"{ar}.rollout.nnodes": rollout_nodes,
+        f"{ar}.rollout.n_gpus_per_node": rollout_gpus_per_node,
+        f"{ar}.rollout.tensor_model_parallel_size": v.rollout_tp,
+        f"{ar}.rollout.gpu_memory_utilization": v.gpu_memory_utilization,
+        f"{ar}.rollout.max_num_seqs": v.max_num_seqs,
+        f"{ar}.rollout.max_num_batched_tokens": v.max_num_batched_tokens,
+        f"{ar}.rollout.enforce_eager": v.enforce_eager,
+        f"{ar}.rollout.free_cache_engine": model.colocated,
+        f"{ar}.rollout.max_model_len": plan.max_model_len,
+        f"{ar}.rollout.logprobs_mode": "processed_logprobs",  # log_softmax(logits / T): the Policy contract
+        f"{ar}.rollout.calculate_log_probs": True,
+        f"{ar}.rollout.temperature": cfg.rollout.executor.temperature or 1.0,
+        f"{ar}.rollout.log_prob_max_token_len_per_gpu": plan.logprob_tokens_per_gpu,
+        f"{ar}.rollout.checkpoint_engine.backend": "naive" if model.colocated else v.checkpoint_engine,
+        "algorithm.adv_estimator": plan.verl_estimator,
+        "algorithm.norm_adv_by_std_in_grpo": cfg.algo.norm_by_std,
+        "algorithm.use_kl_in_reward": False,
+    }
+    return settings
+
+
+def _override_key(text: str) -> str:
+    return text.split("=", 1)[0].strip().lstrip("+~")
+
+
+def compose_verl_config(cfg: TrainConfig, plan: Plan, model: ModelPlan, run_dir: str | None = None) -> Any:
+    """verl's resolved ``ppo_trainer`` config (an OmegaConf ``DictConfig``) for ``model``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    user = list(plan.verl.overrides)
+    try:
+        with initialize_config_dir(config_dir=str(verl_config_dir()), version_base=None):
+            config = compose(config_name=VERL_CONFIG_NAME, overrides=user)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(
+            f"verl.overrides {user} do not apply to verl's {VERL_CONFIG_NAME} config: {e}"
+        ) from None
+    overridden = {_override_key(o) for o in user}
+    OmegaConf.set_struct(config, True)  # a key verl does not have is an error, not a silent new field
+    for key, value in metaagent_settings(cfg, plan, model, run_dir).items():
+        if key in overridden:
+            continue
+        try:
+            OmegaConf.update(config, key, value, merge=False)
+        except OmegaConfBaseException as e:
+            raise ConfigError(
+                f"verl's {VERL_CONFIG_NAME} config rejects {key}={value!r} ({e}); is this verl 0.9.x?"
+            ) from None
+    try:
+        OmegaConf.resolve(config)
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"verl config for model {model.key} does not resolve: {e}") from None
+    return config
+
+
+def shown_settings(config: Any) -> dict[str, Any]:
+    """The :data:`SHOWN_KEYS` of a composed config, for the dry-run."""
+    from omegaconf import OmegaConf
+
+    return {k.removeprefix("actor_rollout_ref."): OmegaConf.select(config, k) for k in SHOWN_KEYS}

@@ -1,0 +1,214 @@
+"""One physical model on GPUs, driven through upstream verl: FSDP actor, vLLM servers, weight sync. GPU only.
+
+Per physical model (``ModelPlan``):
+
+- a Ray resource pool and a ``RayWorkerGroup`` of verl's ``ActorRolloutRefWorker`` (the FSDP training
+  engine; role ``actor_rollout`` when vLLM is colocated, ``actor_rollout_ref`` when a KL reference is
+  needed, ``actor`` when vLLM runs on its own GPUs);
+- verl's ``LLMServerManager``: vLLM async server replicas, hybrid on the actor's GPUs or standalone, and the
+  ``LLMServerClient`` that the :class:`~.policy.ServerPolicy` of this model sends requests through;
+- verl's ``CheckpointEngineManager``: after every update the new weights go to the replicas (in place for
+  colocated replicas, through NCCL/NIXL/... for standalone ones).
+
+This is the same composition verl's own trainer builds in ``PPOTrainer._setup`` (verl 0.9.1,
+``verl/trainer/ppo/v1/trainer_base.py``), without its dataloader, reward loop and agent loop: metaagent's
+rollout engine produces the data. Everything here imports verl's GPU code lazily and needs CUDA GPUs.
+"""
+
+from __future__ import annotations
+
+import numbers
+from pathlib import Path
+from typing import Any
+
+from .batch import UpdateBatch, logprob_tensordict, update_tensordict
+from .config import VerlConfig
+from .errors import VerlBackendError
+from .plan import ModelPlan
+from .policy import ServerPolicy
+
+
+def pool_spec(gpus: int, gpus_per_node: int) -> list[int]:
+    """Per-node GPU counts of a Ray resource pool of ``gpus`` GPUs."""
+    if gpus <= gpus_per_node:
+        return [gpus]
+    if gpus % gpus_per_node:
+        raise VerlBackendError(
+            f"{gpus} GPUs span nodes but are not a multiple of {gpus_per_node} GPUs per node"
+        )
+    return [gpus_per_node] * (gpus // gpus_per_node)
+
+
+class ModelGroup:
+    """The verl side of one physical model (module docstring).
+
+    Args:
+        plan: where the model runs.
+        config: verl's composed ``ppo_trainer`` config for it (:func:`.verl_config.compose_verl_config`).
+        verl: the backend settings.
+        tokenizer: the model's tokenizer (chat template, pad id).
+        seed: base seed of verl's mini-batch iterator.
+    """
+
+    def __init__(
+        self, plan: ModelPlan, config: Any, verl: VerlConfig, tokenizer: Any, *, seed: int = 0
+    ) -> None:
+        self.plan = plan
+        self.config = config
+        self.verl = verl
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.use_ref = bool(config.actor_rollout_ref.actor.use_kl_loss)
+        self.wg: Any = None
+        self.servers: Any = None
+        self.sync: Any = None
+        self.policy: ServerPolicy | None = None
+        self.dp_size = plan.dp_size
+        self._awake = True
+
+    @property
+    def key(self) -> str:
+        return self.plan.key
+
+    @property
+    def pad_id(self) -> int:
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    # ------------------------------------------------------------------------------------------- start
+    def start(self) -> None:
+        """Spawn the worker group, build the FSDP engine, launch vLLM and the weight-sync manager."""
+        import ray
+        from verl.checkpoint_engine import CheckpointEngineManager
+        from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, ResourcePoolManager
+        from verl.single_controller.ray.base import create_colocated_worker_cls
+        from verl.trainer.ppo.utils import Role
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.engine_workers import ActorRolloutRefWorker
+        from verl.workers.rollout.llm_server import LLMServerManager
+
+        plan, cfg = self.plan, self.config
+        if plan.colocated:
+            role = Role.ActorRolloutRef if self.use_ref else Role.ActorRollout
+        else:
+            role = Role.Actor
+        pool_name = f"metaagent_{plan.key}"
+        pools = ResourcePoolManager(
+            resource_pool_spec={pool_name: pool_spec(plan.gpus, self.verl.n_gpus_per_node)},
+            mapping={role: pool_name},
+        )
+        pools.create_resource_pool()
+        pool = pools.get_resource_pool(role)
+        worker = RayClassWithInitArgs(
+            cls=ray.remote(ActorRolloutRefWorker), config=cfg.actor_rollout_ref, role=str(role)
+        )
+        group = RayWorkerGroup(
+            resource_pool=pool,
+            ray_cls_with_init=create_colocated_worker_cls(class_dict={str(role): worker}),
+            device_name="cuda",
+        )
+        self.wg = group.spawn(prefix_set={str(role)})[str(role)]
+        self.wg.init_model()
+        self.dp_size = max(self.wg._query_dispatch_info("actor")) + 1
+        if self.dp_size != plan.dp_size:
+            raise VerlBackendError(
+                f"model {plan.key}: verl reports {self.dp_size} data-parallel ranks, the plan expected {plan.dp_size}"
+            )
+
+        if plan.colocated:
+            self.servers = LLMServerManager.create(
+                config=cfg, worker_group=self.wg, rollout_resource_pool=pool
+            )
+        else:
+            self.servers = LLMServerManager.create(config=cfg, start_rank=plan.rollout_start_rank)
+        engine_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.checkpoint_engine)
+        self.sync = CheckpointEngineManager(
+            config=engine_config, actor_wg=self.wg, replicas=self.servers.get_replicas()
+        )
+        if plan.colocated:
+            self.sync.sleep_replicas()  # as verl does: replicas sleep until the first weight sync wakes them
+            self._awake = False
+        self.policy = ServerPolicy(
+            self.servers.get_client(),
+            self.tokenizer,
+            model_id=plan.path,
+            max_model_len=int(cfg.actor_rollout_ref.rollout.max_model_len),
+            chat_template_kwargs=self.verl.chat_template_kwargs,
+            timeout_s=self.verl.request_timeout_s,
+        )
+
+    # ------------------------------------------------------------------------------------- weights & data
+    def sync_weights(self, step: int) -> dict[str, float]:
+        """Send the actor's weights to the vLLM replicas (and wake colocated ones)."""
+        metrics = self.sync.update_weights(global_steps=step) or {}
+        self._awake = True
+        return {
+            f"verl/{self.key}/sync/{k}": float(v) for k, v in metrics.items() if isinstance(v, (int, float))
+        }
+
+    def free_rollout_memory(self) -> None:
+        """Colocated: put vLLM to sleep (weights and KV cache released) so the update has the GPU memory."""
+        if self.plan.colocated and self._awake:
+            self.sync.sleep_replicas()
+            self._awake = False
+
+    def recompute_old_log_probs(self, batch: UpdateBatch) -> None:
+        """``verl.old_log_prob=recompute``: pi_old from the actor; the rollout log-probs move to ``rollout_log_probs``."""
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        td = logprob_tensordict(batch)
+        out = self.wg.compute_log_prob(td)
+        log_probs = no_padding_2_padding(tu.get(out, "log_probs"), td).float()  # (B, R)
+        data = batch.data.batch
+        data["rollout_log_probs"] = data["old_log_probs"]
+        data["old_log_probs"] = log_probs * data["response_mask"]
+
+    def reference_log_probs(self, batch: UpdateBatch) -> None:
+        """KL term: the frozen reference model's log-probs as ``ref_log_prob``."""
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        td = logprob_tensordict(batch)
+        out = self.wg.compute_ref_log_prob(td)
+        batch.data.batch["ref_log_prob"] = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
+
+    def update(self, batch: UpdateBatch, *, step: int) -> dict[str, float]:
+        """One optimizer step of the FSDP actor on ``batch`` (``update_actor``); verl's metrics as ``actor/*``."""
+        from verl.utils import tensordict_utils as tu
+        from verl.utils.metric import reduce_metrics
+        from verl.utils.py_functional import rename_dict
+
+        if batch.dp_size != self.dp_size:
+            raise VerlBackendError(
+                f"batch was built for dp_size={batch.dp_size}, model {self.key} has {self.dp_size}"
+            )
+        if self.verl.old_log_prob == "recompute":
+            self.recompute_old_log_probs(batch)
+        if self.use_ref:
+            self.reference_log_probs(batch)
+        td = update_tensordict(
+            batch,
+            calculate_entropy=bool(self.config.actor_rollout_ref.actor.calculate_entropy),
+            seed=self.seed + step,
+        )
+        output = self.wg.update_actor(td)
+        metrics = rename_dict(tu.get(output, "metrics"), "actor/")
+        return {f"verl/{self.key}/{k}": float(v) for k, v in reduce_metrics(metrics).items() if _number(v)}
+
+    # -------------------------------------------------------------------------------------- checkpoints
+    def save(self, path: Path, step: int) -> None:
+        self.wg.save_checkpoint(local_path=str(path), hdfs_path=None, global_step=step, max_ckpt_to_keep=None)
+
+    def load(self, path: Path) -> None:
+        if not (Path(path) / "fsdp_config.json").is_file():
+            raise VerlBackendError(f"{path} is not a verl FSDP checkpoint (no fsdp_config.json)")
+        self.wg.load_checkpoint(local_path=str(path), hdfs_path=None, del_local_after_load=False)
+
+    def close(self) -> None:
+        if self.policy is not None:
+            self.policy.close()
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
