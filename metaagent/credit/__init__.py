@@ -1,1 +1,44 @@
-"""credit"""
+"""Credit assignment over rollout records (paper §3.2): designer and executor advantages.
+
+Two layers:
+
+- pure array math, one question at a time (:mod:`.groups`, :mod:`.matrix`):
+  ``hierarchical_advantages(rewards) -> (designer_adv, executor_adv)``;
+- record-level estimators registered by name (:mod:`.registry`, :mod:`.assign`):
+  ``assign_credit(trees, estimator="hierarchical", **options) -> CreditResult``.
+"""
+
+from .assign import COUNTERS, CreditResult, TreeCredit, assign_credit, execution_reward, reward_matrix
+from .groups import DEFAULT_EPS, CreditError, GroupResult, group_advantages
+from .matrix import (
+    EXECUTOR_GROUPS,
+    MatrixCredit,
+    flat_advantages,
+    flat_credit,
+    hierarchical_advantages,
+    hierarchical_credit,
+)
+from .registry import estimator_options, get_estimator, list_estimators, register_estimator
+
+__all__ = [
+    "COUNTERS",
+    "DEFAULT_EPS",
+    "EXECUTOR_GROUPS",
+    "CreditError",
+    "CreditResult",
+    "GroupResult",
+    "MatrixCredit",
+    "TreeCredit",
+    "assign_credit",
+    "estimator_options",
+    "execution_reward",
+    "flat_advantages",
+    "flat_credit",
+    "get_estimator",
+    "group_advantages",
+    "hierarchical_advantages",
+    "hierarchical_credit",
+    "list_estimators",
+    "register_estimator",
+    "reward_matrix",
+]

@@ -238,6 +238,7 @@ class RolloutEngine:
                     model=c.model,
                     templates=shown[k],
                     elapsed_s=elapsed,
+                    temperature=req.sampling.temperature,
                 )
                 row.append(self._checked_design(i, "designer", sample, c.text))
             out.append(row)

@@ -105,6 +105,7 @@ class AgentTurn(_Record):
     model: str
     parents: list[int] = field(default_factory=list)  # earlier turns whose output appears in this prompt
     elapsed_s: float = 0.0
+    temperature: float | None = None  # sampling temperature (0 = greedy); the log-probs are of this distribution
 
 
 @dataclass
@@ -182,6 +183,7 @@ class DesignerSample(_Record):
     model: str
     templates: list[str] = field(default_factory=list)  # names of in-context templates shown
     elapsed_s: float = 0.0
+    temperature: float | None = None  # sampling temperature (0 = greedy); the log-probs are of this distribution
 
 
 @dataclass

@@ -123,7 +123,7 @@ class OptimConfig:
 
     lr: float = 5e-6
     betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
+    weight_decay: float = 0.01  # verl's AdamW default
     grad_clip: float = 1.0
     clip_low: float = 0.2
     clip_high: float = 0.2
@@ -131,7 +131,7 @@ class OptimConfig:
     kl_coef: float = 0.0
     micro_batch_tokens: int = 4096
     logprob_chunk: int = 256
-    autocast: str | None = None  # "bfloat16" to autocast forward passes; master weights stay fp32
+    autocast: str | None = None  # "bfloat16" autocasts forward passes; master weights stay fp32 (no fp16: no scaler)
     max_prompt_tokens: int = 4096
     max_response_tokens: int = 2048
 
@@ -144,8 +144,8 @@ class OptimConfig:
             raise ConfigError(f"optim.loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}")
         if self.kl_coef < 0:
             raise ConfigError(f"optim.kl_coef must be >= 0, got {self.kl_coef}")
-        if self.autocast not in (None, "bfloat16", "float16"):
-            raise ConfigError(f"optim.autocast must be null, bfloat16 or float16, got {self.autocast!r}")
+        if self.autocast not in (None, "bfloat16"):
+            raise ConfigError(f"optim.autocast must be null or bfloat16, got {self.autocast!r}")
         if self.micro_batch_tokens < 1 or self.logprob_chunk < 1:
             raise ConfigError("optim.micro_batch_tokens and optim.logprob_chunk must be >= 1")
 

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-DEFAULT_CHUNK_SIZE = 1024
+DEFAULT_CHUNK_SIZE = 256  # rows x vocab fp32 logits per chunk: 256 x 49k x 4 B = 48 MiB
 
 BATCH_KEYS = (
     "input_ids",
@@ -76,10 +76,15 @@ def _check_batch(batch: Mapping[str, torch.Tensor]) -> None:
         )
 
 
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision logits to fp32 for the log-softmax; fp32/fp64 stay as they are."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
 def _head_logits(
     head: torch.nn.Module, h: torch.Tensor, scale: float | None, softcap: float | None
 ) -> torch.Tensor:
-    logits = head(h).float()  # (C, V) fp32 even under bf16 autocast
+    logits = _upcast(head(h))  # (C, V) at least fp32, also under bf16 autocast
     if scale is not None:
         logits = logits * scale
     if softcap is not None:
@@ -90,14 +95,15 @@ def _head_logits(
 def _chunk_logprobs(
     h: torch.Tensor,  # (C, H)
     targets: torch.Tensor,  # (C,)
-    inv_temp: torch.Tensor,  # (C,)
+    temp: torch.Tensor,  # (C,)
     head: torch.nn.Module,
     scale: float | None,
     softcap: float | None,
     with_entropy: bool,
     entropy_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = _head_logits(head, h, scale, softcap) * inv_temp[:, None]  # (C, V)
+    logits = _head_logits(head, h, scale, softcap)  # (C, V)
+    logits = logits / temp.to(logits.dtype)[:, None]  # softmax(logits / T): the rollout's distribution
     logz = torch.logsumexp(logits, dim=-1)  # (C,)
     logp = logits.gather(-1, targets[:, None]).squeeze(-1) - logz  # (C,)
     if not with_entropy:
@@ -111,7 +117,7 @@ def _chunk_logprobs(
 def chunked_logprobs(
     hidden: torch.Tensor,
     targets: torch.Tensor,
-    inv_temp: torch.Tensor,
+    temperature: torch.Tensor,
     head: torch.nn.Module,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -126,7 +132,7 @@ def chunked_logprobs(
     Args:
         hidden: (N, H) hidden states, one per predicted token.
         targets: (N,) token ids.
-        inv_temp: (N,) 1 / temperature per row.
+        temperature: (N,) sampling temperature of each row (> 0).
         head: the LM head (hidden -> vocabulary logits).
         with_entropy: also return the entropy of each row's distribution; with ``entropy_grad`` it is
             differentiable (for an entropy bonus), otherwise detached (for logging).
@@ -144,7 +150,7 @@ def chunked_logprobs(
     grad = torch.is_grad_enabled() and use_checkpoint
     logps, ents = [], []
     for s in range(0, n, chunk_size):
-        args = (hidden[s : s + chunk_size], targets[s : s + chunk_size], inv_temp[s : s + chunk_size])
+        args = (hidden[s : s + chunk_size], targets[s : s + chunk_size], temperature[s : s + chunk_size])
         extra = (head, logit_scale, softcap, with_entropy, entropy_grad)
         if grad:
             lp, ent = checkpoint(_chunk_logprobs, *args, *extra, use_reentrant=False)
@@ -194,11 +200,11 @@ def response_logprobs(
     rows, cols = mask.nonzero(as_tuple=True)  # (N,), (N,)
     h = hidden[rows, batch["response_index"][rows, cols]]  # (N, H)
     targets = batch["responses"][rows, cols]  # (N,)
-    inv_temp = (1.0 / batch["temperatures"].float())[rows]  # (N,)
+    temps = batch["temperatures"][rows]  # (N,)
     logp, ent = chunked_logprobs(
         h,
         targets,
-        inv_temp,
+        temps,
         head,
         chunk_size=chunk_size,
         with_entropy=with_entropy,
@@ -226,7 +232,8 @@ def naive_response_logprobs(
         position_ids=batch["position_ids"],
         use_cache=False,
     )
-    logits = out.logits.float() / batch["temperatures"].float()[:, None, None]  # (B, L, V)
+    logits = _upcast(out.logits)  # (B, L, V)
+    logits = logits / batch["temperatures"].to(logits.dtype)[:, None, None]
     logp_all = F.log_softmax(logits, dim=-1)  # (B, L, V)
     mask = batch["response_mask"].to(logp_all.dtype)  # (B, R)
     b = torch.arange(logits.shape[0], device=logits.device)[:, None]  # (B, 1)

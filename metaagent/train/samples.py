@@ -80,6 +80,13 @@ def _temperature(temperatures: Mapping[str, float], role: str) -> float:
     return 1.0 if t == 0 else t  # greedy: the backend reports log-probs of softmax(logits)
 
 
+def _record_temperature(recorded: float | None, fallback: float) -> float:
+    """The temperature a record says it was sampled at (greedy -> 1.0), else the caller's per-role value."""
+    if recorded is None:
+        return fallback
+    return 1.0 if recorded == 0 else float(recorded)
+
+
 def _make(
     where: str,
     role: str,
@@ -147,7 +154,9 @@ def build_samples(
         trees: the rollout trees of the step.
         active_roles: roles whose samples enter the loss (``StageSchedule.active_roles(step)``); samples of
             inactive roles are not built at all (so never forwarded) and are counted.
-        temperatures: sampling temperature per role ("designer", "executor"), as in the rollout config.
+        temperatures: sampling temperature per role ("designer", "executor"), as in the rollout config; used
+            for records that do not carry their own ``temperature`` (records written by metaagent do, and
+            theirs wins, so evaluation passes at other temperatures stay correct).
         turn_advantages: per-turn advantages keyed (tree, design, execution, turn), from
             ``CreditResult.turn_advantages``; they replace the execution's advantage for those turns.
         max_prompt_len, max_response_len: the truncation rule of the module docstring.
@@ -189,7 +198,7 @@ def build_samples(
                     s.response_ids,
                     s.logprobs,
                     d.advantage,
-                    temps[DESIGNER],
+                    _record_temperature(s.temperature, temps[DESIGNER]),
                     *limits,
                 )
                 if sample is not None:
@@ -213,7 +222,7 @@ def build_samples(
                         turn.response_ids,
                         turn.logprobs,
                         adv,
-                        temps[EXECUTOR],
+                        _record_temperature(turn.temperature, temps[EXECUTOR]),
                         *limits,
                     )
                     if sample is not None:

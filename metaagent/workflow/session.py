@@ -373,6 +373,7 @@ class Session:
                     model=completion.model,
                     parents=find_parents(previous, request.messages[1:], self.task_text),
                     elapsed_s=elapsed,
+                    temperature=request.sampling.temperature,
                 )
             )
             self.tokens_used += len(completion.response_ids)

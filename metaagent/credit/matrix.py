@@ -1,0 +1,242 @@
+"""Credit of one question's M x N reward matrix (paper §3.2), as pure functions of plain arrays.
+
+Input convention shared by every function here (``rewards``, one row per design, M rows)::
+
+    rewards[i] == [R_i1, ..., R_iN]   a valid design and the rewards of its N executions
+    rewards[i] == []                  an invalid design (check failed, no executions): design reward 0 (Eq. 4)
+    rewards[i] is None                a design whose reward cannot be computed at all (e.g. valid but not run)
+    rewards[i][j] is None             execution j's reward could not be computed: excluded everywhere, counted
+
+A reward that could not be computed is never treated as 0: it leaves every group and gets no advantage
+(None), and it is counted in ``reward_errors``. Outputs keep the input shape; None marks "no advantage,
+do not train on this". These functions know nothing about records or torch, so the GPU backend can wrap
+them in verl's ``register_adv_est`` signature unchanged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .groups import DEFAULT_EPS, CreditError, GroupResult, check_reward, group_advantages
+
+EXECUTOR_GROUPS = ("question", "design")
+
+Row = Sequence[float | None] | None
+
+
+@dataclass
+class MatrixCredit:
+    """Advantages of one question. Lists are indexed like the ``rewards`` rows."""
+
+    design_rewards: list[float | None]  # Eq. 4: mean of the computable execution rewards; 0 for invalid
+    designer: list[float | None]  # one per design
+    executor: list[list[float | None] | None]  # shape of rewards
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+def _check_rows(rewards: Sequence[Row]) -> list[list[float | None] | None]:
+    if isinstance(rewards, (str, bytes)) or not isinstance(rewards, Sequence):
+        raise CreditError(
+            f"rewards must be a list of M rows (one list of N rewards per design), got {rewards!r}"
+        )
+    rows: list[list[float | None] | None] = []
+    for i, row in enumerate(rewards):
+        if row is None:
+            rows.append(None)
+            continue
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+            raise CreditError(
+                f"rewards[{i}] must be a list of execution rewards ([] for an invalid design, None for a design "
+                f"without a computable reward), got {row!r}"
+            )
+        rows.append([None if x is None else check_reward(x, f"rewards[{i}][{j}]") for j, x in enumerate(row)])
+    return rows
+
+
+def _design_rewards(rows: list[list[float | None] | None], counts: Counter[str]) -> list[float | None]:
+    """Eq. 4, with the paper's "invalid design -> reward 0"."""
+    out: list[float | None] = []
+    for row in rows:
+        counts["designs"] += 1
+        if row is None:
+            counts["designs_without_reward"] += 1
+            out.append(None)
+            continue
+        if not row:
+            counts["invalid_designs"] += 1
+            out.append(0.0)
+            continue
+        counts["executions"] += len(row)
+        ok = [x for x in row if x is not None]
+        counts["reward_errors"] += len(row) - len(ok)
+        if not ok:
+            counts["designs_without_reward"] += 1
+            out.append(None)
+        else:
+            out.append(sum(ok) / len(ok))
+    return out
+
+
+def _count_group(res: GroupResult, role: str, counts: Counter[str]) -> None:
+    counts[f"{role}_groups"] += 1
+    counts[f"{role}_zero_var_groups"] += int(res.zero_var)
+    counts[f"{role}_singleton_groups"] += int(res.singleton)
+
+
+def _check_options(eps: float, executor_group: str | None = None) -> None:
+    if not eps >= 0:
+        raise CreditError(f"eps must be >= 0, got {eps}")
+    if executor_group is not None and executor_group not in EXECUTOR_GROUPS:
+        raise CreditError(f"executor_group must be one of {EXECUTOR_GROUPS}, got {executor_group!r}")
+
+
+def hierarchical_credit(
+    rewards: Sequence[Row],
+    *,
+    eps: float = DEFAULT_EPS,
+    executor_group: str = "question",
+    norm_by_std: bool = True,
+    filter_zero_var: bool = False,
+) -> MatrixCredit:
+    """Hierarchical credit (paper Eq. 4-7) of one question's M x N reward matrix.
+
+    Designer (Eq. 4-5): ``A^D_i = (Rbar_i - mean_M) / (std_M + eps)`` over the M design rewards
+    ``Rbar_i = mean_j R_ij`` (0 for invalid designs; designs without a computable reward are left out).
+
+    Executor (Eq. 6-7): ``A^E_ij = (R_ij - mean) / (std + eps)`` over all computable executions of the
+    question (``executor_group="question"``, the paper) or over the N executions of each design
+    (``executor_group="design"``). Every agent turn of execution ij shares ``A^E_ij``.
+
+    Args:
+        rewards: M rows (see module docstring), row i of length N_i.
+        eps: added to the std.
+        executor_group: "question" (Eq. 6) or "design".
+        norm_by_std: False drops the division by ``std + eps`` (Dr. GRPO) in both roles.
+        filter_zero_var: members of zero-variance and singleton groups get None (not trained on) instead
+            of advantage 0; counted in ``filtered_designs`` / ``filtered_executions``.
+
+    Returns:
+        :class:`MatrixCredit`; ``designer`` has M entries, ``executor`` the shape of ``rewards``.
+    """
+    _check_options(eps, executor_group)
+    rows = _check_rows(rewards)
+    counts: Counter[str] = Counter()
+    design_rewards = _design_rewards(rows, counts)
+
+    designer: list[float | None] = [None] * len(rows)
+    members = [i for i, r in enumerate(design_rewards) if r is not None]
+    if members:
+        res = group_advantages([design_rewards[i] for i in members], eps=eps, norm_by_std=norm_by_std)
+        _count_group(res, "designer", counts)
+        for i, a in zip(members, res.advantages):
+            if filter_zero_var and res.degenerate:
+                counts["filtered_designs"] += 1
+            else:
+                designer[i] = a
+
+    executor: list[list[float | None] | None] = [None if row is None else [None] * len(row) for row in rows]
+    if executor_group == "question":
+        groups = [[(i, j) for i, row in enumerate(rows) if row for j, x in enumerate(row) if x is not None]]
+    else:
+        groups = [[(i, j) for j, x in enumerate(row) if x is not None] for i, row in enumerate(rows) if row]
+    for group in groups:
+        if not group:
+            continue
+        res = group_advantages([rows[i][j] for i, j in group], eps=eps, norm_by_std=norm_by_std)  # type: ignore[index]
+        _count_group(res, "executor", counts)
+        for (i, j), a in zip(group, res.advantages):
+            if filter_zero_var and res.degenerate:
+                counts["filtered_executions"] += 1
+            else:
+                executor[i][j] = a  # type: ignore[index]
+    return MatrixCredit(design_rewards, designer, executor, counts)
+
+
+def hierarchical_advantages(
+    rewards: Sequence[Row],
+    *,
+    eps: float = DEFAULT_EPS,
+    executor_group: str = "question",
+    norm_by_std: bool = True,
+    filter_zero_var: bool = False,
+) -> tuple[list[float | None], list[list[float | None] | None]]:
+    """``(designer_adv, executor_adv)`` of :func:`hierarchical_credit`: M floats and the shape of ``rewards``.
+
+    Entries are None only where the input has no computable reward (or a filtered degenerate group).
+
+    >>> d, e = hierarchical_advantages([[1.0, 0.0], [0.0, 0.0], []])
+    >>> [round(x, 4) for x in d], [[round(x, 4) for x in row] for row in e]
+    ([1.1547, -0.5773, -0.5773], [[1.5, -0.5], [-0.5, -0.5], []])
+    """
+    res = hierarchical_credit(
+        rewards,
+        eps=eps,
+        executor_group=executor_group,
+        norm_by_std=norm_by_std,
+        filter_zero_var=filter_zero_var,
+    )
+    return res.designer, res.executor
+
+
+def flat_credit(
+    rewards: Sequence[Row],
+    *,
+    eps: float = DEFAULT_EPS,
+    norm_by_std: bool = True,
+    filter_zero_var: bool = False,
+) -> MatrixCredit:
+    """Single-level GRPO over rollouts: the M·N = 8×1 ablation (paper Table 3).
+
+    Every rollout (a design with one of its executions) is one trajectory with reward ``R_ij``; an invalid
+    design is one rollout with reward 0. One group per question::
+
+        A_ij = (R_ij - mean) / (std + eps)        over all rollouts of the question
+
+    The executor advantage of execution ij is ``A_ij``; the designer advantage of design i is the mean of
+    its rollouts' advantages (with N = 1 that is the rollout's advantage, so both roles see one signal).
+    """
+    _check_options(eps)
+    rows = _check_rows(rewards)
+    counts: Counter[str] = Counter()
+    design_rewards = _design_rewards(rows, counts)
+
+    group: list[tuple[int, int | None]] = []  # (design, execution); execution None = invalid design's rollout
+    for i, row in enumerate(rows):
+        if row is None:
+            continue
+        if not row:
+            group.append((i, None))
+        group.extend((i, j) for j, x in enumerate(row) if x is not None)
+
+    designer: list[float | None] = [None] * len(rows)
+    executor: list[list[float | None] | None] = [None if row is None else [None] * len(row) for row in rows]
+    if group:
+        scores = [0.0 if j is None else rows[i][j] for i, j in group]  # type: ignore[index]
+        res = group_advantages(scores, eps=eps, norm_by_std=norm_by_std)  # type: ignore[arg-type]
+        _count_group(res, "executor", counts)
+        if filter_zero_var and res.degenerate:
+            counts["filtered_executions"] += sum(j is not None for _, j in group)
+            counts["filtered_designs"] += len({i for i, _ in group})
+        else:
+            per_design: dict[int, list[float]] = {}
+            for (i, j), a in zip(group, res.advantages):
+                per_design.setdefault(i, []).append(a)
+                if j is not None:
+                    executor[i][j] = a  # type: ignore[index]
+            for i, advs in per_design.items():
+                designer[i] = sum(advs) / len(advs)
+    return MatrixCredit(design_rewards, designer, executor, counts)
+
+
+def flat_advantages(
+    rewards: Sequence[Row],
+    *,
+    eps: float = DEFAULT_EPS,
+    norm_by_std: bool = True,
+    filter_zero_var: bool = False,
+) -> tuple[list[float | None], list[list[float | None] | None]]:
+    """``(designer_adv, executor_adv)`` of :func:`flat_credit`."""
+    res = flat_credit(rewards, eps=eps, norm_by_std=norm_by_std, filter_zero_var=filter_zero_var)
+    return res.designer, res.executor

@@ -1,0 +1,225 @@
+"""PolicyUpdater: micro-batch accumulation equals the big batch; inactive roles give exactly zero gradient."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from metaagent.credit import assign_credit
+from metaagent.train.logprobs import naive_response_logprobs, response_logprobs
+from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss
+from metaagent.train.samples import build_samples, collate
+from metaagent.train.schedule import StageSchedule
+from metaagent.train.update import PolicyUpdater, UpdateError
+
+TEMPS = {"designer": 1.0, "executor": 1.0}
+
+
+def grads(model):
+    return {n: None if p.grad is None else p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def params(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def assert_same(a, b, exact=False, **tol):
+    assert a.keys() == b.keys()
+    for k in a:
+        if a[k] is None or b[k] is None:
+            assert a[k] is None and b[k] is None, k
+        elif exact:
+            assert torch.equal(a[k], b[k]), k
+        else:
+            torch.testing.assert_close(a[k], b[k], msg=k, **tol)
+
+
+def test_micro_batches_accumulate_to_the_big_batch_gradient(make_model, make_samples):
+    samples = make_samples(12, seed=11)
+    big, small = make_model(), make_model()
+    u_big = PolicyUpdater(big, micro_batch_tokens=10**6, lr=1e-3)
+    u_small = PolicyUpdater(small, micro_batch_tokens=24, lr=1e-3)
+    m_big = u_big.accumulate(samples)
+    m_small = u_small.accumulate(samples)
+    assert m_big["train/micro_batches"] == 1 and m_small["train/micro_batches"] >= 6
+    assert_same(grads(small), grads(big), atol=1e-6, rtol=1e-5)
+    for k in ("train/loss", "train/pg_clipfrac", "train/ppo_kl", "train/entropy", "train/tokens"):
+        assert m_small[k] == pytest.approx(m_big[k], rel=1e-5, abs=1e-7), k
+
+    # independent reference: one naive full-logits pass over the whole batch, token-mean over all its tokens
+    ref = make_model()
+    batch = collate(samples)
+    lp, _ = naive_response_logprobs(ref, batch)
+    loss, _ = policy_loss(
+        lp,
+        batch["old_log_probs"],
+        batch["advantages"],
+        batch["response_mask"],
+        config=LossConfig(),
+        batch=GlobalBatch(int(batch["response_mask"].sum()), len(samples)),
+    )
+    loss.backward()
+    assert_same(grads(big), grads(ref), atol=1e-6, rtol=1e-5)
+    assert m_big["train/loss"] == pytest.approx(float(loss.detach()), rel=1e-5)
+
+    s_big, s_small = u_big.step(), u_small.step()
+    assert s_big["train/grad_norm"] == pytest.approx(s_small["train/grad_norm"], rel=1e-5)
+    assert_same(params(small), params(big), atol=1e-6, rtol=1e-5)
+    assert u_big.steps == u_small.steps == 1
+
+
+def test_inactive_role_contributes_exactly_zero_gradient(make_model, make_samples):
+    samples = make_samples(10, seed=12)
+    executor_only = [s for s in samples if s.role == "executor"]
+    designer_only = [s for s in samples if s.role == "designer"]
+    assert executor_only and designer_only
+
+    mixed, pure, check = make_model(), make_model(), make_model()
+    m_mixed = PolicyUpdater(mixed, micro_batch_tokens=30).accumulate(samples, active_roles={"executor"})
+    m_pure = PolicyUpdater(pure, micro_batch_tokens=30).accumulate(executor_only)
+    assert_same(grads(mixed), grads(pure), exact=True)  # bit-for-bit: designer samples never forwarded
+    assert m_mixed["train/samples_inactive/designer"] == len(designer_only)
+    assert m_mixed["train/samples/designer"] == 0 and m_mixed["train/tokens"] == m_pure["train/tokens"]
+
+    # the designer samples do carry gradient when their role is active, so the equality above is not vacuous
+    PolicyUpdater(check, micro_batch_tokens=30).accumulate(samples, active_roles={"executor", "designer"})
+    assert any(not torch.equal(a, b) for a, b in zip(grads(check).values(), grads(pure).values()))
+
+    # a designer-only batch in an executor stage: no gradient at all, no optimizer step, weights unchanged
+    lone = make_model()
+    before = params(lone)
+    u = PolicyUpdater(lone, lr=1e-2)
+    m = u.update(designer_only, active_roles={"executor"})
+    assert all(g is None for g in grads(lone).values())
+    assert m["train/skipped_step"] == 1.0 and u.steps == 0
+    assert_same(params(lone), before, exact=True)
+
+    # and the same the other way round
+    a, b = make_model(), make_model()
+    PolicyUpdater(a).accumulate(samples, active_roles={"designer"})
+    PolicyUpdater(b).accumulate(designer_only)
+    assert_same(grads(a), grads(b), exact=True)
+
+
+def test_stage_schedule_and_build_samples_mask_the_inactive_role(make_model, make_token_tree):
+    trees = [
+        make_token_tree([[1.0, 0.0], [0.0, 0.0]], seed=1),
+        make_token_tree([[1.0, 1.0], [0.0, 1.0]], seed=2),
+    ]
+    assign_credit(trees)
+    schedule = StageSchedule("stagewise", 30)
+    for step, role in ((0, "executor"), (30, "designer")):
+        active = schedule.active_roles(step)
+        samples = build_samples(trees, active_roles=active, temperatures=TEMPS)
+        assert {s.role for s in samples} == {role}
+        all_samples = build_samples(trees, active_roles={"designer", "executor"}, temperatures=TEMPS)
+        a, b = make_model(), make_model()
+        PolicyUpdater(a).accumulate(samples)
+        PolicyUpdater(b).accumulate(all_samples, active_roles=active)
+        assert_same(grads(a), grads(b), exact=True)
+
+
+def test_update_moves_log_probs_in_the_direction_of_the_advantage(make_model, make_samples):
+    model = make_model()
+    samples = make_samples(4, seed=13)
+    with torch.no_grad():
+        before, _ = response_logprobs(model, collate(samples))
+    for row, s in enumerate(samples):  # on-policy: pi_old = current policy
+        s.old_logprobs = before[row, : len(s.response_ids)].tolist()
+        s.advantage = 1.0 if row % 2 == 0 else -1.0
+    u = PolicyUpdater(model, lr=1e-2, weight_decay=0.0)
+    m = u.update(samples)
+    assert m["train/ppo_kl"] == pytest.approx(0.0, abs=1e-6) and m["train/pg_clipfrac"] == 0.0
+    assert m["train/skipped_step"] == 0.0 and m["train/grad_norm"] > 0 and m["train/tokens_per_s"] > 0
+    with torch.no_grad():
+        after, _ = response_logprobs(model, collate(samples))
+    for row, s in enumerate(samples):
+        r = len(s.response_ids)
+        delta = float((after[row, :r] - before[row, :r]).sum())
+        assert delta > 0 if s.advantage > 0 else delta < 0
+
+
+def test_non_finite_gradient_skips_the_step(make_model, make_samples):
+    model = make_model()
+    samples = make_samples(3)
+    samples[0].advantage = float("nan")
+    before = params(model)
+    u = PolicyUpdater(model, lr=1e-2)
+    m = u.update(samples)
+    assert m["train/nonfinite_grad"] == 1.0 and m["train/skipped_step"] == 1.0 and u.steps == 0
+    assert_same(params(model), before, exact=True)
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_kl_entropy_and_bf16_autocast(make_model, make_samples):
+    samples = make_samples(4, seed=14)
+    model = make_model()
+    ref = copy.deepcopy(model)
+    m = PolicyUpdater(model, ref_model=ref, kl_coef=0.1, entropy_coef=0.01).update(samples)
+    assert m["train/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # the reference is the starting policy
+    assert m["train/entropy"] > 0 and "train/entropy_loss" in m
+
+    fp32, bf16 = make_model(), make_model()
+    PolicyUpdater(fp32).accumulate(samples)
+    mb = PolicyUpdater(bf16, autocast_dtype="bfloat16").accumulate(samples)
+    assert torch.isfinite(torch.tensor(mb["train/loss"]))
+    assert all(p.dtype == torch.float32 for p in bf16.parameters())  # fp32 master weights
+    g32 = torch.cat([p.grad.flatten() for p in fp32.parameters()])
+    g16 = torch.cat([p.grad.flatten() for p in bf16.parameters()])
+    assert torch.nn.functional.cosine_similarity(g32, g16, dim=0) > 0.95
+
+
+def test_state_dict_round_trip(make_model, make_samples):
+    model = make_model()
+    u = PolicyUpdater(model, lr=1e-3)
+    u.update(make_samples(4))
+    u2 = PolicyUpdater(copy.deepcopy(model), lr=1e-3)
+    u2.load_state_dict(u.state_dict())
+    assert u2.steps == 1
+    s1, s2 = u.optimizer.state_dict()["state"], u2.optimizer.state_dict()["state"]
+    assert s1.keys() == s2.keys() and all(torch.equal(s1[k]["exp_avg"], s2[k]["exp_avg"]) for k in s1)
+
+
+def test_misconfiguration_is_refused(make_model, make_samples):
+    with pytest.raises(UpdateError, match="fp32 master weights"):
+        PolicyUpdater(make_model().to(torch.bfloat16))
+    with pytest.raises(UpdateError, match="unknown updater setting.*learning_rate"):
+        PolicyUpdater(make_model(), learning_rate=1e-5)
+    with pytest.raises(UpdateError, match="ref_model"):
+        PolicyUpdater(make_model(), kl_coef=0.1)
+    with pytest.raises(UpdateError, match="autocast_dtype"):
+        PolicyUpdater(make_model(), autocast_dtype="float16")
+    with pytest.raises(UpdateError, match="lr must be > 0"):
+        PolicyUpdater(make_model(), lr=0.0)
+    with pytest.raises(UpdateError, match="expected Sample"):
+        PolicyUpdater(make_model()).update([{"role": "executor"}])
+    with pytest.raises(UpdateError, match="unknown role"):
+        PolicyUpdater(make_model()).update(make_samples(2), active_roles={"critic"})
+
+
+def test_naive_reference_implementation_gives_the_same_gradient(make_model, make_samples):
+    samples = make_samples(5, seed=15)
+    a, b = make_model(), make_model()
+    ma = PolicyUpdater(a, logprob_chunk_size=4).accumulate(samples)
+    mb = PolicyUpdater(b, logprob_impl="naive").accumulate(samples)
+    assert_same(grads(a), grads(b), atol=1e-6, rtol=1e-5)
+    assert ma["train/entropy"] == pytest.approx(mb["train/entropy"], rel=1e-5)
+
+
+def test_update_routed_separate_models(make_model, make_samples):
+    from metaagent.train.update import update_routed
+
+    samples = make_samples(6, seed=16)
+    d_model, e_model = make_model(seed=1), make_model(seed=2)
+    updaters = {"D": PolicyUpdater(d_model, lr=1e-2), "E": PolicyUpdater(e_model, lr=1e-2)}
+    before_d = params(d_model)
+    m = update_routed(updaters, samples, {"designer": "D", "executor": "E"}, active_roles={"executor"})
+    assert m["train/D/skipped_step"] == 1.0 and m["train/E/skipped_step"] == 0.0
+    assert m["train/D/samples_inactive/designer"] == 3 and m["train/E/samples/executor"] == 3
+    assert_same(params(d_model), before_d, exact=True)  # designer stage off: its model is untouched
+    single = update_routed({"policy": PolicyUpdater(make_model())}, samples, {"*": "policy"})
+    assert single["train/samples"] == 6
+    with pytest.raises(UpdateError, match="no updater"):
+        update_routed({"D": updaters["D"]}, samples, {"designer": "D", "executor": "E"})
