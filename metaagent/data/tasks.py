@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DOMAINS = ("math", "code")
+ADHOC = "adhoc"  # split of tasks without a reference answer or tests
 
 
 class TaskError(ValueError):
@@ -39,10 +40,12 @@ class Task:
             raise TaskError(f"task {self.id}: domain must be one of {DOMAINS}, got {self.domain!r}")
         if not isinstance(self.question, str) or not self.question.strip():
             raise TaskError(f"task {self.id}: question must be a non-empty string")
+        if self.split == ADHOC:
+            return  # an ad-hoc task (e.g. a served question) has no reference and gets no correctness reward
         if self.domain == "math" and (self.answer is None or not str(self.answer).strip()):
-            raise TaskError(f"task {self.id}: a math task needs a gold 'answer'")
+            raise TaskError(f"task {self.id}: a math task needs a gold 'answer' (or split={ADHOC!r} for none)")
         if self.domain == "code" and not self.tests:
-            raise TaskError(f"task {self.id}: a code task needs 'tests'")
+            raise TaskError(f"task {self.id}: a code task needs 'tests' (or split={ADHOC!r} for none)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -63,12 +66,7 @@ class Task:
         if isinstance(task, Task):
             return task
         if isinstance(task, str):
-            t = cls.__new__(cls)
-            t.id, t.domain, t.question = "adhoc", domain, task
-            t.answer, t.tests, t.source, t.split, t.metadata = None, None, "adhoc", "adhoc", {}
-            if domain not in DOMAINS or not task.strip():
-                raise TaskError(f"an ad-hoc task needs a non-empty question and a domain in {DOMAINS}")
-            return t
+            return cls(id=ADHOC, domain=domain, question=task, source=ADHOC, split=ADHOC)
         return cls.from_dict(task)
 
     @property

@@ -137,9 +137,10 @@ class RolloutEngine:
 
     # ---- public -------------------------------------------------------------------------------------------
 
-    def models(self) -> dict[str, str]:
+    def models(self, frozen: FrozenDesign | None = None) -> dict[str, str]:
+        frozen = frozen or self.frozen
         models = {"executor": self.executor.model_id}
-        models["designer"] = self.frozen.name if self.frozen else self.designer.model_id  # type: ignore[union-attr]
+        models["designer"] = frozen.name if frozen else self.designer.model_id  # type: ignore[union-attr]
         return models
 
     def rollout(
@@ -154,8 +155,12 @@ class RolloutEngine:
         designer_sampling: SamplingParams | None = None,
         executor_sampling: SamplingParams | None = None,
         frozen: FrozenDesign | None = None,
+        execute: bool = True,
     ) -> list[RolloutTree]:
-        """Run M designs × N executions for each task and return one tree per task (input order)."""
+        """Run M designs × N executions for each task and return one tree per task (input order).
+
+        ``execute=False`` stops after the designer stage (designs checked and analysed, no executions).
+        """
         tasks = [Task.coerce(t) for t in tasks]
         if not tasks:
             return []
@@ -176,7 +181,7 @@ class RolloutEngine:
                 task=task.to_dict(),
                 seed=seed,
                 config=dict(self.record_config),
-                models=self.models(),
+                models=self.models(frozen),
                 designs=ds,
                 step=step,
                 mode="fixed" if frozen and mode == "train" else mode,
@@ -184,7 +189,8 @@ class RolloutEngine:
             )
             for task, ds in zip(tasks, designs)
         ]
-        self._execute(trees, tasks, n, step, seed, executor_sampling)
+        if execute:
+            self._execute(trees, tasks, n, step, seed, executor_sampling)
         for tree in trees:
             for d in tree.designs:
                 d.reward = design_reward(d)
