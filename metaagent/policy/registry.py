@@ -1,0 +1,116 @@
+"""Map logical roles to physical policies: shared vs separate weights is one config switch.
+
+Keys are logical roles (``"designer"``, ``"executor"``) or executor role-name patterns
+(``"executor:*Critic*"``, shell-style globs matched case-sensitively). :meth:`PolicyRegistry.for_role`
+resolves a role in this order:
+
+1. an exact key (``"executor:MathCritic"``);
+2. the first glob key, in insertion order, that matches (``"executor:*Critic*"``);
+3. the role's base before the first ``":"`` (``"executor"``).
+
+Examples::
+
+    PolicyRegistry.shared(policy)                                   # one model plays every role
+    PolicyRegistry({"designer": p_design, "executor": p_exec})      # separate models
+    PolicyRegistry({"designer": p, "executor": p, "executor:*Critic*": p_critic})  # partial
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator, Mapping
+
+from .base import Policy
+
+DESIGNER = "designer"
+EXECUTOR = "executor"
+LOGICAL_ROLES = (DESIGNER, EXECUTOR)
+GLOB_CHARS = "*?["
+
+
+class PolicyRegistry(Mapping[str, Policy]):
+    """A read-only mapping ``role key -> Policy`` with role resolution (see the module docstring)."""
+
+    def __init__(self, mapping: Mapping[str, Policy]) -> None:
+        if not isinstance(mapping, Mapping) or not mapping:
+            raise ValueError(
+                "PolicyRegistry needs a non-empty mapping of role -> Policy, e.g. "
+                "{'designer': policy, 'executor': policy}, or use PolicyRegistry.shared(policy)"
+            )
+        for key, policy in mapping.items():
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"role keys must be non-empty strings, got {key!r}")
+            base = key.split(":", 1)[0]
+            if base not in LOGICAL_ROLES:
+                raise ValueError(
+                    f"role key {key!r} must be one of {LOGICAL_ROLES} or start with 'executor:' "
+                    "(e.g. 'executor:*Critic*')"
+                )
+            if base == DESIGNER and key != DESIGNER:
+                raise ValueError(f"role key {key!r}: only executor roles take name patterns; use 'designer'")
+            if not isinstance(policy, Policy):
+                raise TypeError(f"registry[{key!r}] must be a Policy, got {type(policy).__name__}")
+        self._map = dict(mapping)
+
+    @classmethod
+    def shared(cls, policy: Policy) -> PolicyRegistry:
+        """One physical policy for the designer and every executor role."""
+        return cls({DESIGNER: policy, EXECUTOR: policy})
+
+    # Mapping protocol (over the configured keys)
+    def __getitem__(self, key: str) -> Policy:
+        return self._map[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._map)
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __repr__(self) -> str:
+        return f"PolicyRegistry({self.models()})"
+
+    # -------------------------------------------------------------------------------------------- lookup
+    def for_role(self, role: str) -> Policy:
+        """The policy that serves ``role`` (``"designer"``, ``"executor"`` or ``"executor:<name>"``)."""
+        key = self.resolve(role)
+        return self._map[key]
+
+    def resolve(self, role: str) -> str:
+        """The registry key that serves ``role``; raises :class:`KeyError` naming the configured keys."""
+        if role in self._map:
+            return role
+        for key in self._map:
+            if any(c in key for c in GLOB_CHARS) and fnmatch.fnmatchcase(role, key):
+                return key
+        base = role.split(":", 1)[0]
+        if base in self._map:
+            return base
+        raise KeyError(
+            f"no policy for role {role!r}; configured roles: {list(self._map)}. Add a mapping for "
+            f"{base!r} (or a pattern such as '{base}:*')"
+        )
+
+    def models(self) -> dict[str, str]:
+        """``role key -> model id`` of the policy serving it."""
+        return {key: policy.model_id for key, policy in self._map.items()}
+
+    def physical(self) -> list[Policy]:
+        """The distinct policy objects (by identity), in first-use order: one optimizer each."""
+        seen: dict[int, Policy] = {}
+        for policy in self._map.values():
+            seen.setdefault(id(policy), policy)
+        return list(seen.values())
+
+    def roles_of(self, policy: Policy) -> list[str]:
+        """The role keys a physical policy serves."""
+        return [key for key, p in self._map.items() if p is policy]
+
+    @property
+    def is_shared(self) -> bool:
+        return len(self.physical()) == 1
+
+    def close(self) -> None:
+        """Close every physical policy once."""
+        for policy in self.physical():
+            policy.close()
