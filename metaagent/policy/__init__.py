@@ -23,7 +23,7 @@ from .factory import BACKENDS, build_policy, build_registry
 from .hf import HFPolicy
 from .models import cache_dir, load_model_and_tokenizer, load_tokenizer, resolve_model
 from .openai_backend import OpenAIPolicy
-from .registry import PolicyRegistry
+from .registry import PolicyRegistry, RoutingPolicy
 from .scripted import ScriptedPolicy
 from .vllm_backend import VLLMPolicy
 
@@ -45,6 +45,7 @@ __all__ = [
     "Usage",
     "VLLMPolicy",
     "build_policy",
+    "RoutingPolicy",
     "build_registry",
     "cache_dir",
     "load_model_and_tokenizer",

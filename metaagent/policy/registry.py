@@ -20,7 +20,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterator, Mapping
 
-from .base import Policy
+from .base import ChatRequest, Completion, Policy
 
 DESIGNER = "designer"
 EXECUTOR = "executor"
@@ -114,3 +114,29 @@ class PolicyRegistry(Mapping[str, Policy]):
         """Close every physical policy once."""
         for policy in self.physical():
             policy.close()
+
+
+class RoutingPolicy(Policy):
+    """One :class:`Policy` over a registry: each request goes to the policy serving its ``route_name``
+    (``designer`` or ``executor:<agent>``), so a sandboxed script can call agents backed by different
+    models (partial weight sharing). Requests for the same policy stay together in one ``generate`` call;
+    completions come back in request order."""
+
+    def __init__(self, registry: PolicyRegistry) -> None:
+        super().__init__()
+        self.registry = registry
+        self.model_id = "+".join(sorted({p.model_id for p in registry.physical()}))
+
+    def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        groups: dict[int, tuple[Policy, list[int]]] = {}
+        for i, r in enumerate(requests):
+            policy = self.registry.for_role(r.route_name)
+            groups.setdefault(id(policy), (policy, []))[1].append(i)
+        out: list[Completion | None] = [None] * len(requests)
+        for policy, idx in groups.values():
+            for i, c in zip(idx, policy.generate([requests[i] for i in idx])):
+                out[i] = c
+        return out  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.registry.close()

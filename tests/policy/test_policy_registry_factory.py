@@ -107,3 +107,21 @@ def test_build_registry_shares_identical_specs_and_separates_instances():
     assert len(separate.physical()) == 2 and separate.models() == {"designer": "m", "executor": "m"}
     with pytest.raises(ValueError, match="'backend' and 'model'"):
         build_registry({"designer": {"model": "m"}})
+
+
+def test_routing_policy_sends_each_agent_call_to_its_model():
+    from metaagent.policy import ChatRequest, PolicyRegistry, RoutingPolicy, ScriptedPolicy
+
+    main = ScriptedPolicy(lambda r: "main", model_id="main")
+    critic = ScriptedPolicy(lambda r: "critic", model_id="critic")
+    router = RoutingPolicy(PolicyRegistry({"designer": main, "executor": main, "executor:*Critic*": critic}))
+    msgs = [{"role": "user", "content": "x"}]
+    reqs = [
+        ChatRequest(msgs, agent="Solver"),
+        ChatRequest(msgs, agent="MathCritic"),
+        ChatRequest(msgs, role="designer"),
+        ChatRequest(msgs, agent="CodeCritic"),
+    ]
+    assert [c.text for c in router.generate(reqs)] == ["main", "critic", "main", "critic"]
+    assert critic.batch_sizes == [2] and main.batch_sizes == [2]  # one generate call per target model
+    assert router.model_id == "critic+main"
