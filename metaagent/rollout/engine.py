@@ -118,13 +118,13 @@ class RolloutEngine:
 
         if self.templates is None:
             self.templates = load_templates()
-        self._own_pool = self.pool is None
-        if self.pool is None:
-            self.pool = make_pool(self.config)
         if self.reward_config is None:
             from metaagent.rewards import RewardConfig
 
             self.reward_config = RewardConfig()
+        self._own_pool = self.pool is None
+        if self.pool is None:
+            self.pool = make_pool(self.config, self.reward_config)
         if self.tools_factory is None:
             from metaagent.workflow.tools import default_tools
 
@@ -347,7 +347,7 @@ class RolloutEngine:
         return execution
 
     def _score(self, task: Task, execution: Execution) -> RewardRecord:
-        if execution.reward is not None:  # host failure: already marked unscorable
+        if execution.reward is not None:  # scored where it ran (Ray actors), or a host failure marked unscorable
             return execution.reward
         from metaagent.rewards import score_execution
 
@@ -365,12 +365,13 @@ def design_reward(design: Design) -> float | None:
     return sum(scored) / len(scored) if scored else None
 
 
-def make_pool(config: RolloutConfig):
-    """The sandbox pool for a config: local worker processes, or Ray actors when ``ray_address`` is set."""
+def make_pool(config: RolloutConfig, reward_config: Any = None):
+    """The sandbox pool for a config: local worker processes, or Ray actors when ``ray_address`` is set
+    (then tools and rewards run on the actors too: code tests execute where the script ran)."""
     if config.ray_address:
         from metaagent.rollout.ray_pool import RaySandboxPool
 
-        return RaySandboxPool(address=config.ray_address, workers=config.sandbox_workers)
+        return RaySandboxPool(address=config.ray_address, workers=config.sandbox_workers, reward_config=reward_config)
     from metaagent.workflow import SandboxPool
 
     return SandboxPool(workers=config.sandbox_workers)

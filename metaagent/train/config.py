@@ -129,6 +129,7 @@ class OptimConfig:
     clip_high: float = 0.2
     loss_agg_mode: str = "token-mean"
     kl_coef: float = 0.0
+    entropy_coef: float = 0.0  # entropy bonus (verl: entropy_coeff); 0 as in the paper
     micro_batch_tokens: int = 4096
     logprob_chunk: int = 256
     autocast: str | None = None  # "bfloat16" autocasts forward passes; master weights stay fp32 (no fp16: no scaler)
@@ -142,8 +143,8 @@ class OptimConfig:
             raise ConfigError("optim.clip_low and optim.clip_high must be > 0 (paper: 0.2)")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ConfigError(f"optim.loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}")
-        if self.kl_coef < 0:
-            raise ConfigError(f"optim.kl_coef must be >= 0, got {self.kl_coef}")
+        if self.kl_coef < 0 or self.entropy_coef < 0:
+            raise ConfigError(f"optim.kl_coef and optim.entropy_coef must be >= 0, got {self.kl_coef}, {self.entropy_coef}")
         if self.autocast not in (None, "bfloat16"):
             raise ConfigError(f"optim.autocast must be null or bfloat16, got {self.autocast!r}")
         if self.micro_batch_tokens < 1 or self.logprob_chunk < 1:

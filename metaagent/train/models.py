@@ -114,6 +114,7 @@ def make_updaters(models: ModelSet, optim: OptimConfig) -> dict[str, Any]:
             micro_batch_tokens=optim.micro_batch_tokens,
             autocast_dtype=optim.autocast,
             kl_coef=optim.kl_coef,
+            entropy_coef=optim.entropy_coef,
             logprob_chunk_size=optim.logprob_chunk,
             pad_id=pad_id,
         )

@@ -125,12 +125,18 @@ class SFTConfig:
             self.lora_alpha = 2.0 * self.lora_rank
         checks = [
             (self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}"),
-            (self.max_steps is None or self.max_steps >= 1, f"--max-steps must be >= 1, got {self.max_steps}"),
+            (
+                self.max_steps is None or self.max_steps >= 1,
+                f"--max-steps must be >= 1, got {self.max_steps}",
+            ),
             (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
             (self.batch_size >= 1, f"--batch-size must be >= 1 example, got {self.batch_size}"),
             (self.batch_tokens >= 1, f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
             (self.max_len >= 2, f"--max-len must be >= 2 tokens, got {self.max_len}"),
-            (bool(self.kinds) and set(self.kinds) <= set(KINDS), f"--kinds must be a non-empty subset of {KINDS}, got {self.kinds}"),
+            (
+                bool(self.kinds) and set(self.kinds) <= set(KINDS),
+                f"--kinds must be a non-empty subset of {KINDS}, got {self.kinds}",
+            ),
             (self.lora_rank >= 0, f"--lora-rank must be >= 0 (0 = full fine-tuning), got {self.lora_rank}"),
             (0.0 <= self.lora_dropout < 1.0, f"--lora-dropout must be in [0, 1), got {self.lora_dropout}"),
             (self.schedule in SCHEDULES, f"--schedule must be one of {SCHEDULES}, got {self.schedule!r}"),
@@ -140,9 +146,15 @@ class SFTConfig:
             (self.grad_clip > 0, f"--grad-clip must be > 0, got {self.grad_clip}"),
             (self.logprob_chunk >= 1, f"logprob_chunk must be >= 1, got {self.logprob_chunk}"),
             (self.save_every >= 0, f"--save-every must be >= 0 (0 = only at exit), got {self.save_every}"),
-            (self.keep_last is None or self.keep_last >= 1, f"--keep-last must be >= 1, got {self.keep_last}"),
+            (
+                self.keep_last is None or self.keep_last >= 1,
+                f"--keep-last must be >= 1, got {self.keep_last}",
+            ),
             (self.threads is None or self.threads >= 1, f"--threads must be >= 1, got {self.threads}"),
-            (not self.data or all(Path(p).is_file() for p in self.data), f"--data files not found: {[p for p in self.data if not Path(p).is_file()]}"),
+            (
+                not self.data or all(Path(p).is_file() for p in self.data),
+                f"--data files not found: {[p for p in self.data if not Path(p).is_file()]}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -189,7 +201,9 @@ class SFTTrainer:
         log: progress callback (one line per step); default prints nothing.
     """
 
-    def __init__(self, config: SFTConfig, *, resume: bool | str | None = None, log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, config: SFTConfig, *, resume: bool | str | None = None, log: Callable[[str], None] | None = None
+    ) -> None:
         import torch
 
         from metaagent.policy.models import load_model_and_tokenizer
@@ -209,9 +223,14 @@ class SFTTrainer:
             self.model = _with_lora(self.model, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            self.params, lr=float(cfg.lr), betas=cfg.betas, weight_decay=cfg.weight_decay  # type: ignore[arg-type]
+            self.params,
+            lr=float(cfg.lr),
+            betas=cfg.betas,
+            weight_decay=cfg.weight_decay,  # type: ignore[arg-type]
         )
-        self.samples = build_sft_samples(read_chat_jsonl(cfg.data), self.tokenizer, max_len=cfg.max_len, kinds=cfg.kinds)
+        self.samples = build_sft_samples(
+            read_chat_jsonl(cfg.data), self.tokenizer, max_len=cfg.max_len, kinds=cfg.kinds
+        )
         self.fingerprint = data_fingerprint(cfg.data)
         self.steps_per_epoch = math.ceil(len(self.samples) / cfg.batch_size)
         total = cfg.epochs * self.steps_per_epoch
@@ -260,7 +279,9 @@ class SFTTrainer:
             set_peft_model_state_dict(self.model, load_file(str(adapter / "adapter_model.safetensors")))
             state = load_checkpoint(path, optimizers={POLICY_KEY: self.optimizer})
         else:
-            state = load_checkpoint(path, models={POLICY_KEY: self.model}, optimizers={POLICY_KEY: self.optimizer})
+            state = load_checkpoint(
+                path, models={POLICY_KEY: self.model}, optimizers={POLICY_KEY: self.optimizer}
+            )
         self.step = int(state["step"])
         self.log(f"resumed from {path} at step {self.step}/{self.total_steps}")
 
@@ -300,7 +321,9 @@ class SFTTrainer:
         padded = 0
         for mb in micro_batches(batch, self.config.batch_tokens):
             data = {k: v.to(self.config.device) for k, v in collate(mb, self.pad_id).items()}
-            logp, _ = response_logprobs(self.model, data, chunk_size=self.config.logprob_chunk)  # (B, R), T = 1
+            logp, _ = response_logprobs(
+                self.model, data, chunk_size=self.config.logprob_chunk
+            )  # (B, R), T = 1
             mask = data["response_mask"]  # (B, R)
             nll = -(logp * mask).sum(dim=1)  # (B,) summed NLL per example
             (nll.sum() / n_tokens).backward()
@@ -340,7 +363,9 @@ class SFTTrainer:
         from .metrics import MetricsLogger
 
         cfg = self.config
-        logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard, resume_step=self.step - 1 if self.step else None)
+        logger = MetricsLogger(
+            self.run_dir, tensorboard=cfg.tensorboard, resume_step=self.step - 1 if self.step else None
+        )
         if self.step == 0:
             logger.log(-1, {"sft/examples_total": float(len(self.samples)), **self.samples.metrics})
         last_saved = self.step if self.step else None
@@ -418,7 +443,9 @@ def _link(link: Path, target: Path) -> None:
     os.replace(tmp, link)
 
 
-def train_sft(config: SFTConfig, *, resume: bool | str | None = None, log: Callable[[str], None] | None = None) -> Path:
+def train_sft(
+    config: SFTConfig, *, resume: bool | str | None = None, log: Callable[[str], None] | None = None
+) -> Path:
     """Run SFT to the end and return the final merged model folder."""
     return SFTTrainer(config, resume=resume, log=log).run()
 

@@ -39,7 +39,9 @@ class SFTDataError(ValueError):
 def read_chat_jsonl(paths: Sequence[str | os.PathLike[str]]) -> list[dict[str, Any]]:
     """All examples of the given JSONL files, validated; ``kind`` defaults to "executor" when absent."""
     if not paths:
-        raise SFTDataError("no SFT data files given; pass e.g. --data sft_data/designer.jsonl sft_data/executor.jsonl")
+        raise SFTDataError(
+            "no SFT data files given; pass e.g. --data sft_data/designer.jsonl sft_data/executor.jsonl"
+        )
     out: list[dict[str, Any]] = []
     for path in paths:
         p = Path(path)
@@ -53,7 +55,9 @@ def read_chat_jsonl(paths: Sequence[str | os.PathLike[str]]) -> list[dict[str, A
                 try:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise SFTDataError(f"{where} is not valid JSON ({e}); each line must be one example") from None
+                    raise SFTDataError(
+                        f"{where} is not valid JSON ({e}); each line must be one example"
+                    ) from None
                 try:
                     messages = validate_example(row, where)
                 except ExampleError as e:
@@ -99,10 +103,16 @@ def _ids(value: Any) -> list[int]:
 
 def prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
     """The ids the policy feeds the model for ``messages`` (chat template + generation prompt)."""
-    return _ids(tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, return_dict=False))
+    return _ids(
+        tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    )
 
 
-def encode_example(tokenizer: Any, messages: Sequence[dict[str, str]], *, eot_id: int | None = None) -> tuple[list[int], list[int]]:
+def encode_example(
+    tokenizer: Any, messages: Sequence[dict[str, str]], *, eot_id: int | None = None
+) -> tuple[list[int], list[int]]:
     """``(prompt_ids, response_ids)`` of a conversation whose last message is the assistant's target."""
     if not messages or messages[-1]["role"] != "assistant":
         raise SFTDataError("the last message of an SFT example must be the assistant's reply")

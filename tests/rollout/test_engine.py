@@ -229,7 +229,9 @@ def test_ray_pool_gives_the_same_executions_as_the_local_pool(pool):
     executor = ScriptedPolicy(agent_reply, model_id="e")
     cfg = RolloutConfig(m_designs=2, n_executions=2)
     local = RolloutEngine(designer, executor, cfg, pool=pool).rollout(TASKS, seed=1)
-    with RaySandboxPool("local", workers=2, slots_per_actor=2) as ray_pool:
+    from metaagent.rewards import RewardConfig
+
+    with RaySandboxPool("local", workers=2, slots_per_actor=2, reward_config=RewardConfig()) as ray_pool:
         remote = RolloutEngine(designer, executor, cfg, pool=ray_pool).rollout(TASKS, seed=1)
     strip = lambda trees: [  # noqa: E731
         [(e.status, e.answer, [t.response for t in e.turns], e.reward.total) for _, e in t.executions()] for t in trees

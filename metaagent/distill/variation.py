@@ -1,0 +1,340 @@
+"""Meaning-preserving variants of template scripts, for template-only distillation.
+
+The designer should learn to write a team for *this* task rather than copy a template byte for byte (the
+paper reports that 77.5% of its agents get a byte-unique system prompt). A variant keeps the template's
+control flow, tools, number of agents and output-format instructions, and rewrites only the two string
+literals of each ``Agent("Role", "system prompt")`` call:
+
+- **role name**: a generic prefix ("Math", "Code", "Python") may become the task's topic
+  ("MathSolver" -> "PercentSolver"), and the role word may become a synonym ("Solver" -> "Expert");
+- **system prompt**: the opening may be paraphrased ("You solve" -> "Your job is to solve"), "math problems"
+  may name the topic ("percentage problems"), a topic sentence may open the prompt ("This task is about
+  percentages.") and a task-specific focus sentence may close it ("Keep track of the apples.",
+  "Define are_anagrams(a, b) exactly as the task specifies.").
+
+The words a template's control flow tests replies for (``CORRECT``, ``VALID``, ``INVALID``) and the format
+instructions (``\\boxed{}``, "one ```python block") are never removed: all changes are the table entries
+below, applied at the start of a prompt, to the phrase "math problems", or as whole added sentences. Every
+variant is re-checked with the workflow checker and re-analysed (same structure and pattern as the
+template); one that fails either (never expected with these tables) falls back to the template.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from metaagent.data.tasks import Task
+
+# ---- the tables (plain data) -------------------------------------------------------------------------------
+
+#: role words (last CamelCase word of a role name) and their synonyms; the first entry is the original.
+#: Synonyms keep the role cues of metaagent.workflow.analysis.ROLE_CUES (a critic stays critic-like and not
+#: verifier-like, a planner keeps "plan", ...), so a variant has the template's structure and pattern.
+ROLE_WORD_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "Solver": ("Solver", "Expert", "Specialist"),
+    "Critic": ("Critic", "Reviewer", "Inspector"),
+    "Judge": ("Judge", "Referee", "Arbiter"),
+    "Verifier": ("Verifier", "Checker", "AnswerChecker"),
+    "Reviewer": ("Reviewer", "Inspector", "Critic"),
+    "Planner": ("Planner", "PlanWriter"),
+    "Decomposer": ("Decomposer", "Splitter"),
+    "Synthesizer": ("Synthesizer", "Combiner"),
+    "Coder": ("Coder", "Programmer"),
+    "Reasoner": ("Reasoner", "Analyst"),
+}
+
+#: role-name prefixes that say nothing about the task and may be replaced by the task's topic
+GENERIC_PREFIXES = ("Math", "Code", "Python")
+
+#: (pattern on the task text, topic phrase, problem adjective, role-name prefix); the first match wins
+MATH_TOPICS: tuple[tuple[str, str, str, str], ...] = (
+    (r"%|\bpercent", "percentages", "percentage", "Percent"),
+    (r"\baverage\b|\bmean\b", "averages", "average", "Average"),
+    (r"\barea\b|\bperimeter\b|\brectangle\b|\btriangle\b|\bcircle\b", "geometry", "geometry", "Geometry"),
+    (r"\bspeed\b|\bper hour\b|\bkm\b|\bmiles\b", "rates and distances", "rate", "Rate"),
+    (r"\bdiscount\b|\bprice\b|\bcosts?\b|\$|\bdollars?\b", "money and prices", "money", "Money"),
+    (r"\bfractions?\b|\bhalf\b|\bthird\b|\bquarter\b", "fractions", "fraction", "Fraction"),
+    (r"\bsolve for\b|\bequation\b|\bx\s*[-+*/=]", "equations", "equation", "Equation"),
+    (r"^\s*What is [-\d\s+*/().^]+\?\s*$", "arithmetic", "arithmetic", "Arithmetic"),
+)
+MATH_DEFAULT_TOPIC = ("word problems", "word", "WordProblem")
+
+CODE_TOPICS: tuple[tuple[str, str, str, str], ...] = (
+    (r"\bstandard input\b|\bstdin\b", "input/output programs", "input/output", "IO"),
+    (r"\bstrings?\b|\bletters?\b|\bcharacters?\b|\bwords?\b", "string processing", "string", "String"),
+    (r"\blists?\b|\barrays?\b|\bintegers\b|\bnumbers\b", "list processing", "list", "List"),
+)
+CODE_DEFAULT_TOPIC = ("Python programming", "programming", "Program")
+
+#: paraphrases of a prompt's opening words; the first entry is the original
+OPENINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("You solve ", ("You solve ", "Your job is to solve ", "You carefully solve ")),
+    ("You write ", ("You write ", "Your job is to write ", "You carefully write ")),
+    ("You check ", ("You check ", "Your job is to check ", "You carefully check ")),
+    ("You review ", ("You review ", "Your job is to review ", "You carefully review ")),
+    ("You compare ", ("You compare ", "Your job is to compare ", "You carefully compare ")),
+    ("You verify ", ("You verify ", "Your job is to verify ", "You carefully verify ")),
+    ("You read ", ("You read ", "Your job is to read ", "You carefully read ")),
+    ("You split ", ("You split ", "Your job is to split ")),
+    ("You combine ", ("You combine ", "Your job is to combine ")),
+    ("You reason ", ("You reason ", "Your job is to reason ")),
+)
+
+#: sentences that open a prompt; ``{topic}`` is the task's topic phrase
+TOPIC_INTROS = ("This task is about {topic}. ", "The team is working on {topic}. ")
+
+#: role words whose prompts get no focus sentence: they are told not to solve the task themselves
+NO_FOCUS_ROLE_WORDS = ("Planner", "Decomposer")
+
+#: words the templates' control flow looks for in replies: a variant must keep every occurrence
+CONTROL_WORDS = ("CORRECT", "VALID", "INVALID", "FAIL")
+
+#: words after a number that are not the things being counted
+_NOT_UNITS = frozenset(
+    [
+        "more",
+        "less",
+        "times",
+        "and",
+        "or",
+        "of",
+        "the",
+        "a",
+        "an",
+        "to",
+        "in",
+        "on",
+        "by",
+        "per",
+        "each",
+        "cm",
+        "km",
+        "kg",
+        "m",
+        "g",
+        "percent",
+        "more",
+        "fewer",
+    ]
+)
+
+# probabilities of each kind of change, per agent
+P_PREFIX, P_SYNONYM, P_OPENING, P_TOPIC_WORD, P_INTRO, P_FOCUS = 0.5, 0.4, 0.5, 0.5, 0.3, 0.7
+
+
+# ---- task facts --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    """What a variant may say about a task: its topic and a few task-specific focus sentences."""
+
+    topic: str
+    adjective: str
+    prefix: str
+    focus: tuple[str, ...] = field(default=())
+
+
+def task_facts(task: Task) -> TaskFacts:
+    """Topic (from :data:`MATH_TOPICS` / :data:`CODE_TOPICS`) and focus sentences read off the task text."""
+    text = task.question.strip()
+    topics, default = (
+        (CODE_TOPICS, CODE_DEFAULT_TOPIC) if task.domain == "code" else (MATH_TOPICS, MATH_DEFAULT_TOPIC)
+    )
+    topic, adjective, prefix = default
+    for pattern, t, adj, pre in topics:
+        if re.search(pattern, text, re.IGNORECASE | re.MULTILINE):
+            topic, adjective, prefix = t, adj, pre
+            break
+    return TaskFacts(topic, adjective, prefix, _focus(task.domain, text))
+
+
+def _focus(domain: str, text: str) -> tuple[str, ...]:
+    out: list[str] = []
+    if domain == "code":
+        m = re.search(r"`(\w+)\(([^)`]*)\)`", text)
+        if m:
+            out.append(f"Define {m.group(1)}({m.group(2)}) exactly as the task specifies.")
+        if re.search(r"standard input|stdin", text, re.IGNORECASE):
+            out.append("Read the input exactly as described and print only what is asked.")
+        return tuple(out)
+    m = re.fullmatch(r"\s*What is ([-\d\s+*/().^]+)\?\s*", text)
+    if m:
+        out.append(f"Compute {m.group(1).strip()} exactly, one operation at a time.")
+    units: list[str] = []
+    for unit in re.findall(r"\b\d+(?:\.\d+)?\s+([a-z]{3,})\b", text):
+        if unit not in _NOT_UNITS and unit not in units:
+            units.append(unit)
+    if units:
+        things = units[0] if len(units) == 1 else f"{units[0]} and the {units[1]}"
+        out.append(f"Keep track of the {things}.")
+    names = re.findall(
+        r"\b([A-Z][a-z]{2,})\s+(?:has|had|buys|bought|gets|got|reads|walks|runs|drives|saves)\b", text
+    )
+    if names:
+        out.append(f"Follow each step of what happens to {names[0]}.")
+    return tuple(out)
+
+
+# ---- variants ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A template instantiated for one task. ``roles``/``prompts`` are the rewritten Agent literals."""
+
+    template: str
+    script: str
+    roles: tuple[str, ...]
+    prompts: tuple[str, ...]
+    changed: bool
+
+
+def _split_role(name: str) -> tuple[str, str]:
+    m = re.fullmatch(r"(.*?)([A-Z][a-z]+)", name)
+    return (m.group(1), m.group(2)) if m else (name, "")
+
+
+def vary_role(name: str, facts: TaskFacts, rng: random.Random) -> str:
+    prefix, word = _split_role(name)
+    if prefix in GENERIC_PREFIXES and rng.random() < P_PREFIX:
+        prefix = facts.prefix
+    synonyms = ROLE_WORD_SYNONYMS.get(word)
+    if synonyms and rng.random() < P_SYNONYM:
+        word = rng.choice(synonyms)
+    return prefix + word
+
+
+def vary_prompt(prompt: str, facts: TaskFacts, rng: random.Random, *, focus: bool = True) -> str:
+    out = prompt
+    for original, choices in OPENINGS:
+        if out.startswith(original):
+            if rng.random() < P_OPENING:
+                out = rng.choice(choices) + out[len(original) :]
+            break
+    if "math problems" in out and rng.random() < P_TOPIC_WORD:
+        out = out.replace("math problems", f"{facts.adjective} problems", 1)
+    if rng.random() < P_INTRO:
+        out = rng.choice(TOPIC_INTROS).format(topic=facts.topic) + out
+    if focus and facts.focus and rng.random() < P_FOCUS:
+        out = out.rstrip() + " " + rng.choice(facts.focus)
+    return out
+
+
+def _literal(text: str) -> str:
+    """A double-quoted Python string literal whose value is ``text``."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    return f'"{escaped}"'
+
+
+class _AgentRewriter(cst.CSTTransformer):
+    """Rewrites the role and prompt literals of every ``Agent("Role", "prompt", ...)`` call."""
+
+    def __init__(self, rewrite: Callable[[str, str], tuple[str, str]]) -> None:
+        self.rewrite = rewrite
+        self.roles: list[str] = []
+        self.prompts: list[str] = []
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+        if not (
+            isinstance(updated.func, cst.Name) and updated.func.value == "Agent" and len(updated.args) >= 2
+        ):
+            return updated
+        role_arg, prompt_arg = updated.args[0], updated.args[1]
+        if role_arg.keyword is not None or prompt_arg.keyword is not None:
+            return updated
+        if not (
+            isinstance(role_arg.value, cst.SimpleString) and isinstance(prompt_arg.value, cst.SimpleString)
+        ):
+            return updated
+        role, prompt = role_arg.value.evaluated_value, prompt_arg.value.evaluated_value
+        if not isinstance(role, str) or not isinstance(prompt, str):
+            return updated
+        new_role, new_prompt = self.rewrite(role, prompt)
+        self.roles.append(new_role)
+        self.prompts.append(new_prompt)
+        args = list(updated.args)
+        args[0] = role_arg.with_changes(value=cst.SimpleString(_literal(new_role)))
+        args[1] = prompt_arg.with_changes(value=cst.SimpleString(_literal(new_prompt)))
+        return updated.with_changes(args=args)
+
+
+def _control_words(text: str) -> dict[str, int]:
+    return {w: len(re.findall(rf"\b{w}\b", text)) for w in CONTROL_WORDS}
+
+
+def _shape(analysis: dict) -> tuple:
+    return (analysis["structure"], analysis["pattern"], analysis["num_agents"], analysis["num_call_sites"])
+
+
+def instantiate(template, task: Task, rng: random.Random, *, vary: bool = True) -> Variant:
+    """A variant of ``template`` (a :class:`metaagent.workflow.Template`) for ``task``.
+
+    With ``vary=False`` (or when the variant would not pass the checker) the script is the template's own.
+    Role names stay distinct within a script: a rename that would collide keeps the original name.
+    """
+    from metaagent.workflow import analyze_script, check_script
+
+    source = template.source
+    if not vary:
+        return Variant(template.name, source, (), (), False)
+    facts = task_facts(task)
+    used: set[str] = set()
+
+    def rewrite(role: str, prompt: str) -> tuple[str, str]:
+        new_role = vary_role(role, facts, rng)
+        if new_role in used:
+            new_role = role
+        used.add(new_role)
+        focus = _split_role(role)[1] not in NO_FOCUS_ROLE_WORDS
+        return new_role, vary_prompt(prompt, facts, rng, focus=focus)
+
+    rewriter = _AgentRewriter(rewrite)
+    try:
+        script = cst.parse_module(source).visit(rewriter).code
+    except cst.ParserSyntaxError:
+        return Variant(template.name, source, (), (), False)
+    if (
+        _control_words(script) != _control_words(source)
+        or len(set(rewriter.roles)) != len(rewriter.roles)
+        or not check_script(script).ok
+        or _shape(analyze_script(script)) != _shape(analyze_script(source))
+    ):
+        return Variant(template.name, source, (), (), False)
+    return Variant(template.name, script, tuple(rewriter.roles), tuple(rewriter.prompts), script != source)
+
+
+def choose_variant(
+    templates: Sequence,
+    task: Task,
+    rng: random.Random,
+    *,
+    fits: Callable[[str], bool] = lambda script: True,
+    vary: bool = True,
+    attempts: int = 8,
+) -> Variant | None:
+    """A variant of a template for the task's domain that ``fits`` (e.g. the designer's token budget).
+
+    Templates are drawn uniformly from those whose domains include the task's; a variant that does not fit
+    is redrawn up to ``attempts`` times, then the unvaried templates that fit are tried. None when no
+    template of the domain fits at all.
+    """
+    pool = [t for t in templates if task.domain in t.domains]
+    if not pool:
+        return None
+    for _ in range(attempts):
+        variant = instantiate(rng.choice(pool), task, rng, vary=vary)
+        if fits(variant.script):
+            return variant
+    plain = [t for t in pool if fits(t.source)]
+    return instantiate(rng.choice(plain), task, rng, vary=False) if plain else None
+
+
+def fenced(script: str) -> str:
+    """The designer's reply for a script: one ```python block and nothing after it."""
+    return f"```python\n{script.rstrip()}\n```"

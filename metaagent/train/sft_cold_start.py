@@ -1,0 +1,152 @@
+"""The committed cold-start adapter: a LoRA trained on sft_data/ with metaagent-sft, merged on demand.
+
+``load_cold_start()`` returns a local HF model folder: the embedded SmolLM2-135M-Instruct with the adapter
+in ``sft_data/cold_start/`` merged in, built once (~10 s) into the metaagent cache
+(``metaagent.policy.models.cache_dir()/models/embedded-sft-<hash>``) and reused; the folder name changes
+when the adapter or the base model recipe changes. It is a valid ``--model`` for train-metaagent and
+metaagent-serve, so ``make demo`` can start RL from the cold start without retraining::
+
+    from metaagent.train.sft_cold_start import load_cold_start
+    path = load_cold_start()          # e.g. ~/.cache/metaagent/models/embedded-sft-3f2a...
+
+The adapter folder is ``$METAAGENT_COLD_START`` when set, else ``sft_data/cold_start`` of the repository
+(next to the ``metaagent`` package). It was made by ``scripts/make_cold_start.sh``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+ENV_VAR = "METAAGENT_COLD_START"
+BASE = "embedded"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+MARKER = "metaagent_cold_start.json"
+CACHE_PREFIX = "embedded-sft"
+
+
+class ColdStartError(FileNotFoundError):
+    """The cold-start adapter is missing or unusable; the message says how to get it."""
+
+
+def cold_start_dir() -> Path:
+    """Where the cold-start adapter is read from."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[2] / "sft_data" / "cold_start"
+
+
+def _adapter_hash(folder: Path, base: str) -> str:
+    h = hashlib.sha256()
+    for name in ADAPTER_FILES:
+        path = folder / name
+        if not path.is_file():
+            raise ColdStartError(
+                f"the cold-start adapter has no {name} in {folder}; make it with scripts/make_cold_start.sh, "
+                f"or point ${ENV_VAR} at an adapter folder (adapter_config.json + adapter_model.safetensors)"
+            )
+        h.update(name.encode())
+        h.update(path.read_bytes())
+    from metaagent.policy.models import BUILD_VERSION
+
+    h.update(f"base={base}:{BUILD_VERSION}".encode())
+    return h.hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock: the atomic rename alone keeps the cache consistent
+        yield
+        return
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def merge_adapter(adapter: str | os.PathLike[str], out: str | os.PathLike[str], *, base: str = BASE) -> Path:
+    """Merge a LoRA adapter into ``base`` (alias or HF folder) and save the full model and tokenizer to ``out``."""
+    import torch
+    from peft import PeftModel
+
+    from metaagent.policy.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(base, dtype="float32")
+    merged = PeftModel.from_pretrained(model, str(adapter), torch_dtype=torch.float32).merge_and_unload()
+    merged = merged.to(torch.float32)
+    out = Path(out)
+    merged.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def export_adapter(
+    src: str | os.PathLike[str], dst: str | os.PathLike[str], *, dtype: str = "float16", base: str = BASE
+) -> Path:
+    """Copy a trained adapter (``metaagent-sft --lora-rank ...`` OUT/adapter) to ``dst`` for shipping.
+
+    The weights are stored as ``dtype`` (float16 halves the size; they are upcast to float32 when merged)
+    and ``base_model_name_or_path`` is set to ``base`` instead of the machine-specific cache path.
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    src, dst = Path(src), Path(dst)
+    config = json.loads((src / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = base
+    tensors = {
+        k: v.to(getattr(torch, dtype)).contiguous()
+        for k, v in load_file(str(src / "adapter_model.safetensors")).items()
+    }
+    dst.mkdir(parents=True, exist_ok=True)
+    (dst / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    save_file(tensors, str(dst / "adapter_model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
+def load_cold_start(
+    adapter: str | os.PathLike[str] | None = None,
+    *,
+    base: str = BASE,
+    cache: str | os.PathLike[str] | None = None,
+) -> str:
+    """Path of ``base`` (the embedded model) with the cold-start adapter merged in (built once, then cached
+    under ``cache``, default ``metaagent.policy.models.cache_dir()``).
+
+    Safe when several processes call it at once (file lock, temporary folder renamed into place).
+    """
+    from metaagent.policy.models import cache_dir
+
+    folder = Path(adapter).expanduser() if adapter is not None else cold_start_dir()
+    key = _adapter_hash(folder, base)
+    models = (Path(cache) if cache is not None else cache_dir()) / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    prefix = CACHE_PREFIX if base == BASE else f"{Path(base).name}-sft"
+    final = models / f"{prefix}-{key}"
+    if (final / MARKER).is_file():
+        return str(final)
+    with _lock(models / f".{prefix}-{key}.lock"):
+        if (final / MARKER).is_file():
+            return str(final)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-{key}.tmp-", dir=models))
+        try:
+            merge_adapter(folder, tmp, base=base)
+            (tmp / MARKER).write_text(json.dumps({"adapter": str(folder), "hash": key, "base": base}))
+            os.chmod(tmp, 0o755)
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(final)

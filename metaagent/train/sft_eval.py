@@ -1,0 +1,139 @@
+"""How often a designer writes a valid workflow script: the number the SFT cold start is meant to raise.
+
+The prompts are exactly the rollout engine's designer prompts (:func:`metaagent.rollout.prompts.designer_messages`
+with ``k`` in-context templates chosen by :func:`~metaagent.rollout.prompts.select_templates` from the seed
+the engine derives for (seed, task, design)), so a rate measured here is the rate the designer has at the
+start of RL. A design is valid when a script can be extracted from the reply and the workflow checker
+accepts it (the engine's own test before it runs anything).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from metaagent.data.tasks import Task
+from metaagent.policy.base import ChatRequest, Policy, SamplingParams
+from metaagent.rollout.engine import derive_seed
+from metaagent.rollout.prompts import designer_messages, select_templates
+
+
+@dataclass
+class ValidRate:
+    """Result of :func:`designer_valid_rate`."""
+
+    model: str
+    designs: int
+    valid: int
+    no_script: int
+    errors: Counter = field(default_factory=Counter)  # checker error code -> designs refused with it
+    structures: Counter = field(default_factory=Counter)  # structure of the valid designs
+    mean_tokens: float = 0.0
+    cut_at_max_tokens: int = 0
+    elapsed_s: float = 0.0
+    examples: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def rate(self) -> float:
+        return self.valid / self.designs if self.designs else 0.0
+
+    def wilson(self, z: float = 1.96) -> tuple[float, float]:
+        """95% Wilson score interval of the rate."""
+        n, p = self.designs, self.rate
+        if n == 0:
+            return (0.0, 0.0)
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return (max(0.0, centre - half), min(1.0, centre + half))
+
+    def to_dict(self) -> dict[str, Any]:
+        lo, hi = self.wilson()
+        return {
+            "model": self.model,
+            "designs": self.designs,
+            "valid": self.valid,
+            "rate": round(self.rate, 4),
+            "ci95": [round(lo, 4), round(hi, 4)],
+            "no_script": self.no_script,
+            "errors": dict(self.errors.most_common()),
+            "structures": dict(self.structures.most_common()),
+            "mean_tokens": round(self.mean_tokens, 1),
+            "cut_at_max_tokens": self.cut_at_max_tokens,
+            "elapsed_s": round(self.elapsed_s, 1),
+        }
+
+
+def designer_requests(
+    tasks: Sequence[Task],
+    designs: int,
+    *,
+    templates: Sequence,
+    k_templates: int = 1,
+    selection: str = "domain",
+    sampling: SamplingParams,
+    seed: int = 0,
+) -> list[ChatRequest]:
+    """``designs`` designer requests over ``tasks``, in the engine's order (task-major, M = ceil(designs/B)),
+    each with the engine's seed for its (seed, step=None, task, b, i)."""
+    if not tasks:
+        raise ValueError("designer_requests needs at least one task")
+    m = math.ceil(designs / len(tasks))
+    requests = []
+    for b, task in enumerate(tasks):
+        for i in range(m):
+            s = derive_seed(seed, None, task.id, b, i, "design")
+            shown = select_templates(templates, task, k_templates, random.Random(s), selection)
+            requests.append(
+                ChatRequest(designer_messages(task, shown), sampling.replace(seed=s), role="designer")
+            )
+    order = sorted(range(len(requests)), key=lambda j: (j % m, j // m))  # spread the cut over all tasks
+    return [requests[j] for j in sorted(order[:designs])]
+
+
+def designer_valid_rate(
+    policy: Policy,
+    tasks: Sequence[Task],
+    *,
+    designs: int = 64,
+    k_templates: int = 1,
+    temperature: float = 1.0,
+    max_tokens: int = 256,
+    seed: int = 0,
+    templates: Sequence | None = None,
+    keep_examples: int = 3,
+) -> ValidRate:
+    """Sample ``designs`` designer replies from ``policy`` and count the valid scripts."""
+    from metaagent.workflow import analyze_script, check_script, extract_script, load_templates
+
+    bank = list(templates) if templates is not None else load_templates()
+    sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature)
+    requests = designer_requests(
+        tasks, designs, templates=bank, k_templates=k_templates, sampling=sampling, seed=seed
+    )
+    t0 = time.perf_counter()
+    completions = policy.generate(requests)
+    result = ValidRate(model=policy.model_id, designs=len(completions), valid=0, no_script=0)
+    result.elapsed_s = time.perf_counter() - t0
+    tokens = 0
+    for c in completions:
+        tokens += len(c.response_ids)
+        result.cut_at_max_tokens += int(c.finish_reason == "length")
+        script = extract_script(c.text)
+        if script is None:
+            result.no_script += 1
+            continue
+        report = check_script(script)
+        if report.ok:
+            result.valid += 1
+            result.structures[analyze_script(script)["structure"]] += 1
+            if len(result.examples) < keep_examples:
+                result.examples.append(c.text)
+        else:
+            result.errors[report.errors[0].code] += 1
+    result.mean_tokens = tokens / len(completions) if completions else 0.0
+    return result

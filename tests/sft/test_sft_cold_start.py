@@ -1,0 +1,120 @@
+"""The cold-start loader (adapter merged once into a cached model folder), the designer valid-rate measure,
+and, with the embedded model, that SFT targets are the token ids the policy itself produces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from metaagent.train.sft import SFTConfig, SFTTrainer
+from metaagent.train.sft_cold_start import ColdStartError, cold_start_dir, export_adapter, load_cold_start
+
+
+def _adapter(tmp_path: Path) -> Path:
+    rows = [
+        {
+            "messages": [{"role": "user", "content": f"{a}+1"}, {"role": "assistant", "content": str(a + 1)}],
+            "kind": "designer",
+        }
+        for a in range(6)
+    ]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = SFTConfig(
+        data=[str(data)], model="tiny", out=str(tmp_path / "run"), max_steps=2, lora_rank=4, lr=0.05
+    )
+    trainer = SFTTrainer(cfg)
+    trainer.run()
+    return tmp_path / "run" / "adapter"
+
+
+def test_load_cold_start_merges_once_and_caches(tmp_path):
+    from metaagent.policy.hf import HFPolicy
+    from metaagent.policy.models import load_model_and_tokenizer
+
+    adapter = _adapter(tmp_path)
+    cache = tmp_path / "cache"
+    path = load_cold_start(adapter, base="tiny", cache=cache)
+    assert Path(path).parent == cache / "models" and Path(path).name.startswith("tiny-sft-")
+    mtime = (Path(path) / "config.json").stat().st_mtime_ns
+    assert load_cold_start(adapter, base="tiny", cache=cache) == path  # cached: not rebuilt
+    assert (Path(path) / "config.json").stat().st_mtime_ns == mtime
+    merged, _ = load_model_and_tokenizer(path)
+    trained, _ = load_model_and_tokenizer(str(tmp_path / "run" / "model"))
+    for (name, a), (_, b) in zip(merged.state_dict().items(), trained.state_dict().items()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    c = HFPolicy(path).chat([{"role": "user", "content": "2+1"}], {"max_tokens": 3, "temperature": 0})
+    assert c.response_ids
+
+    # the shipped form: fp16 weights, no machine-specific base path; merges to (nearly) the same model
+    shipped = export_adapter(adapter, tmp_path / "shipped", base="tiny")
+    assert json.loads((shipped / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny"
+    assert (shipped / "adapter_model.safetensors").stat().st_size < (
+        adapter / "adapter_model.safetensors"
+    ).stat().st_size
+    from_shipped, _ = load_model_and_tokenizer(load_cold_start(shipped, base="tiny", cache=cache))
+    for (name, a), (_, b) in zip(from_shipped.state_dict().items(), trained.state_dict().items()):
+        assert torch.allclose(a, b, atol=1e-3), name
+
+
+def test_missing_adapter_says_how_to_make_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("METAAGENT_COLD_START", str(tmp_path / "nowhere"))
+    assert cold_start_dir() == tmp_path / "nowhere"
+    with pytest.raises(ColdStartError, match="make_cold_start.sh"):
+        load_cold_start()
+
+
+def test_designer_valid_rate_counts_valid_scripts():
+    from metaagent.data import DatasetSpec, load_tasks
+    from metaagent.policy import ScriptedPolicy
+    from metaagent.train.sft_eval import designer_requests, designer_valid_rate
+    from metaagent.workflow import load_templates
+
+    tasks = load_tasks(DatasetSpec(source="bundled", split="val", levels=[1, 2]))
+    good = '```python\nsolver = Agent("MathSolver", "Solve.")\nsubmit(solver(task))\n```'
+    replies = iter([good, "The answer is 4.", "```python\nimport os\n```"] * 30)
+    r = designer_valid_rate(ScriptedPolicy(lambda req: next(replies)), tasks, designs=30)
+    assert (r.designs, r.valid, r.no_script) == (30, 10, 0)  # "The answer is 4." is extracted, then refused
+    assert sum(r.errors.values()) == 20 and r.structures == {"single": 10}
+    lo, hi = r.wilson()
+    assert lo < r.rate < hi
+    # same prompts as the engine, spread over all tasks, reproducible
+    from metaagent.policy import SamplingParams
+
+    reqs = designer_requests(tasks, 30, templates=load_templates(), sampling=SamplingParams())
+    again = designer_requests(tasks, 30, templates=load_templates(), sampling=SamplingParams())
+    assert [r.messages for r in reqs] == [r.messages for r in again] and len(reqs) == 30
+    assert {m.messages[1]["content"].split("Task:\n")[1] for m in reqs} == {
+        t.question.strip() + "\n\nWrite the workflow script for this task." for t in tasks
+    }
+
+
+@pytest.mark.slow
+def test_sft_targets_are_the_ids_the_embedded_policy_produces():
+    """Greedy designer replies of the real policy: encode(text) + <|im_end|> == the sampled response ids."""
+    from metaagent.data import DatasetSpec, load_tasks
+    from metaagent.policy import SamplingParams
+    from metaagent.policy.hf import HFPolicy
+    from metaagent.train.sft_data import encode_example
+    from metaagent.train.sft_eval import designer_requests
+    from metaagent.workflow import load_templates
+
+    policy = HFPolicy("embedded", max_batch_size=4)
+    tasks = load_tasks(DatasetSpec(source="bundled", split="val", levels=[1], limit=4))
+    requests = designer_requests(
+        tasks, 4, templates=load_templates(), sampling=SamplingParams(max_tokens=48, temperature=0)
+    )
+    stopped = 0
+    for req, c in zip(requests, policy.generate(requests)):
+        messages = [*req.messages, {"role": "assistant", "content": c.text}]
+        prompt, response = encode_example(policy.tokenizer, messages)
+        assert prompt == c.prompt_ids
+        if c.finish_reason == "stop":  # ended on <|im_end|>: the whole reply is a complete SFT target
+            stopped += 1
+            assert response == c.response_ids
+        else:  # cut at max_tokens: the same ids up to the cut
+            assert response[:-1] == c.response_ids
+    policy.close()
