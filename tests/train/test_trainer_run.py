@@ -1,0 +1,149 @@
+"""The local trainer end to end on warm-started tiny models (see warm_tiny.py):
+
+- 4 steps with K = 2 pass through an executor stage and a designer stage, each updating only its own model,
+  and write metrics, rollouts and checkpoints;
+- resuming from the step-2 checkpoint reproduces steps 3-4 exactly (metrics, rollouts and weights);
+- a learning run (executor_only, frozen one-agent design): the executor learns to deliver in the tag, and
+  the mean reward rises.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from metaagent.train.config import TrainConfig
+from metaagent.train.metrics import read_metrics
+from metaagent.train.trainer import Trainer
+
+from warm_tiny import SCRIPT, TRAIN_SPEC, warm_tiny
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("warm")
+    return {"designer": warm_tiny(root, "designer"), "executor": warm_tiny(root, "executor")}
+
+
+def _config(out: Path, warm: dict[str, str], *extra: str) -> TrainConfig:
+    return TrainConfig.load(
+        None,
+        [
+            "policy.weights=separate",
+            f"policy.designer_model={warm['designer']}",
+            f"policy.executor_model={warm['executor']}",
+            "policy.max_batch_size=16",
+            f"data.train=[{json.dumps(TRAIN_SPEC)}]",
+            "data.val=[]",
+            "data.batch_size=2",
+            "rollout.m_designs=2",
+            "rollout.n_executions=2",
+            "rollout.k_templates=1",
+            "rollout.designer.max_tokens=40",
+            "rollout.executor.max_tokens=16",
+            "rollout.executor.stop=['</delivery>']",
+            "rollout.sandbox_workers=2",
+            "schedule.mode=stagewise",
+            "schedule.stage_len=2",
+            "optim.lr=1e-3",
+            "trainer.steps=4",
+            "trainer.save_every=2",
+            "trainer.tensorboard=false",
+            f"trainer.out={out}",
+            *extra,
+        ],
+    )
+
+
+def _params(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {f"{k}.{n}": p.detach().clone() for k, m in trainer.models.models.items() for n, p in m.named_parameters()}
+
+
+def _strip(row: dict) -> dict:
+    """A metrics row without wall-clock measurements (seconds, throughput)."""
+    return {k: v for k, v in row.items() if not (k.startswith("time/") or k.endswith(("_s", "_per_s")))}
+
+
+# an entropy bonus makes every active sample pull on the weights, even where a group's rewards tie
+RESUME = ("optim.entropy_coef=0.01",)
+
+
+def test_four_steps_two_stages_then_exact_resume(tmp_path, warm):
+    out = tmp_path / "run"
+    with Trainer(_config(out, warm, *RESUME)) as trainer:
+        before = _params(trainer)
+        after: dict[int, dict[str, torch.Tensor]] = {}
+        trainer.train(on_step=lambda r: after.__setitem__(r.step, _params(trainer)))
+    rows = [r for r in read_metrics(out / "metrics.jsonl")[0] if r["step"] >= 0]
+    assert [r["schedule/active"] for r in rows] == ["executor", "executor", "designer", "designer"]
+
+    # executor stage: only the executor model moves; designer stage: only the designer model
+    def moved(a, b, prefix):
+        return any(not torch.equal(a[k], b[k]) for k in a if k.startswith(prefix))
+
+    assert moved(before, after[1], "executor") and not moved(before, after[1], "designer")
+    assert moved(after[1], after[3], "designer") and not moved(after[1], after[3], "executor")
+    for r in rows:
+        active = r["schedule/active"]
+        other = "designer" if active == "executor" else "executor"
+        assert r[f"samples/{active}"] > 0 and r.get(f"samples/{other}", 0) == 0
+    assert all(r["rollout/valid_script_rate"] > 0 for r in rows)  # the warm designer writes runnable scripts
+    assert sorted(p.name for p in (out / "rollouts").iterdir()) == [f"step_{s:06d}.jsonl" for s in range(4)]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir() if p.is_dir())[-2:] == ["step_00000002", "step_00000004"]
+
+    # resume from the step-2 checkpoint in a copy of the run directory: steps 3-4 again, bit for bit
+    copy = tmp_path / "resumed"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("step_00000004"))
+    with Trainer(_config(copy, warm, *RESUME), resume=str(copy / "checkpoints" / "step_00000002")) as trainer:
+        assert trainer.start_step == 2
+        trainer.train()
+        resumed = _params(trainer)
+    assert all(torch.equal(resumed[k], after[3][k]) for k in resumed)
+    again = [r for r in read_metrics(copy / "metrics.jsonl")[0] if r["step"] >= 2]
+    for a, b in zip(again, rows[2:], strict=True):
+        a, b = _strip(a), _strip(b)
+        assert a == b, {k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    for s in (2, 3):
+        first = [json.loads(x) for x in (out / "rollouts" / f"step_{s:06d}.jsonl").read_text().splitlines()]
+        second = [json.loads(x) for x in (copy / "rollouts" / f"step_{s:06d}.jsonl").read_text().splitlines()]
+        key = lambda t: [[(e["answer"], [turn["response"] for turn in e["turns"]]) for e in d["executions"]] for d in t["designs"]]  # noqa: E731
+        assert [key(t) for t in first] == [key(t) for t in second]
+
+
+def test_executor_learns_the_delivery_format(tmp_path, warm):
+    script = tmp_path / "solver.py"
+    script.write_text(SCRIPT)
+    cfg = _config(
+        tmp_path / "learn",
+        warm,
+        "schedule.mode=executor_only",
+        f"rollout.frozen_designer={script}",
+        "rollout.m_designs=1",
+        "rollout.n_executions=8",
+        "data.batch_size=4",
+        "trainer.steps=16",
+        "trainer.save_every=0",
+    )
+    with Trainer(cfg) as trainer:
+        results = trainer.train()
+    reward = [r.metrics["rollout/reward/executor"] for r in results]
+    delivery = [r.metrics["rollout/delivery_rate"] for r in results]
+    print("reward curve:", " ".join(f"{x:.2f}" for x in reward))
+    print("delivery curve:", " ".join(f"{x:.2f}" for x in delivery))
+    first, last = sum(reward[:4]) / 4, sum(reward[-4:]) / 4
+    assert last > first + 0.1, reward
+    assert sum(delivery[-4:]) / 4 > max(0.8, sum(delivery[:4]) / 4 + 0.2), delivery

@@ -1,0 +1,80 @@
+"""Warm-started tiny models for trainer tests: a few SFT steps on the real prompts give the tiny random model
+behaviour with reward variance, so GRPO has something to learn in seconds.
+
+- designer: answers every designer prompt with ``SCRIPT`` (a valid one-agent workflow);
+- executor: answers every agent prompt with ``TAGGED`` or ``UNTAGGED`` (about half each). ``TAGGED`` earns the full
+  format reward (delivery tag + boxed answer: R = 0.4), ``UNTAGGED`` none (R = 0), unless "3" happens to be
+  the right answer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SCRIPT = 'solver = Agent("Solver", "Solve it.")\nsubmit(solver(task))\n'
+TAGGED = "<delivery>\\boxed{3}</delivery>"
+UNTAGGED = "I think it is 3."
+TRAIN_SPEC = {"source": "bundled", "split": "train", "levels": [1], "domain": "math"}
+
+
+def _tasks(n: int):
+    from metaagent.data import DatasetSpec, load_tasks
+
+    return load_tasks(DatasetSpec(**TRAIN_SPEC))[:n]
+
+
+def designer_examples(n: int = 24) -> list[dict]:
+    from metaagent.rollout.prompts import designer_messages
+    from metaagent.workflow import load_templates
+
+    templates = load_templates()
+    rows = []
+    for i, task in enumerate(_tasks(n)):
+        messages = designer_messages(task, [templates[i % len(templates)]])
+        reply = f"```python\n{SCRIPT}```"
+        rows.append({"messages": [*messages, {"role": "assistant", "content": reply}], "kind": "designer"})
+    return rows
+
+
+def executor_examples(n: int = 24) -> list[dict]:
+    """The agent prompts the sandbox really sends for ``SCRIPT``, answered alternately tagged / untagged."""
+    from metaagent.policy import ScriptedPolicy
+    from metaagent.rollout.config import RolloutConfig
+    from metaagent.rollout.engine import FrozenDesign, RolloutEngine
+
+    prompts: list[list[dict]] = []
+
+    def record(request) -> str:
+        prompts.append([dict(m) for m in request.messages])
+        return TAGGED
+
+    engine = RolloutEngine(
+        ScriptedPolicy(["unused"], cycle=True), ScriptedPolicy(record), RolloutConfig(m_designs=1, n_executions=1)
+    )
+    try:
+        engine.rollout(_tasks(n), seed=0, frozen=FrozenDesign(script=SCRIPT, name="warm"))
+    finally:
+        engine.close()
+    # every prompt with both replies: the model learns a 50/50 choice, not which task gets which
+    return [
+        {"messages": [*p, {"role": "assistant", "content": reply}], "kind": "executor"}
+        for p in prompts
+        for reply in (TAGGED, UNTAGGED)
+    ]
+
+
+def warm_tiny(out: Path, kind: str, *, steps: int | None = None, lr: float = 1e-2) -> str:
+    """SFT the tiny model on ``kind`` examples; returns the merged model folder (a valid ``--model``)."""
+    from metaagent.train.sft import SFTConfig, SFTTrainer
+
+    rows = designer_examples() if kind == "designer" else executor_examples()
+    steps = steps or (100 if kind == "designer" else 60)
+    out.mkdir(parents=True, exist_ok=True)
+    data = out / f"{kind}.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = SFTConfig(
+        data=[str(data)], model="tiny", out=str(out / f"sft_{kind}"), kinds=[kind], epochs=1000, max_steps=steps, lr=lr,
+        batch_size=8, schedule="constant", seed=0,
+    )
+    return str(SFTTrainer(cfg).run())
