@@ -6,7 +6,7 @@ Each model answers the same ``--designs`` designer prompts: held-out bundled tas
 levels 1-2, as in configs/default.yaml), the default designer prompt with ``--k-templates`` 1 in-context
 template, sampled at temperature 1.0 with 256 new tokens (the demo's designer budget) and the engine's
 per-design seeds. A design is valid when a script is extracted from the reply and the workflow checker
-accepts it. ``embedded-sft`` means the committed cold-start adapter merged into the embedded model
+accepts it. ``embedded-sft`` is the alias of the committed cold-start adapter merged into the embedded model
 (``metaagent.train.sft_cold_start.load_cold_start()``); any other name is a model alias or HF directory.
 """
 
@@ -19,14 +19,6 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-
-def resolve(name: str) -> str:
-    if name == "embedded-sft":
-        from metaagent.train.sft_cold_start import load_cold_start
-
-        return load_cold_start()
-    return name
 
 
 def main() -> None:
@@ -61,8 +53,7 @@ def main() -> None:
     )
     results = []
     for name in args.models:
-        path = resolve(name)
-        policy = HFPolicy(path, max_batch_size=args.batch, model_id=name)
+        policy = HFPolicy(name, max_batch_size=args.batch, model_id=name)
         t0 = time.perf_counter()
         r = designer_valid_rate(
             policy,

@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="metaagent-serve", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)  # fmt: skip
     g = p.add_argument_group("models")
-    g.add_argument("--model", default=default["model"], help="alias (embedded, tiny), local HF directory, or upstream model name")
+    g.add_argument("--model", default=default["model"], help="alias (embedded, embedded-sft, tiny), local HF directory, or upstream model name")
     g.add_argument("--backend", choices=BACKENDS, default=default["backend"])
     g.add_argument("--base-url", help="OpenAI-compatible upstream API root (backend openai)")
     g.add_argument("--designer-model", help="separate designer weights (default: --model)")

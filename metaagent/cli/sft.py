@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--data", nargs="+", required=True, help="JSONL files of {'messages': [...]} examples")
     p.add_argument(
-        "--model", default="embedded", help="embedded, tiny or a local HF directory (default embedded)"
+        "--model", default="embedded", help="embedded, embedded-sft, tiny or a local HF directory (default embedded)"
     )
     p.add_argument("--out", default="runs/sft", help="run directory (default runs/sft)")
     p.add_argument("--epochs", type=int, default=1)

