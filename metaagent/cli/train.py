@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     from metaagent.cli.display import TrainDisplay
-    from metaagent.train.trainer import TrainError, Trainer
+    from metaagent.train.trainer import Trainer, TrainError
 
     display = TrainDisplay(show_samples=config.trainer.show_samples and not args.quiet)
     try:

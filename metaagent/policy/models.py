@@ -86,7 +86,7 @@ def _models_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """An exclusive inter-process lock (POSIX ``flock``; a no-op where fcntl is missing)."""
     try:
         import fcntl
@@ -117,7 +117,7 @@ def _build_cached(alias: str) -> Path:
     final = models / CACHE_NAMES[alias]
     if _is_built(final):
         return final
-    with _file_lock(models / f".{CACHE_NAMES[alias]}.lock"):
+    with file_lock(models / f".{CACHE_NAMES[alias]}.lock"):
         if _is_built(final):  # another process built it while we waited
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{CACHE_NAMES[alias]}.tmp-", dir=models))

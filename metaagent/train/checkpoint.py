@@ -79,7 +79,8 @@ def checkpoint_dir(run_dir: str | os.PathLike[str], step: int) -> Path:
     return Path(run_dir) / CHECKPOINTS_DIR / f"step_{step:08d}"
 
 
-def _write_json(path: Path, data: Any, what: str) -> None:
+def write_json(path: Path, data: Any, what: str) -> None:
+    """Write ``data`` as JSON and fsync; refuses what JSON cannot hold (NaN, objects) naming ``what``."""
     try:
         text = json.dumps(data, indent=1, allow_nan=False)
     except (TypeError, ValueError) as e:
@@ -145,7 +146,7 @@ def save_checkpoint(
         for key, opt in (optimizers or {}).items():
             (tmp / "optim").mkdir(exist_ok=True)
             torch.save(_optimizer_state(opt), tmp / "optim" / f"{_check_key(key)}.pt")
-        _write_json(tmp / "state.json", {**state, "rng": capture_rng_state()}, "checkpoint state")
+        write_json(tmp / "state.json", {**state, "rng": capture_rng_state()}, "checkpoint state")
         meta = {
             "format": FORMAT_VERSION,
             "step": step,
@@ -153,7 +154,7 @@ def save_checkpoint(
             "optimizers": sorted(optimizers or {}),
             "created_at": time.time(),
         }
-        _write_json(tmp / "meta.json", meta, "checkpoint meta")
+        write_json(tmp / "meta.json", meta, "checkpoint meta")
         if final.exists():  # re-saving a step: swap, then drop the old one
             old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
             os.rename(final, old)

@@ -15,13 +15,11 @@ The adapter folder is ``$METAAGENT_COLD_START`` when set, else ``sft_data/cold_s
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 ENV_VAR = "METAAGENT_COLD_START"
@@ -58,21 +56,6 @@ def _adapter_hash(folder: Path, base: str) -> str:
 
     h.update(f"base={base}:{BUILD_VERSION}".encode())
     return h.hexdigest()[:12]
-
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - no flock: the atomic rename alone keeps the cache consistent
-        yield
-        return
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def merge_adapter(adapter: str | os.PathLike[str], out: str | os.PathLike[str], *, base: str = BASE) -> Path:
@@ -126,7 +109,7 @@ def load_cold_start(
 
     Safe when several processes call it at once (file lock, temporary folder renamed into place).
     """
-    from metaagent.policy.models import cache_dir
+    from metaagent.policy.models import cache_dir, file_lock
 
     folder = Path(adapter).expanduser() if adapter is not None else cold_start_dir()
     key = _adapter_hash(folder, base)
@@ -136,7 +119,7 @@ def load_cold_start(
     final = models / f"{prefix}-{key}"
     if (final / MARKER).is_file():
         return str(final)
-    with _lock(models / f".{prefix}-{key}.lock"):
+    with file_lock(models / f".{prefix}-{key}.lock"):
         if (final / MARKER).is_file():
             return str(final)
         tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-{key}.tmp-", dir=models))

@@ -31,6 +31,7 @@ from metaagent.train.checkpoint import (
     checkpoint_dir,
     read_meta,
     restore_rng_state,
+    write_json,
 )
 
 BACKEND = "verl"
@@ -40,19 +41,6 @@ MODELS_DIR = "verl"
 class SavesCheckpoints(Protocol):
     def save(self, path: Path, step: int) -> None: ...
     def load(self, path: Path) -> None: ...
-
-
-def _write_json(path: Path, data: Any) -> None:
-    try:
-        text = json.dumps(data, indent=1, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(
-            f"{path.name} must be JSON-serialisable (plain dicts, lists, str, finite numbers): {e}"
-        ) from None
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def save_verl_checkpoint(
@@ -81,7 +69,7 @@ def save_verl_checkpoint(
             folder.mkdir(parents=True)
             group.save(folder, step)
             folders[key] = f"{MODELS_DIR}/{key}"
-        _write_json(tmp / "state.json", {**state, "rng": capture_rng_state()})
+        write_json(tmp / "state.json", {**state, "rng": capture_rng_state()}, "state.json")
         meta = {
             "format": FORMAT_VERSION,
             "backend": BACKEND,
@@ -91,7 +79,7 @@ def save_verl_checkpoint(
             "hf_weights": hf_weights,
             "created_at": time.time(),
         }
-        _write_json(tmp / "meta.json", meta)
+        write_json(tmp / "meta.json", meta, "meta.json")
         if final.exists():
             old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
             os.rename(final, old)
