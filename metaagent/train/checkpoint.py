@@ -21,7 +21,7 @@ import random
 import re
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,47 @@ def _check_key(key: str) -> str:
     return key
 
 
+def write_checkpoint(
+    run_dir: str | os.PathLike[str],
+    step: int,
+    state: Mapping[str, Any],
+    fill: Callable[[Path], dict[str, Any]],
+) -> Path:
+    """Create checkpoint folder ``step`` atomically (both backends write through this).
+
+    ``fill(tmp)`` writes the models into a temporary folder and returns their ``meta.json`` fields; then
+    ``state.json`` (``state`` plus the RNG states) and ``meta.json`` are written and the folder is renamed
+    into place, so a crash never leaves a half-written checkpoint where ``--resume`` would find it.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"step must be an integer >= 0, got {step!r}")
+    if "rng" in state:
+        raise CheckpointError("state key 'rng' is reserved for the RNG states")
+    final = checkpoint_dir(run_dir, step)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
+    tmp.mkdir()
+    try:
+        fields = fill(tmp)
+        write_json(tmp / "state.json", {**state, "rng": capture_rng_state()}, "checkpoint state")
+        write_json(
+            tmp / "meta.json",
+            {"format": FORMAT_VERSION, "step": step, **fields, "created_at": time.time()},
+            "checkpoint meta",
+        )
+        if final.exists():  # re-saving a step: swap, then drop the old one
+            old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
 def save_checkpoint(
     run_dir: str | os.PathLike[str],
     step: int,
@@ -128,14 +169,8 @@ def save_checkpoint(
         raise CheckpointError(f"step must be an integer >= 0, got {step!r}")
     if not models:
         raise CheckpointError("save_checkpoint needs at least one model")
-    state = dict(state or {})
-    if "rng" in state:
-        raise CheckpointError("state key 'rng' is reserved for the RNG states")
-    final = checkpoint_dir(run_dir, step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
-    tmp.mkdir()
-    try:
+
+    def fill(tmp: Path) -> dict[str, Any]:
         model_dirs = {}
         for key, model in models.items():
             out = tmp / "models" / _check_key(key)
@@ -146,25 +181,9 @@ def save_checkpoint(
         for key, opt in (optimizers or {}).items():
             (tmp / "optim").mkdir(exist_ok=True)
             torch.save(_optimizer_state(opt), tmp / "optim" / f"{_check_key(key)}.pt")
-        write_json(tmp / "state.json", {**state, "rng": capture_rng_state()}, "checkpoint state")
-        meta = {
-            "format": FORMAT_VERSION,
-            "step": step,
-            "models": model_dirs,
-            "optimizers": sorted(optimizers or {}),
-            "created_at": time.time(),
-        }
-        write_json(tmp / "meta.json", meta, "checkpoint meta")
-        if final.exists():  # re-saving a step: swap, then drop the old one
-            old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        return {"models": model_dirs, "optimizers": sorted(optimizers or {})}
+
+    final = write_checkpoint(run_dir, step, state or {}, fill)
     if keep_last is not None:
         if keep_last < 1:
             raise CheckpointError(f"keep_last must be >= 1 or None, got {keep_last}")

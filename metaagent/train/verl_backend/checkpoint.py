@@ -18,20 +18,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 from metaagent.train.checkpoint import (
-    FORMAT_VERSION,
     CheckpointError,
-    capture_rng_state,
-    checkpoint_dir,
     read_meta,
     restore_rng_state,
-    write_json,
+    write_checkpoint,
 )
 
 BACKEND = "verl"
@@ -52,45 +47,19 @@ def save_verl_checkpoint(
     hf_weights: bool = False,
 ) -> Path:
     """Write checkpoint ``step`` of every physical model atomically and return its folder."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise CheckpointError(f"step must be an integer >= 0, got {step!r}")
     if not groups:
         raise CheckpointError("a checkpoint needs at least one model")
-    if "rng" in state:
-        raise CheckpointError("state key 'rng' is reserved for the RNG states")
-    final = checkpoint_dir(run_dir, step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
-    tmp.mkdir()
-    try:
+
+    def fill(tmp: Path) -> dict[str, Any]:
         folders = {}
         for key, group in groups.items():
             folder = tmp / MODELS_DIR / key
             folder.mkdir(parents=True)
             group.save(folder, step)
             folders[key] = f"{MODELS_DIR}/{key}"
-        write_json(tmp / "state.json", {**state, "rng": capture_rng_state()}, "state.json")
-        meta = {
-            "format": FORMAT_VERSION,
-            "backend": BACKEND,
-            "step": step,
-            "models": folders,
-            "optimizers": sorted(groups),
-            "hf_weights": hf_weights,
-            "created_at": time.time(),
-        }
-        write_json(tmp / "meta.json", meta, "meta.json")
-        if final.exists():
-            old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
+        return {"backend": BACKEND, "models": folders, "optimizers": sorted(groups), "hf_weights": hf_weights}
+
+    return write_checkpoint(run_dir, step, state, fill)
 
 
 def verl_model_dirs(path: str | os.PathLike[str]) -> dict[str, Path]:
