@@ -76,7 +76,8 @@ def config_hash(cfg: TrainConfig) -> str:
 class TrainLoop:
     """Schedule, data, rollout, credit and the run directory; subclasses own the models.
 
-    A subclass calls :meth:`_init_data` first, loads its models, then :meth:`_open_run` with the rollout
+    A subclass calls :meth:`_init_data` first (a fresh run in a folder that holds an earlier run moves the
+    earlier run aside to ``OUT.<its run id>``), loads its models, then :meth:`_open_run` with the rollout
     policies, and implements ``_update(samples, step, active)``, ``save(next_step)``, ``_restore(path)``.
     """
 
@@ -87,12 +88,14 @@ class TrainLoop:
 
     # ---- set-up ---------------------------------------------------------------------------------------------
 
-    def _init_data(self, config: TrainConfig) -> None:
+    def _init_data(self, config: TrainConfig, resume: str | bool | None) -> None:
         from metaagent.data import MixtureSampler
         from metaagent.train.schedule import StageSchedule
 
         self.config = cfg = config
         self.run_dir = Path(cfg.trainer.out)
+        if not resume and (self.run_dir / "run.json").is_file():
+            self._move_aside_previous_run()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.schedule = StageSchedule(cfg.schedule.mode, cfg.schedule.stage_len)
         self.train_tasks = load_tasks(cfg.data.train)
@@ -104,6 +107,20 @@ class TrainLoop:
         ratio = {d: r for d, r in ratio.items() if r > 0 and d in present} or {d: 1.0 for d in present}
         self.sampler = MixtureSampler(
             self.train_tasks, batch_size=cfg.data.batch_size, ratio=ratio, seed=cfg.trainer.seed
+        )
+
+    def _move_aside_previous_run(self) -> None:
+        """A fresh run never appends to an old one: the old run directory is renamed, not deleted."""
+        try:
+            old_id = json.loads((self.run_dir / "run.json").read_text())["run_id"]
+        except (OSError, ValueError, KeyError):
+            old_id = time.strftime("%Y%m%d-%H%M%S")
+        backup = self.run_dir.with_name(f"{self.run_dir.name}.{old_id}")
+        os.rename(self.run_dir, backup)
+        print(
+            f"{self.run_dir} held the earlier run {old_id}; moved it to {backup} "
+            "(pass --resume to continue a run instead)",
+            file=sys.stderr,
         )
 
     def _open_run(

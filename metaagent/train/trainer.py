@@ -35,7 +35,7 @@ class Trainer(TrainLoop):
     def __init__(self, config: TrainConfig, *, resume: str | bool | None = None, observer: RolloutObserver | None = None):
         from metaagent.train.models import load_models, make_updaters
 
-        self._init_data(config)
+        self._init_data(config, resume)
         checkpoint = self._find_checkpoint(resume)
         self.models = load_models(config.policy)
         self.updaters = make_updaters(self.models, config.optim)

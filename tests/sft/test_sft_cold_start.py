@@ -118,3 +118,17 @@ def test_sft_targets_are_the_ids_the_embedded_policy_produces():
         else:  # cut at max_tokens: the same ids up to the cut
             assert response[:-1] == c.response_ids
     policy.close()
+
+
+@pytest.mark.slow
+def test_embedded_sft_alias_is_the_committed_adapter_merged():
+    """`--model embedded-sft` (what configs/default.yaml and `make demo` use) loads the shipped cold start."""
+    from metaagent.policy.models import cache_dir, load_model_and_tokenizer, resolve_model
+
+    path = Path(resolve_model("embedded-sft"))
+    assert path.name.startswith("embedded-sft-") and path.parent == cache_dir() / "models"
+    assert json.loads((path / "metaagent_cold_start.json").read_text())["adapter"].endswith("sft_data/cold_start")
+    merged, _ = load_model_and_tokenizer("embedded-sft")
+    base, _ = load_model_and_tokenizer("embedded")
+    changed = [n for (n, a), (_, b) in zip(merged.state_dict().items(), base.state_dict().items()) if not torch.equal(a, b)]
+    assert changed and all("proj" in n for n in changed)  # LoRA on the linear layers only

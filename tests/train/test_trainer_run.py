@@ -147,3 +147,16 @@ def test_executor_learns_the_delivery_format(tmp_path, warm):
     first, last = sum(reward[:4]) / 4, sum(reward[-4:]) / 4
     assert last > first + 0.1, reward
     assert sum(delivery[-4:]) / 4 > max(0.8, sum(delivery[:4]) / 4 + 0.2), delivery
+
+
+def test_a_fresh_run_moves_an_earlier_run_aside(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"run_id": "old-1"}))
+    (out / "metrics.jsonl").write_text('{"step": 0}\n')
+    cfg = TrainConfig.load(str(Path(__file__).parents[2] / "configs" / "tiny.yaml"), [f"trainer.out={out}"])
+    with Trainer(cfg):
+        pass
+    assert (tmp_path / "run.old-1" / "metrics.jsonl").read_text() == '{"step": 0}\n'  # kept, not appended to
+    assert json.loads((out / "run.json").read_text())["run_id"] != "old-1"
+    assert not (out / "metrics.jsonl").exists() or (out / "metrics.jsonl").read_text() == ""

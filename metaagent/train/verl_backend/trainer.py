@@ -66,7 +66,7 @@ class VerlTrainer(TrainLoop):
         self._owns_ray = False
         self.plan = plan or resolve_plan(config)
         self.verl: VerlConfig = self.plan.verl
-        self._init_data(config)
+        self._init_data(config, resume)
         checkpoint = self._find_checkpoint(resume)  # before the GPUs start: a bad --resume fails fast
         self.groups = dict(groups) if groups is not None else self._start_models()
         expected = sorted(m.key for m in self.plan.models)
