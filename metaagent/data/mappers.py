@@ -141,12 +141,19 @@ def apps_row(row: Row, index: int, spec: DatasetSpec) -> Task:
     if fn_name:
         public["fn_name"] = fn_name
     metadata: dict[str, Any] = {"difficulty": difficulty, "url": row.get("url", ""), "public_tests": public}
+    return _code_task(f"apps-{row.get('problem_id', index)}", question, tests, spec, metadata, fn_name, starter)
+
+
+def _code_task(
+    task_id: str, question: str, tests: dict, spec: DatasetSpec, metadata: dict[str, Any], fn_name: Any, starter: str
+) -> Task:
+    """A code task; ``fn_name`` (call-based tests) and a non-empty ``starter`` code go into the metadata."""
     if fn_name:
         metadata["fn_name"] = fn_name
     if starter.strip():
         metadata["starter_code"] = starter
     return Task(
-        id=f"apps-{row.get('problem_id', index)}",
+        id=task_id,
         domain="code",
         question=question,
         tests=tests,
@@ -238,19 +245,8 @@ def livecodebench_row(row: Row, index: int, spec: DatasetSpec) -> Task:
     }
     if public:
         metadata["public_tests"] = _tests_or_skip(public, fn_name)
-    if fn_name:
-        metadata["fn_name"] = fn_name
-    if starter.strip():
-        metadata["starter_code"] = starter
-    return Task(
-        id=f"livecodebench-{row.get('question_id', index)}",
-        domain="code",
-        question=question,
-        tests=tests,
-        source=spec.source,
-        split=spec.split_name,
-        metadata=metadata,
-    )
+    task_id = f"livecodebench-{row.get('question_id', index)}"
+    return _code_task(task_id, question, tests, spec, metadata, fn_name, starter)
 
 
 def humaneval_row(row: Row, index: int, spec: DatasetSpec) -> Task:
