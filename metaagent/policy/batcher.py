@@ -101,6 +101,7 @@ class BatchingPolicy(Policy):
         self.model_id = backend.model_id
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
+        self.max_in_flight = max_in_flight
         self.close_backend = close_backend
         self._queue: collections.deque[_Pending] = collections.deque()
         self._cond = threading.Condition()

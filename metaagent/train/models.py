@@ -89,9 +89,15 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
     for key, path in paths.items():
         model, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
         models[key], tokenizers[key] = model, tok
-        hf = HFPolicy(model, tok, device=cfg.device, max_batch_size=cfg.max_batch_size, model_id=path)
+        hf = HFPolicy(
+            model, tok, device=cfg.device, max_batch_size=cfg.max_batch_size, continuous=cfg.continuous, model_id=path
+        )
         policies[key] = BatchingPolicy(
-            hf, max_batch_size=cfg.max_batch_size, max_wait_s=cfg.max_wait_s, close_backend=True
+            hf,
+            max_batch_size=cfg.max_batch_size,
+            max_wait_s=cfg.max_wait_s,
+            max_in_flight=4 if cfg.continuous else 1,  # continuous: later batches join the running one
+            close_backend=True,
         )
     return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys)
 

@@ -160,3 +160,30 @@ def test_a_fresh_run_moves_an_earlier_run_aside(tmp_path):
     assert (tmp_path / "run.old-1" / "metrics.jsonl").read_text() == '{"step": 0}\n'  # kept, not appended to
     assert json.loads((out / "run.json").read_text())["run_id"] != "old-1"
     assert not (out / "metrics.jsonl").exists() or (out / "metrics.jsonl").read_text() == ""
+
+
+def test_continuous_batching_option_reaches_the_rollout_policy():
+    import threading
+
+    from metaagent.policy import ChatRequest, SamplingParams
+    from metaagent.train.config import PolicyConfig
+    from metaagent.train.models import load_models
+
+    models = load_models(PolicyConfig(model="tiny", continuous=True, max_batch_size=4))
+    try:
+        policy = models.designer
+        assert policy.backend.continuous and policy.max_in_flight > 1
+        out: dict[int, str] = {}
+
+        def call(i: int) -> None:
+            req = ChatRequest([{"role": "user", "content": f"q{i}"}], SamplingParams(max_tokens=4 + i, seed=i))
+            out[i] = policy.generate([req])[0]
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(out) == list(range(6)) and all(len(out[i].response_ids) <= 4 + i for i in out)
+    finally:
+        models.close()
