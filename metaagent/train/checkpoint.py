@@ -287,6 +287,13 @@ def load_checkpoint(
                 f"checkpoint {path} has no optimizer state {key!r}; it has {meta['optimizers']}"
             )
         opt.load_state_dict(torch.load(f, map_location="cpu", weights_only=True))
+    return read_state(path, restore_rng=restore_rng)
+
+
+def read_state(path: str | os.PathLike[str], *, restore_rng: bool = True) -> dict[str, Any]:
+    """The JSON training state of checkpoint ``path`` with its ``"step"``; restores the RNG states saved
+    with it unless ``restore_rng`` is False."""
+    path = Path(path)
     try:
         state = json.loads((path / "state.json").read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError) as e:
@@ -294,5 +301,5 @@ def load_checkpoint(
     rng = state.pop("rng", None)
     if restore_rng and rng is not None:
         restore_rng_state(rng)
-    state["step"] = meta["step"]
+    state["step"] = read_meta(path)["step"]
     return state

@@ -37,12 +37,7 @@ class ModelSet:
 
     def executor(self) -> Policy:
         """The policy agent calls go to: one model, or a router over executor role-name patterns."""
-        keys = set(self.executor_keys.values())
-        if len(keys) == 1:
-            return self.policies[keys.pop()]
-        from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
-
-        return RoutingPolicy(PolicyRegistry({p: self.policies[k] for p, k in self.executor_keys.items()}))
+        return executor_policy(self.policies, self.executor_keys)
 
     def model_ids(self) -> dict[str, str]:
         return {"designer": self.paths[self.designer_key], **{p: self.paths[k] for p, k in self.executor_keys.items()}}
@@ -50,6 +45,19 @@ class ModelSet:
     def close(self) -> None:
         for p in self.policies.values():
             p.close()
+
+
+def executor_policy(policies: Mapping[str, Policy], executor_keys: Mapping[str, str]) -> Policy:
+    """The policy of the one executor model, or a router from executor role-name patterns to models.
+
+    ``executor_keys`` maps registry patterns (e.g. ``"executor:*Critic*"``, ``"executor"``) to model keys.
+    """
+    keys = set(executor_keys.values())
+    if len(keys) == 1:
+        return policies[keys.pop()]
+    from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
+
+    return RoutingPolicy(PolicyRegistry({p: policies[k] for p, k in executor_keys.items()}))
 
 
 def model_plan(cfg: PolicyConfig) -> tuple[dict[str, str], dict[str, str], str, dict[str, str]]:

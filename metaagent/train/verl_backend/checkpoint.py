@@ -16,7 +16,6 @@ local backend) only sees folders with ``meta.json``. The FSDP shards become a Hu
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any, Protocol
 from metaagent.train.checkpoint import (
     CheckpointError,
     read_meta,
-    restore_rng_state,
+    read_state,
     write_checkpoint,
 )
 
@@ -85,12 +84,4 @@ def load_verl_checkpoint(
         raise CheckpointError(f"checkpoint {path} has no model(s) {missing}; it has {sorted(folders)}")
     for key, group in groups.items():
         group.load(folders[key])
-    try:
-        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}/state.json cannot be read: {e}") from None
-    rng = state.pop("rng", None)
-    if restore_rng and rng is not None:
-        restore_rng_state(rng)
-    state["step"] = read_meta(path)["step"]
-    return state
+    return read_state(path, restore_rng=restore_rng)

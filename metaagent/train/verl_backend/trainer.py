@@ -31,6 +31,7 @@ from typing import Any
 from metaagent.rollout.engine import RolloutObserver
 from metaagent.train.config import TrainConfig
 from metaagent.train.loop import TrainLoop
+from metaagent.train.models import executor_policy
 
 from .config import VerlConfig
 from .errors import VerlBackendError
@@ -77,7 +78,7 @@ class VerlTrainer(TrainLoop):
         self._open_run(
             checkpoint,
             designer=self.groups[self.plan.designer_key].policy,
-            executor=self._executor_policy(),
+            executor=executor_policy({k: g.policy for k, g in self.groups.items()}, self.plan.executor_keys),
             observer=observer,
         )
         for group in self.groups.values():  # vLLM serves the (restored) actor weights from the first step
@@ -111,26 +112,6 @@ class VerlTrainer(TrainLoop):
             group.start()
             groups[mp.key] = group
         return groups
-
-    def _executor_policy(self):
-        keys = set(self.plan.executor_keys.values())
-        if len(keys) == 1:
-            return self.groups[keys.pop()].policy
-        from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
-
-        return RoutingPolicy(
-            PolicyRegistry({p: self.groups[k].policy for p, k in self.plan.executor_keys.items()})
-        )
-
-    def _executor_policy(self):
-        keys = set(self.plan.executor_keys.values())
-        if len(keys) == 1:
-            return self.groups[keys.pop()].policy
-        from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
-
-        return RoutingPolicy(
-            PolicyRegistry({p: self.groups[k].policy for p, k in self.plan.executor_keys.items()})
-        )
 
     def _model_ids(self) -> dict[str, str]:
         return {"designer": self.plan.model(self.plan.designer_key).path} | {
