@@ -7,7 +7,7 @@ levels 1-2, as in configs/default.yaml), the default designer prompt with ``--k-
 template, sampled at temperature 1.0 with 256 new tokens (the demo's designer budget) and the engine's
 per-design seeds. A design is valid when a script is extracted from the reply and the workflow checker
 accepts it. ``embedded-sft`` is the alias of the committed cold-start adapter merged into the embedded model
-(``metaagent.train.sft_cold_start.load_cold_start()``); any other name is a model alias or HF directory.
+(``metaagent.policy.cold_start.load_cold_start()``); any other name is a model alias or HF directory.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from metaagent.data import DatasetSpec, load_tasks
     from metaagent.policy.hf import HFPolicy
-    from metaagent.train.sft_eval import designer_valid_rate
+    from metaagent.sft.eval import designer_valid_rate
 
     tasks = load_tasks(DatasetSpec(source="bundled", split=args.split, levels=args.levels))
     print(

@@ -28,8 +28,8 @@ from bundled_code_problems import PROBLEMS
 from bundled_math import LEVELS, evaluate, format_answer
 
 from metaagent.data.tasks import Task
-from metaagent.rewards.code import run_code_tests
-from metaagent.rewards.code_tests import normalize_tests
+from metaagent.execution.code import run_code_tests
+from metaagent.execution.code_tests import normalize_tests
 
 SEED = 20250101
 MATH_PER_LEVEL = 45

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from metaagent.records import Design, Execution, RolloutTree
 from metaagent.rollout.engine import RolloutObserver
-from metaagent.rollout.records import Design, Execution, RolloutTree
 
 ROLE_STYLE = {"executor": "green", "designer": "magenta", "both": "yellow", "none": "dim"}
 

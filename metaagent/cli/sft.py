@@ -67,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from metaagent.config import ConfigError
-    from metaagent.train.sft import SFTConfig, SFTError, SFTTrainer, sft_samples_summary
-    from metaagent.train.sft_data import SFTDataError
+    from metaagent.sft.data import SFTDataError
+    from metaagent.sft.trainer import SFTConfig, SFTError, SFTTrainer, sft_samples_summary
 
     try:
         config = SFTConfig(

@@ -73,29 +73,65 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as e:
         sys.exit(f"train-metaagent: config error: {e}")
 
+    plan = None
     if config.trainer.backend == "verl":
-        from metaagent.train.verl_backend import run as run_verl
+        from metaagent.train.verl_backend import plan_text
 
-        sys.exit(run_verl(config, dry_run=args.dry_run, resume=args.resume))
-    if args.dry_run:
+        try:
+            plan, text = plan_text(config)
+        except ConfigError as e:
+            print(f"train-metaagent: config error: {e}", file=sys.stderr)
+            sys.exit(2)
+        print(text, flush=True)
+        if args.dry_run:
+            sys.exit(0)
+    elif args.dry_run:
         import yaml
 
         print(yaml.safe_dump(config.to_dict(), sort_keys=False))
         return
+    sys.exit(run(config, plan=plan, resume=args.resume, quiet=args.quiet))
 
+
+def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = False) -> int:
+    """Train with the configured backend, showing progress; returns the exit code (0 done, 1 the run
+    failed, 2 it could not start)."""
     from metaagent.cli.display import TrainDisplay
+    from metaagent.train.checkpoint import CheckpointError
     from metaagent.train.trainer import Trainer, TrainError
 
-    display = TrainDisplay(show_samples=config.trainer.show_samples and not args.quiet)
+    display = TrainDisplay(show_samples=config.trainer.show_samples and not quiet)
+    start_errors: tuple[type[BaseException], ...] = (TrainError, ConfigError, CheckpointError, FileNotFoundError, ValueError)
+    run_errors: tuple[type[BaseException], ...] = (TrainError, CheckpointError)
     try:
-        trainer = Trainer(config, resume=args.resume, observer=display)
-    except (TrainError, ConfigError, FileNotFoundError, ValueError) as e:
-        sys.exit(f"train-metaagent: {e}")
-    with trainer:
-        display.header(config, trainer.start_step, str(trainer.run_dir))
-        trainer.train(on_step=lambda r: display.step_done(r.step, r.metrics, r.trees))
-    display.console.print(f"done: metrics in {trainer.run_dir / 'metrics.jsonl'}, "
-                          f"rollouts in {trainer.run_dir / 'rollouts'}, checkpoints in {trainer.run_dir / 'checkpoints'}")
+        if plan is None:
+            trainer = Trainer(config, resume=resume, observer=display)
+        else:
+            from metaagent.train.verl_backend import VerlBackendError
+            from metaagent.train.verl_backend.trainer import VerlTrainer, require_gpus
+
+            start_errors += (VerlBackendError,)
+            run_errors += (VerlBackendError,)
+            require_gpus(plan)
+            trainer = VerlTrainer(config, plan=plan, resume=resume, observer=display)
+    except start_errors as e:
+        print(f"train-metaagent: {e}", file=sys.stderr)
+        return 2
+    try:
+        with trainer:
+            display.header(config, trainer.start_step, str(trainer.run_dir))
+            trainer.train(on_step=lambda r: display.step_done(r.step, r.metrics, r.trees))
+    except run_errors as e:
+        print(f"train-metaagent: {e}", file=sys.stderr)
+        return 1
+    hint = ""
+    if plan is not None:
+        hint = " (to Hugging Face: python -m metaagent.train.verl_backend.convert <checkpoint> <out>)"
+    display.console.print(
+        f"done: metrics in {trainer.run_dir / 'metrics.jsonl'}, rollouts in {trainer.run_dir / 'rollouts'}, "
+        f"checkpoints in {trainer.run_dir / 'checkpoints'}{hint}"
+    )
+    return 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from metaagent.rollout.records import Execution, RolloutTree
+from metaagent.records import Execution, RolloutTree
 
 from .groups import DEFAULT_EPS, CreditError
 from .matrix import MatrixCredit, Row, flat_credit, hierarchical_credit

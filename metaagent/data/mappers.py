@@ -34,8 +34,9 @@ import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..rewards.code_tests import normalize_tests
-from ..rewards.errors import TestsFormatError
+from metaagent.execution.code_tests import normalize_tests
+from metaagent.execution.errors import TestsFormatError
+
 from .errors import DataError, SkipRow
 from .tasks import Task
 

@@ -20,7 +20,7 @@ class Task:
     """A math or code task.
 
     Math tasks carry a gold ``answer``; code tasks carry ``tests`` in the normalised form produced by the
-    loaders (see :mod:`metaagent.rewards.code`), and may carry ``public_tests`` that workflow tools may run
+    loaders (see :mod:`metaagent.execution.code`), and may carry ``public_tests`` that workflow tools may run
     and ``starter_code`` for call-based problems.
     """
 

@@ -11,8 +11,10 @@ and ``executor.jsonl`` in the chat ``messages`` format (:mod:`.examples`), ``don
 :mod:`.store`), ``trees.jsonl`` (full rollout records) and ``manifest.json`` (:mod:`.manifest`).
 """
 
+from metaagent.data.chat import ExampleError, example_id, validate_example
+
 from .config import DistillConfig, TeacherConfig
-from .examples import ExampleError, example_id, tree_examples, validate_example
+from .examples import tree_examples
 from .runner import Distiller, DistillError, DistillObserver, RunSummary, RunTotals
 from .store import ExampleStore, StoreError, read_examples
 from .teacher import TeacherError, build_teacher, restore_stop_tag

@@ -23,7 +23,6 @@ from .store import DONE_FILE, EXAMPLE_FILES, MANIFEST_FILE, ExampleStore
 
 if TYPE_CHECKING:
     from .config import DistillConfig
-    from .runner import RunTotals
 
 FORMAT = 1
 TOKEN_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -95,6 +94,24 @@ def _sorted(c: Counter) -> dict[str, int]:
     return dict(sorted(c.items()))
 
 
+@dataclass
+class RunTotals:
+    """Running totals over the whole output directory (earlier invocations included)."""
+
+    tasks_total: int = 0
+    tasks_done: int = 0
+    tasks_failed: int = 0
+    scored: int = 0
+    correct: int = 0
+    designer: int = 0
+    executor: int = 0
+    tokens: int = 0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.correct / self.scored if self.scored else None
+
+
 class ManifestWriter:
     """Keeps ``manifest.json`` and the running totals of one invocation."""
 
@@ -119,8 +136,6 @@ class ManifestWriter:
     # ---- events -------------------------------------------------------------------------------------------
 
     def start(self, *, tasks_total: int, tokens_now: Callable[[], dict[str, int]]) -> RunTotals:
-        from .runner import RunTotals
-
         self.tokens_at_start = dict(tokens_now())
         self.run = {
             "command": self.config.command,

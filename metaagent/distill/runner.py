@@ -24,13 +24,13 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.policy.base import Policy
+from metaagent.records import Design, DesignerSample, RolloutTree
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine, derive_seed
 from metaagent.rollout.prompts import designer_messages, select_templates
-from metaagent.rollout.records import Design, DesignerSample, RolloutTree
 
 from .config import DistillConfig
 from .examples import DESIGNER, EXECUTOR, tree_examples
-from .manifest import ManifestWriter
+from .manifest import ManifestWriter, RunTotals
 from .store import ExampleStore
 from .teacher import policy_tokens
 from .variation import choose_variant, fenced
@@ -51,24 +51,6 @@ class TaskResult:
     summary: dict[str, Any]
     kept: dict[str, int]  # kept / duplicate examples per kind
     fresh: dict[str, list[dict[str, Any]]] = field(default_factory=dict, repr=False)
-
-
-@dataclass
-class RunTotals:
-    """Running totals over the whole output directory (earlier invocations included)."""
-
-    tasks_total: int = 0
-    tasks_done: int = 0
-    tasks_failed: int = 0
-    scored: int = 0
-    correct: int = 0
-    designer: int = 0
-    executor: int = 0
-    tokens: int = 0
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.correct / self.scored if self.scored else None
 
 
 class DistillObserver:

@@ -11,7 +11,7 @@ executors behaved, and how two checkpoints differ. The ``metaagent-replay`` comm
     render_html(run, "report.html")             # self-contained report with plots
     rerun(run, "bundled-math-1-000", "tiny")    # re-execute a recorded design with a model
 
-Only records are read (``metaagent.rollout.records``); re-running needs the sandbox and a policy.
+Only records are read (``metaagent.records``); re-running needs the sandbox and a policy.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from metaagent.rollout.records import Design, Execution
+from metaagent.records import Design, Execution
 
 from .comparison import Comparison, TaskComparison, TaskSide
 from .reexecute import RerunResult

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.policy.base import Policy, PolicyError, SamplingParams
-from metaagent.rollout.records import Design, Execution, RewardRecord
+from metaagent.records import Design, Execution, RewardRecord
 
 from .errors import ReplayError
 from .run import Run, TreeRef, load_run

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from metaagent.rollout.records import Design, Execution
+from metaagent.records import Design, Execution
 
 from .comparison import Comparison, TaskSide, compare
 from .plots import benchmark_plot, reward_plot, structure_plot

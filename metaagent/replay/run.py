@@ -10,8 +10,8 @@ A run directory, as the trainer, evaluation and serving write it::
 
 Nothing here is fatal for a bad line: a truncated last line (a run still writing), a corrupt line, a line
 of a newer schema version, or a record whose fields have the wrong types is skipped and reported as a
-:class:`~metaagent.rollout.records.BadLine` (file, line, reason). Records of older schema versions are
-migrated by :func:`metaagent.rollout.records.migrate`, which also says which version a reader needs.
+:class:`~metaagent.records.BadLine` (file, line, reason). Records of older schema versions are
+migrated by :func:`metaagent.records.migrate`, which also says which version a reader needs.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metaagent.rollout.records import (
+from metaagent.records import (
     AgentTurn,
     BadLine,
     CheckReport,

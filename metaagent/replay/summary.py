@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from statistics import fmean
 from typing import Any
 
-from metaagent.rollout.records import EXECUTION_STATUSES, Design
+from metaagent.records import EXECUTION_STATUSES, Design
 from metaagent.workflow.analysis import PATTERNS, STRUCTURE_FAMILY, STRUCTURES
 
 from .errors import ReplayError

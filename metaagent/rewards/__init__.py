@@ -5,9 +5,10 @@ Entry points: :func:`score_execution` / :func:`score_executions` / :func:`score_
 :func:`extract_answer`, :func:`extract_program` are public for tools and evaluation.
 """
 
-from .code import CodeResult, extract_program, run_code_tests
-from .code_runner import TestOutcome
-from .code_tests import TestSuite, normalize_tests
+from metaagent.execution.code import CodeResult, extract_program, run_code_tests
+from metaagent.execution.code_runner import TestOutcome
+from metaagent.execution.code_tests import TestSuite, normalize_tests
+
 from .errors import CheckTimeout, RewardError, RunnerError, TestsFormatError
 from .format import delivery_format, format_components, solution_format
 from .math import DEFAULT_FALLBACKS, MathCheck, check_math, extract_answer, math_equal

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..rollout.records import AgentTurn, Execution
+from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES, extract_program
+from metaagent.records import AgentTurn, Execution
+
 from ..workflow.protocol import extract_delivery
-from .code import DEFAULT_FENCE_LANGUAGES, extract_program
 from .math import find_boxed
 
 

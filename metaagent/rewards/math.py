@@ -22,7 +22,7 @@ How equivalence is decided, in order:
    ``timeout``. If math-verify says no, closed-form numbers are compared numerically with ``rel_tol``.
 
 Thread- and process-safe: the calling side uses no signals and no global state except the per-process
-helper pool (:func:`metaagent.rewards.worker_pool.shared_pool`).
+helper pool (:func:`metaagent.execution.worker_pool.shared_pool`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from .errors import CheckTimeout, RewardError
-from .worker_pool import WorkerPool, shared_pool
+from metaagent.execution.worker_pool import WorkerPool, shared_pool
+
+from .errors import CheckTimeout, ExecutionError, RewardError
 
 DEFAULT_REL_TOL = 1e-6
 DEFAULT_TIMEOUT_S = 5.0
@@ -286,7 +287,7 @@ def check_math(
         answer = _math_pool().call(payload, timeout_s)
     except CheckTimeout:
         return result("timeout", detail=f"math check did not finish within {timeout_s:g}s")
-    except RewardError as e:
+    except (RewardError, ExecutionError) as e:
         return result("error", detail=str(e))
     if not answer.get("ok"):
         return result("error", detail=str(answer.get("error", "unknown error in the math helper")))

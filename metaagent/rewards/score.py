@@ -5,7 +5,7 @@ answers are run on the task's hidden tests and count only if every test passes (
 ``pass_rate`` variant uses the fraction of passed tests instead. ``R_format`` is in [0, 1]
 (:mod:`.format`).
 
-Every component is kept in the :class:`~metaagent.rollout.records.RewardRecord`, not only the sum. A
+Every component is kept in the :class:`~metaagent.records.RewardRecord`, not only the sum. A
 reward that could not be computed (checker timeout, runner failure, missing or malformed reference) is a
 record with ``total=None`` and ``error`` set, counted by :func:`reward_metrics`; a wrong or missing
 answer is a computed 0.
@@ -25,10 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES, DEFAULT_WORKERS, extract_program, run_code_tests
+from metaagent.records import Execution, RewardRecord, RolloutTree
+
 from ..data.tasks import Task
-from ..rollout.records import Execution, RewardRecord, RolloutTree
-from .code import DEFAULT_FENCE_LANGUAGES, DEFAULT_WORKERS, extract_program, run_code_tests
-from .errors import RewardError, TestsFormatError
+from .errors import ExecutionError, RewardError, TestsFormatError
 from .format import format_components
 from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, check_math, extract_answer
 
@@ -120,7 +121,7 @@ def score_execution(
 
     The answer scored is ``execution.answer`` (what the script submitted): for math the final answer is
     extracted from it (:func:`~metaagent.rewards.math.extract_answer`), for code the last fenced program
-    (:func:`~metaagent.rewards.code.extract_program`). No answer, no program or a wrong one gives
+    (:func:`~metaagent.execution.code.extract_program`). No answer, no program or a wrong one gives
     ``correct = 0``.
     """
     cfg = config or RewardConfig()
@@ -173,7 +174,7 @@ def score_execution(
                 return _error_record(
                     "tests_format", f"task {task.id!r} has malformed tests: {e}", fmt, details
                 )
-            except RewardError as e:
+            except (RewardError, ExecutionError) as e:
                 return _error_record("code_runner", f"code runner failed: {e}", fmt, details)
             details["code"] = result.to_dict()
             correct = 1.0 if result.all_passed else (result.pass_rate if pass_rate else 0.0)

@@ -26,9 +26,7 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.policy.base import ChatRequest, Policy, PolicyError, SamplingParams
-from metaagent.rollout.config import RolloutConfig
-from metaagent.rollout.prompts import designer_messages, select_templates
-from metaagent.rollout.records import (
+from metaagent.records import (
     CheckReport,
     Design,
     DesignerSample,
@@ -38,6 +36,8 @@ from metaagent.rollout.records import (
     RolloutTree,
     ScriptError,
 )
+from metaagent.rollout.config import RolloutConfig
+from metaagent.rollout.prompts import designer_messages, select_templates
 
 
 def derive_seed(*parts: Any) -> int:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from statistics import fmean
 
-from metaagent.rollout.records import EXECUTION_STATUSES, RolloutTree
+from metaagent.records import EXECUTION_STATUSES, RolloutTree
 
 
 def _mean(xs: Sequence[float]) -> float:

@@ -23,7 +23,7 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.policy.base import ChatRequest, Completion, Policy, PolicyError, SamplingParams
-from metaagent.rollout.records import Execution
+from metaagent.records import Execution
 
 
 class _PolicyBridge:

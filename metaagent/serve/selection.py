@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from metaagent.rollout.records import Design
+from metaagent.records import Design
 from metaagent.workflow.protocol import DELIVERY_CLOSE, DELIVERY_OPEN, agent_system_prompt, extract_delivery
 
 MAX_CANDIDATE_CHARS = 4000  # per candidate, in the judge's prompt
@@ -40,7 +40,7 @@ class Candidate:
 def answer_key(answer: str, domain: str) -> str:
     """The voting key of an answer (see the module docstring)."""
     if domain == "code":
-        from metaagent.rewards.code import extract_program
+        from metaagent.execution.code import extract_program
 
         program = extract_program(answer) or answer
         lines = [line.rstrip() for line in program.strip().splitlines() if line.strip()]

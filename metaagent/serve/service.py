@@ -21,8 +21,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from metaagent.records import RolloutTree, TreeWriter
 from metaagent.rollout.engine import FrozenDesign
-from metaagent.rollout.records import RolloutTree, TreeWriter
 
 from .config import ServeConfig
 from .errors import ServeError, unavailable

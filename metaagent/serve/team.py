@@ -22,9 +22,9 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.policy.base import ChatRequest, PolicyError, RequestError, SamplingParams
+from metaagent.records import Design, Execution, RolloutTree
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine, RolloutObserver, derive_seed, design_reward
-from metaagent.rollout.records import Design, Execution, RolloutTree
 from metaagent.workflow.protocol import agent_system_prompt, extract_delivery
 
 from . import selection

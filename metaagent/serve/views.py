@@ -1,6 +1,6 @@
 """Rollout records -> the response models of :mod:`metaagent.serve.protocol`.
 
-A served team is a :class:`~metaagent.rollout.records.RolloutTree` (mode ``"serve"``); the response shows
+A served team is a :class:`~metaagent.records.RolloutTree` (mode ``"serve"``); the response shows
 its designs and executions without token ids and log-probs (``return_trace`` adds the whole tree).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from metaagent.rollout.records import AgentTurn, Design, Execution, RewardRecord, ToolCall
+from metaagent.records import AgentTurn, Design, Execution, RewardRecord, ToolCall
 
 from .protocol import (
     CheckOut,

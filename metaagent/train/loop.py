@@ -30,9 +30,9 @@ from typing import Any
 import yaml
 
 from metaagent import __version__
+from metaagent.records import RolloutTree, TreeWriter
 from metaagent.rollout.engine import RolloutEngine, RolloutObserver, derive_seed
 from metaagent.rollout.metrics import rollout_metrics
-from metaagent.rollout.records import RolloutTree, TreeWriter
 from metaagent.train.config import TrainConfig
 from metaagent.train.metrics import MetricsLogger
 
@@ -66,7 +66,7 @@ def load_tasks(specs: list[dict[str, Any]]):
 
 def config_hash(cfg: TrainConfig) -> str:
     """Hash of the settings that decide the schedule and data order (not the length or the folder)."""
-    from metaagent.rollout.records import config_hash as record_hash
+    from metaagent.records import config_hash as record_hash
 
     d = cfg.to_dict()
     d["trainer"] = {k: v for k, v in d["trainer"].items() if k not in ("steps", "out")}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from metaagent.rollout.records import RolloutTree
+from metaagent.records import RolloutTree
 
 from .schedule import DESIGNER, EXECUTOR, ROLES
 

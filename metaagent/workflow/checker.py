@@ -2,7 +2,7 @@
 
 ``check_script(source)`` parses the script with libcst and walks it once. Statement and expression kinds,
 names, attributes and builtins must be on the allow-lists of :mod:`metaagent.workflow.rules`; anything
-else becomes a :class:`~metaagent.rollout.records.Diagnostic` with a stable code and a message a designer
+else becomes a :class:`~metaagent.records.Diagnostic` with a stable code and a message a designer
 model can act on (what was refused, what to use instead). The checker never raises: syntax errors, budget
 overruns and even a bug in the checker itself come back as diagnostics.
 
@@ -29,7 +29,7 @@ from functools import lru_cache
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from metaagent.rollout.records import CheckReport, Diagnostic
+from metaagent.records import CheckReport, Diagnostic
 
 from . import rules
 

@@ -12,7 +12,7 @@ How a script runs (host = the process that owns the policy; worker = :mod:`metaa
 3. each agent call is a JSON message to the host, which calls ``policy.generate`` (one batch per
    ``parallel``), records the turn with token ids and log-probs, and answers with text only;
 4. the worker reports how the script ended; the host builds the
-   :class:`~metaagent.rollout.records.Execution`.
+   :class:`~metaagent.records.Execution`.
 
 What is covered (each is a test in ``tests/workflow``):
 
@@ -47,7 +47,7 @@ What is NOT covered:
 - side channels (timing, CPU contention between scripts);
 - memory limits are address-space limits (RLIMIT_AS), not cgroup limits; the pool's total memory is
   ``workers x memory_mb`` at worst;
-- tools run on the host with their own isolation (``metaagent.rewards.code`` runs programs in short-lived
+- tools run on the host with their own isolation (``metaagent.execution.code`` runs programs in short-lived
   limited processes), not inside this sandbox.
 """
 
@@ -68,7 +68,7 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.policy.base import Policy, SamplingParams
-from metaagent.rollout.records import Execution, ScriptError
+from metaagent.records import Execution, ScriptError
 
 from . import rules
 from .channel import Channel, ChannelError

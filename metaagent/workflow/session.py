@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaagent.policy.base import ChatRequest, Policy, RequestError, SamplingParams
-from metaagent.rollout.records import EXECUTION_STATUSES, AgentTurn, Execution, ScriptError, ToolCall
+from metaagent.records import EXECUTION_STATUSES, AgentTurn, Execution, ScriptError, ToolCall
 
 from .channel import ChannelError, ChannelTimeout, ProtocolError
 from .limits import Limits

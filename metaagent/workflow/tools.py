@@ -1,7 +1,7 @@
 """Host tools a workflow script may call: run a candidate program on the public tests or on an input.
 
 Tools execute on the HOST, never in the sandbox worker: the worker sends "call tool T with these
-arguments", the host runs the function (here, programs run through :func:`metaagent.rewards.code.run_code_tests`,
+arguments", the host runs the function (here, programs run through :func:`metaagent.execution.code.run_code_tests`,
 each in its own short-lived limited process) and answers with the result string.
 
 The docstrings of the ``__call__`` methods are what the designer reads (``api_reference``).
@@ -22,7 +22,7 @@ MAX_RESULT_CHARS = 1500
 
 def _program(text: str) -> str:
     """The program inside an agent reply: its last ```python block, else the text itself."""
-    from metaagent.rewards.code import extract_program
+    from metaagent.execution.code import extract_program
 
     if not isinstance(text, str):
         raise TypeError(f"the program must be text, got {type(text).__name__}")
@@ -52,7 +52,7 @@ class RunTests:
             return (
                 "NO TESTS: this task has no public tests; check the program by reasoning or with run_program"
             )
-        from metaagent.rewards.code import run_code_tests
+        from metaagent.execution.code import run_code_tests
 
         result = run_code_tests(
             code, self.public_tests, time_limit_s=self.time_limit_s, memory_mb=self.memory_mb, workers=1
@@ -74,7 +74,7 @@ class RunProgram:
         if not isinstance(input, str):
             raise TypeError(f"run_program's input must be text, got {type(input).__name__}")
         code = _program(program)
-        from metaagent.rewards.code import run_code_tests
+        from metaagent.execution.code import run_code_tests
 
         result = run_code_tests(
             code,

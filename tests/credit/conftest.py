@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metaagent.rollout.records import (
+from metaagent.records import (
     AgentTurn,
     CheckReport,
     Design,

@@ -15,7 +15,7 @@ from metaagent.credit import (
     register_estimator,
     reward_matrix,
 )
-from metaagent.rollout.records import RolloutTree
+from metaagent.records import RolloutTree
 
 ERR, MISSING = "ERR", "MISSING"  # markers understood by the make_tree fixture (conftest.py)
 

@@ -21,7 +21,8 @@ import pytest
 from distill_teacher_server import TeacherServer
 
 from metaagent.data import DatasetSpec, load_tasks
-from metaagent.distill.examples import EXAMPLE_FIELDS, validate_example
+from metaagent.data.chat import validate_example
+from metaagent.distill.examples import EXAMPLE_FIELDS
 from metaagent.workflow import check_script, extract_script
 
 M, N = 2, 2

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
+from metaagent.records import SCHEMA_VERSION, TreeWriter, read_trees
 from metaagent.replay import ReplayError, load_run
-from metaagent.rollout.records import SCHEMA_VERSION, TreeWriter, read_trees
 
 
 def _records(run_dir):

@@ -9,10 +9,10 @@ from replay_helpers import answering_policy
 
 from metaagent.data import load_bundled
 from metaagent.policy import ScriptedPolicy
+from metaagent.records import write_trees
 from metaagent.replay import ReplayError, load_run, stats
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.engine import RolloutEngine
-from metaagent.rollout.records import write_trees
 
 SINGLE = 'adder = Agent("Adder", "Add the numbers of task zero.")\nsubmit(adder(task))\n'
 REVISE = (

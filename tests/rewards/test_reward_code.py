@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from metaagent.execution.code_tests import call_result_matches, outputs_match
 from metaagent.rewards import TestsFormatError, extract_program, normalize_tests, run_code_tests
-from metaagent.rewards.code_tests import call_result_matches, outputs_match
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 ADD_TESTS = {"inputs": ["1 2\n", "10 20\n", "-1 1\n"], "outputs": ["3\n", "30\n", "0\n"]}

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from metaagent.data import Task
+from metaagent.records import AgentTurn, CheckReport, Design, Execution, RewardRecord, RolloutTree
 from metaagent.rewards import (
     RewardConfig,
     delivery_format,
@@ -17,7 +18,6 @@ from metaagent.rewards import (
     score_tree,
     solution_format,
 )
-from metaagent.rollout.records import AgentTurn, CheckReport, Design, Execution, RewardRecord, RolloutTree
 
 MATH = Task(id="m1", domain="math", question="What is 2 + 3?", answer="5", source="test")
 CODE = Task(
@@ -183,7 +183,7 @@ def test_malformed_tests_are_an_error_record():
 
 
 def test_runner_failure_is_an_error_record(monkeypatch):
-    from metaagent.rewards import code_runner
+    from metaagent.execution import code_runner
 
     monkeypatch.setattr(code_runner.Limits, "__init__", _broken_python_limits(code_runner.Limits.__init__))
     record = score_execution(CODE, execution(GOOD_PROGRAM))

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from metaagent.execution.worker_pool import WorkerCrashed, WorkerPool
 from metaagent.rewards.errors import CheckTimeout
-from metaagent.rewards.worker_pool import WorkerCrashed, WorkerPool
 
 HELPER = r"""
 import json, os, sys, time

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from metaagent.rollout.records import (
+from metaagent.records import (
     SCHEMA_VERSION,
     AgentTurn,
     CheckReport,
@@ -48,7 +48,7 @@ def test_corrupt_and_newer_lines_are_reported_not_fatal(tmp_path):
     assert [b.line for b in bad] == [2, 3]
     assert "upgrade metaagent" in bad[0].error
     with pytest.raises(SchemaError, match=r"r.jsonl:2"):
-        list(__import__("metaagent.rollout.records", fromlist=["iter_trees"]).iter_trees(p))
+        list(__import__("metaagent.records", fromlist=["iter_trees"]).iter_trees(p))
 
 
 def test_bad_status_is_refused():

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from serve_helpers import API_KEY, TEAM_SCRIPT, default_designer, default_executor, scripted_models
 
-from metaagent.rollout.records import read_trees
+from metaagent.records import read_trees
 
 
 def test_team_is_designed_executed_and_reported(make_server, client_for):

@@ -17,7 +17,7 @@ import pytest
 from serve_helpers import API_KEY, free_port
 
 from metaagent.cli.serve import main
-from metaagent.rollout.records import read_trees
+from metaagent.records import read_trees
 
 COMMAND = str(Path(sys.executable).parent / "metaagent-serve")
 

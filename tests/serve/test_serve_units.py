@@ -8,7 +8,7 @@ import pytest
 
 from metaagent.config import ConfigError
 from metaagent.policy import ChatRequest, PolicyError, SamplingParams, ScriptedPolicy
-from metaagent.rollout.records import CheckReport, Design, Execution
+from metaagent.records import CheckReport, Design, Execution
 from metaagent.serve import selection
 from metaagent.serve.config import ServeConfig, is_loopback
 from metaagent.serve.domain import guess_domain

@@ -11,8 +11,7 @@ import torch
 
 from metaagent.config import ConfigError
 from metaagent.policy import ChatRequest
-from metaagent.train.sft import SFTConfig, SFTError, SFTTrainer, epoch_order, lr_at
-from metaagent.train.sft_data import (
+from metaagent.sft.data import (
     SFTDataError,
     build_sft_samples,
     check_tokenization,
@@ -20,6 +19,7 @@ from metaagent.train.sft_data import (
     end_of_turn_id,
     read_chat_jsonl,
 )
+from metaagent.sft.trainer import SFTConfig, SFTError, SFTTrainer, epoch_order, lr_at
 
 SYSTEM = "You add numbers. Reply with the sum only."
 

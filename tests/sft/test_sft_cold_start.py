@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from metaagent.train.sft import SFTConfig, SFTTrainer
-from metaagent.train.sft_cold_start import ColdStartError, cold_start_dir, export_adapter, load_cold_start
+from metaagent.policy.cold_start import ColdStartError, cold_start_dir, export_adapter, load_cold_start
+from metaagent.sft.trainer import SFTConfig, SFTTrainer
 
 
 def _adapter(tmp_path: Path) -> Path:
@@ -70,7 +70,7 @@ def test_missing_adapter_says_how_to_make_it(tmp_path, monkeypatch):
 def test_designer_valid_rate_counts_valid_scripts():
     from metaagent.data import DatasetSpec, load_tasks
     from metaagent.policy import ScriptedPolicy
-    from metaagent.train.sft_eval import designer_requests, designer_valid_rate
+    from metaagent.sft.eval import designer_requests, designer_valid_rate
     from metaagent.workflow import load_templates
 
     tasks = load_tasks(DatasetSpec(source="bundled", split="val", levels=[1, 2]))
@@ -98,8 +98,8 @@ def test_sft_targets_are_the_ids_the_embedded_policy_produces():
     from metaagent.data import DatasetSpec, load_tasks
     from metaagent.policy import SamplingParams
     from metaagent.policy.hf import HFPolicy
-    from metaagent.train.sft_data import encode_example
-    from metaagent.train.sft_eval import designer_requests
+    from metaagent.sft.data import encode_example
+    from metaagent.sft.eval import designer_requests
     from metaagent.workflow import load_templates
 
     policy = HFPolicy("embedded", max_batch_size=4)

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from metaagent.rollout.records import (
+from metaagent.records import (
     AgentTurn,
     CheckReport,
     Design,

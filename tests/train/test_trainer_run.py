@@ -15,12 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from warm_tiny import SCRIPT, TRAIN_SPEC, warm_tiny
 
 from metaagent.train.config import TrainConfig
 from metaagent.train.metrics import read_metrics
 from metaagent.train.trainer import Trainer
-
-from warm_tiny import SCRIPT, TRAIN_SPEC, warm_tiny
 
 pytestmark = pytest.mark.slow
 

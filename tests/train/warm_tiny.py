@@ -66,7 +66,7 @@ def executor_examples(n: int = 24) -> list[dict]:
 
 def warm_tiny(out: Path, kind: str, *, steps: int | None = None, lr: float = 1e-2) -> str:
     """SFT the tiny model on ``kind`` examples; returns the merged model folder (a valid ``--model``)."""
-    from metaagent.train.sft import SFTConfig, SFTTrainer
+    from metaagent.sft.trainer import SFTConfig, SFTTrainer
 
     rows = designer_examples() if kind == "designer" else executor_examples()
     steps = steps or (100 if kind == "designer" else 60)

@@ -9,7 +9,7 @@ import random
 
 import torch
 
-from metaagent.rollout.records import (
+from metaagent.records import (
     AgentTurn,
     CheckReport,
     Design,

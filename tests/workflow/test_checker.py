@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from metaagent.rollout.records import CheckReport
+from metaagent.records import CheckReport
 from metaagent.workflow import check_script, rules
 
 OK = 'solver = Agent("S", "You solve.")\nsubmit(solver(task))\n'

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from wf_helpers import fake_tools, role_reply
 
 from metaagent.policy import ScriptedPolicy
-from metaagent.rollout.records import EXECUTION_STATUSES, CheckReport
+from metaagent.records import EXECUTION_STATUSES, CheckReport
 from metaagent.workflow import analyze_script, check_script, extract_script, load_templates
 
 TEMPLATES = [t.source for t in load_templates()]

@@ -1,4 +1,4 @@
-"""The host tools on the real code runner (metaagent.rewards.code): each program runs in its own process."""
+"""The host tools on the real code runner (metaagent.execution.code): each program runs in its own process."""
 
 from __future__ import annotations
 

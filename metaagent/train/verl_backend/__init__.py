@@ -1,6 +1,7 @@
 """GPU scale: the same stagewise hierarchical GRPO on upstream verl (FSDP actors, vLLM servers, Ray).
 
-``train-metaagent --backend verl`` calls :func:`run`. What runs where:
+``train-metaagent --backend verl`` (:mod:`metaagent.cli.train`) prints :func:`plan_text` and runs
+:class:`.trainer.VerlTrainer`. What runs where:
 
 - metaagent: data, the rollout engine (designer + sandboxed multi-agent executions), rewards, records,
   credit (paper Eq. 4-7), the stage schedule (Eq. 9) and samples of the active role — unchanged;
@@ -18,13 +19,12 @@ Nothing GPU-related is imported until a real run starts; ``--dry-run`` imports n
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from .config import ModelResources, VerlConfig
 from .errors import VerlBackendError
 
-__all__ = ["ModelResources", "VerlBackendError", "VerlConfig", "plan_text", "run"]
+__all__ = ["ModelResources", "VerlBackendError", "VerlConfig", "plan_text"]
 
 
 def plan_text(config: Any) -> tuple[Any, str]:
@@ -37,47 +37,3 @@ def plan_text(config: Any) -> tuple[Any, str]:
     plan = resolve_plan(config)
     settings = {m.key: shown_settings(compose_verl_config(config, plan, m)) for m in plan.models}
     return plan, format_plan(plan, settings)
-
-
-def run(config: Any, *, dry_run: bool = False, resume: str | bool | None = None) -> int:
-    """Train with the verl backend (or only print the plan); returns the process exit code.
-
-    Exit codes: 0 done, 1 the run failed, 2 the configuration cannot run (message on stderr).
-    """
-    from metaagent.config import ConfigError
-
-    try:
-        plan, text = plan_text(config)
-    except ConfigError as e:
-        print(f"train-metaagent: config error: {e}", file=sys.stderr)
-        return 2
-    print(text, flush=True)
-    if dry_run:
-        return 0
-
-    from metaagent.cli.display import TrainDisplay
-    from metaagent.train.checkpoint import CheckpointError
-    from metaagent.train.trainer import TrainError
-
-    from .trainer import VerlTrainer, require_gpus
-
-    display = TrainDisplay(show_samples=config.trainer.show_samples)
-    try:
-        require_gpus(plan)
-        trainer = VerlTrainer(config, plan=plan, resume=resume, observer=display)
-    except (VerlBackendError, TrainError, ConfigError, CheckpointError, FileNotFoundError) as e:
-        print(f"train-metaagent: {e}", file=sys.stderr)
-        return 2
-    try:
-        with trainer:
-            display.header(config, trainer.start_step, str(trainer.run_dir))
-            trainer.train(on_step=lambda r: display.step_done(r.step, r.metrics, r.trees))
-    except (VerlBackendError, TrainError, CheckpointError) as e:
-        print(f"train-metaagent: {e}", file=sys.stderr)
-        return 1
-    display.console.print(
-        f"done: metrics in {trainer.run_dir / 'metrics.jsonl'}, rollouts in {trainer.run_dir / 'rollouts'}, "
-        f"checkpoints in {trainer.run_dir / 'checkpoints'} (to Hugging Face: python -m "
-        "metaagent.train.verl_backend.convert <checkpoint> <out>)"
-    )
-    return 0

@@ -36,7 +36,7 @@ import torch
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
 
 from metaagent.credit import DEFAULT_EPS, flat_credit, hierarchical_credit, reward_matrix
-from metaagent.rollout.records import RolloutTree
+from metaagent.records import RolloutTree
 from metaagent.train.samples import Sample
 from metaagent.train.schedule import DESIGNER, EXECUTOR
 

@@ -24,11 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import CheckTimeout, RewardError
-
-
-class WorkerCrashed(RewardError):
-    """The helper process died or answered something that is not a JSON line."""
+from .errors import CheckTimeout, ExecutionError, WorkerCrashed
 
 
 class _Worker:
@@ -147,7 +143,7 @@ class WorkerPool:
         with self._cond:
             while True:
                 if self._closed:
-                    raise RewardError("the worker pool is closed")
+                    raise ExecutionError("the worker pool is closed")
                 if self._idle:
                     return self._idle.pop()
                 if self._running < self.size:

@@ -9,7 +9,7 @@ negative log-likelihood of their assistant tokens::
     L = - (1 / sum_i |o_i|) * sum_i sum_t log pi_theta(o_i,t | c_i, o_i,<t)
 
 where ``c_i`` is the example's prompt through the chat template and ``o_i`` its assistant reply plus the
-end-of-turn token (:mod:`metaagent.train.sft_data`). The step's examples are split into micro-batches by a
+end-of-turn token (:mod:`metaagent.sft.data`). The step's examples are split into micro-batches by a
 padded-token budget (``batch_tokens``) and each micro-batch's summed NLL is divided by the *step's* token
 count before ``backward()``, so the accumulated gradient is the gradient of ``L`` however the split falls.
 Log-probs come from the RL trainer's :func:`metaagent.train.logprobs.response_logprobs` at temperature 1
@@ -114,7 +114,7 @@ class SFTConfig:
     tensorboard: bool = False
 
     def __post_init__(self) -> None:
-        from .sft_data import KINDS
+        from metaagent.sft.data import KINDS
 
         self.data = [str(p) for p in self.data]
         self.kinds = list(self.kinds)
@@ -207,8 +207,7 @@ class SFTTrainer:
         import torch
 
         from metaagent.policy.models import load_model_and_tokenizer
-
-        from .sft_data import build_sft_samples, data_fingerprint, read_chat_jsonl
+        from metaagent.sft.data import build_sft_samples, data_fingerprint, read_chat_jsonl
 
         self.config = cfg = config
         self.log = log or (lambda line: None)
@@ -256,7 +255,7 @@ class SFTTrainer:
     def _resume(self, resume: bool | str) -> None:
         from peft.utils import set_peft_model_state_dict
 
-        from .checkpoint import latest_checkpoint, load_checkpoint, model_path
+        from metaagent.train.checkpoint import latest_checkpoint, load_checkpoint, model_path
 
         path = latest_checkpoint(self.run_dir) if resume is True else Path(str(resume))
         if path is None:
@@ -306,8 +305,8 @@ class SFTTrainer:
         """Forward/backward the step's micro-batches (token-mean NLL), clip, AdamW step. Returns metrics."""
         import torch
 
-        from .logprobs import response_logprobs
-        from .samples import collate, micro_batches
+        from metaagent.train.logprobs import response_logprobs
+        from metaagent.train.samples import collate, micro_batches
 
         t0 = time.perf_counter()
         batch = self.batch_of(step)
@@ -360,7 +359,7 @@ class SFTTrainer:
 
         Returns the folder of the final merged model (a valid ``--model``).
         """
-        from .metrics import MetricsLogger
+        from metaagent.train.metrics import MetricsLogger
 
         cfg = self.config
         logger = MetricsLogger(
@@ -396,7 +395,7 @@ class SFTTrainer:
 
     def save(self) -> Path:
         """Write checkpoint ``step`` and point ``OUT/model`` (and ``OUT/adapter``) at it."""
-        from .checkpoint import save_checkpoint
+        from metaagent.train.checkpoint import save_checkpoint
 
         models: dict[str, Any] = {POLICY_KEY: self.merged_model()}
         if self.config.lora_rank > 0:

@@ -1,6 +1,6 @@
 """Child side of the code runner: run one program on one test under OS limits.
 
-Started by :mod:`metaagent.rewards.code_runner` as ``python -I -S _code_harness.py spec.py`` in a fresh
+Started by :mod:`metaagent.execution.code_runner` as ``python -I -S _code_harness.py spec.py`` in a fresh
 temporary directory, in its own session, with a clean environment, stdin from the test input and
 stdout/stderr redirected to files. It
 

@@ -6,7 +6,7 @@ in ``sft_data/cold_start/`` merged in, built once (~10 s) into the metaagent cac
 when the adapter or the base model recipe changes. It is a valid ``--model`` for train-metaagent and
 metaagent-serve, so ``make demo`` can start RL from the cold start without retraining::
 
-    from metaagent.train.sft_cold_start import load_cold_start
+    from metaagent.policy.cold_start import load_cold_start
     path = load_cold_start()          # e.g. ~/.cache/metaagent/models/embedded-sft-3f2a...
 
 The adapter folder is ``$METAAGENT_COLD_START`` when set, else ``sft_data/cold_start`` of the repository

@@ -4,7 +4,7 @@ Each run gets a fresh temporary directory (its cwd), a clean environment (no inh
 secrets), stdin from the test, stdout/stderr to files capped by ``RLIMIT_FSIZE``, an address-space limit,
 a CPU limit and a wall-clock limit. The process starts its own session; when it ends (or on timeout) the
 whole process group is killed, so anything it forked dies with it. The child side is
-:mod:`metaagent.rewards._code_harness`.
+:mod:`metaagent.execution._code_harness`.
 
 Statuses: ``passed``, ``wrong_answer`` (includes output over the size cap and failed assertions),
 ``runtime_error``, ``timeout`` (wall clock or CPU limit), ``memory`` (address-space limit).

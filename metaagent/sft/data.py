@@ -23,9 +23,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from metaagent.distill.examples import ExampleError, validate_example
-
-from .samples import Sample, SampleSet
+from metaagent.data.chat import ExampleError, validate_example
+from metaagent.train.samples import Sample, SampleSet
 
 #: end-of-turn tokens, in order of preference, that close an assistant reply
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
