@@ -26,12 +26,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from metaagent.errors import MetaAgentError
+
 SCHEMA_VERSION = 1
 
 EXECUTION_STATUSES = ("ok", "invalid", "error", "timeout", "limit")
 
+#: the two logical roles; an executor agent's route name is ``executor:<agent role name>``
+DESIGNER = "designer"
+EXECUTOR = "executor"
+ROLES = (DESIGNER, EXECUTOR)
 
-class SchemaError(ValueError):
+
+class SchemaError(MetaAgentError, ValueError):
     """A record cannot be read: malformed, or written by a newer schema than this package knows."""
 
 

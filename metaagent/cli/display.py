@@ -13,6 +13,7 @@ from rich.table import Table
 
 from metaagent.records import Design, Execution, RolloutTree
 from metaagent.rollout.engine import RolloutObserver
+from metaagent.train.schedule import StageSchedule
 
 ROLE_STYLE = {"executor": "green", "designer": "magenta", "both": "yellow", "none": "dim"}
 
@@ -40,7 +41,7 @@ class TrainDisplay(RolloutObserver):
         table.add_row("model", f"{c.policy.model} ({c.policy.weights} weights, {c.policy.backend} on {c.policy.device})")
         table.add_row("rollout", f"M={c.rollout.m_designs} designs x N={c.rollout.n_executions} executions, "
                       f"batch {c.data.batch_size} tasks ({c.data.math_fraction:.0%} math)")
-        table.add_row("schedule", schedule_text(c.schedule.mode, c.schedule.stage_len, c.trainer.steps))
+        table.add_row("schedule", StageSchedule(c.schedule.mode, c.schedule.stage_len).describe(c.trainer.steps))
         table.add_row("steps", f"{start_step} -> {c.trainer.steps}" + (" (resumed)" if start_step else ""))
         self.console.print(table)
 
@@ -129,20 +130,6 @@ class TrainDisplay(RolloutObserver):
         if turn is not None:
             self.console.print(f"  [green]agent {turn.role}[/]:", highlight=False)
             self.console.print(_indent(_clip(turn.response, self.sample_chars)), markup=False, highlight=False)
-
-
-def schedule_text(mode: str, stage_len: int, steps: int) -> str:
-    if mode != "stagewise":
-        return {"coupled": "coupled: both roles every step", "designer_only": "designer only",
-                "executor_only": "executor only"}.get(mode, mode)
-    spans = []
-    for start in range(0, max(steps, 1), stage_len):
-        role = "executor" if (start // stage_len) % 2 == 0 else "designer"
-        spans.append(f"{start}-{min(start + stage_len, steps) - 1} {role}")
-        if len(spans) == 4 and start + stage_len < steps:
-            spans.append("...")
-            break
-    return f"stagewise, K={stage_len} (Eq. 9): " + ", ".join(spans)
 
 
 def _clip(text: str, n: int) -> str:

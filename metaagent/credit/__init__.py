@@ -8,11 +8,21 @@ Two layers:
   ``assign_credit(trees, estimator="hierarchical", **options) -> CreditResult``.
 """
 
-from .assign import COUNTERS, CreditResult, TreeCredit, assign_credit, execution_reward, reward_matrix
+from .assign import (
+    COUNTERS,
+    CreditResult,
+    TreeCredit,
+    assign_credit,
+    design_row,
+    execution_reward,
+    fill_design_rewards,
+    reward_matrix,
+)
 from .groups import DEFAULT_EPS, CreditError, GroupResult, group_advantages
 from .matrix import (
     EXECUTOR_GROUPS,
     MatrixCredit,
+    design_reward,
     flat_advantages,
     flat_credit,
     hierarchical_advantages,
@@ -30,8 +40,11 @@ __all__ = [
     "MatrixCredit",
     "TreeCredit",
     "assign_credit",
+    "design_reward",
+    "design_row",
     "estimator_options",
     "execution_reward",
+    "fill_design_rewards",
     "flat_advantages",
     "flat_credit",
     "get_estimator",

@@ -17,7 +17,7 @@ import numpy as np
 from metaagent.records import Execution, RolloutTree
 
 from .groups import DEFAULT_EPS, CreditError
-from .matrix import MatrixCredit, Row, flat_credit, hierarchical_credit
+from .matrix import MatrixCredit, Row, design_reward, flat_credit, hierarchical_credit
 from .registry import check_options, get_estimator, register_estimator
 
 #: counters summed over trees into ``credit/<name>`` metrics (always present, 0 when nothing happened)
@@ -93,22 +93,31 @@ def execution_reward(tree: RolloutTree, i: int, j: int, execution: Execution) ->
     return float(total)
 
 
+def design_row(tree: RolloutTree, i: int) -> Row:
+    """Design i's rewards in the :mod:`metaagent.credit.matrix` convention: ``[]`` invalid, ``None`` valid but
+    never run, else one entry per execution (None where its reward could not be computed)."""
+    d = tree.designs[i]
+    if not d.valid:
+        if d.executions:
+            raise CreditError(
+                f"task {tree.task_id}: designs[{i}] is invalid (check failed or no script) but has "
+                f"{len(d.executions)} execution(s); an invalid design is never executed"
+            )
+        return []
+    if not d.executions:
+        return None  # valid but never run: no design reward to compare
+    return [execution_reward(tree, i, j, e) for j, e in enumerate(d.executions)]
+
+
 def reward_matrix(tree: RolloutTree) -> list[Row]:
     """The tree's rewards in the :mod:`metaagent.credit.matrix` convention (one row per design)."""
-    rows: list[Row] = []
+    return [design_row(tree, i) for i in range(len(tree.designs))]
+
+
+def fill_design_rewards(tree: RolloutTree) -> None:
+    """Write Eq. 4 (:func:`metaagent.credit.matrix.design_reward`) into every ``Design.reward`` of the tree."""
     for i, d in enumerate(tree.designs):
-        if not d.valid:
-            if d.executions:
-                raise CreditError(
-                    f"task {tree.task_id}: designs[{i}] is invalid (check failed or no script) but has "
-                    f"{len(d.executions)} execution(s); an invalid design is never executed"
-                )
-            rows.append([])
-        elif not d.executions:
-            rows.append(None)  # valid but never run: no design reward to compare
-        else:
-            rows.append([execution_reward(tree, i, j, e) for j, e in enumerate(d.executions)])
-    return rows
+        d.reward = design_reward(design_row(tree, i))
 
 
 @register_estimator("hierarchical")

@@ -19,6 +19,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from metaagent.records import DESIGNER, EXECUTOR
+
 from .groups import DEFAULT_EPS, CreditError, GroupResult, check_reward, group_advantages
 
 EXECUTOR_GROUPS = ("question", "design")
@@ -55,27 +57,36 @@ def _check_rows(rewards: Sequence[Row]) -> list[list[float | None] | None]:
     return rows
 
 
+def design_reward(row: Row) -> float | None:
+    """Eq. 4, ``Rbar_i = (1/N) sum_j R_ij``: the mean of design i's computable execution rewards.
+
+    ``[]`` (an invalid design: the check failed, nothing ran) gets 0; ``None`` (no row) and a row in which
+    no reward could be computed get None (no design reward, left out of the designer group). The one home of
+    this formula: the rollout engine, the records, the verl backend and serving all call it.
+    """
+    if row is None:
+        return None
+    if not row:
+        return 0.0
+    ok = [x for x in row if x is not None]
+    return sum(ok) / len(ok) if ok else None
+
+
 def _design_rewards(rows: list[list[float | None] | None], counts: Counter[str]) -> list[float | None]:
-    """Eq. 4, with the paper's "invalid design -> reward 0"."""
+    """:func:`design_reward` of every row, counting invalid designs, reward errors and reward-less designs."""
     out: list[float | None] = []
     for row in rows:
         counts["designs"] += 1
         if row is None:
             counts["designs_without_reward"] += 1
-            out.append(None)
-            continue
-        if not row:
+        elif not row:
             counts["invalid_designs"] += 1
-            out.append(0.0)
-            continue
-        counts["executions"] += len(row)
-        ok = [x for x in row if x is not None]
-        counts["reward_errors"] += len(row) - len(ok)
-        if not ok:
-            counts["designs_without_reward"] += 1
-            out.append(None)
         else:
-            out.append(sum(ok) / len(ok))
+            counts["executions"] += len(row)
+            counts["reward_errors"] += sum(x is None for x in row)
+            if all(x is None for x in row):
+                counts["designs_without_reward"] += 1
+        out.append(design_reward(row))
     return out
 
 
@@ -129,7 +140,7 @@ def hierarchical_credit(
     members = [i for i, r in enumerate(design_rewards) if r is not None]
     if members:
         res = group_advantages([design_rewards[i] for i in members], eps=eps, norm_by_std=norm_by_std)
-        _count_group(res, "designer", counts)
+        _count_group(res, DESIGNER, counts)
         for i, a in zip(members, res.advantages):
             if filter_zero_var and res.degenerate:
                 counts["filtered_designs"] += 1
@@ -145,7 +156,7 @@ def hierarchical_credit(
         if not group:
             continue
         res = group_advantages([rows[i][j] for i, j in group], eps=eps, norm_by_std=norm_by_std)  # type: ignore[index]
-        _count_group(res, "executor", counts)
+        _count_group(res, EXECUTOR, counts)
         for (i, j), a in zip(group, res.advantages):
             if filter_zero_var and res.degenerate:
                 counts["filtered_executions"] += 1
@@ -215,7 +226,7 @@ def flat_credit(
     if group:
         scores = [0.0 if j is None else rows[i][j] for i, j in group]  # type: ignore[index]
         res = group_advantages(scores, eps=eps, norm_by_std=norm_by_std)  # type: ignore[arg-type]
-        _count_group(res, "executor", counts)
+        _count_group(res, EXECUTOR, counts)
         if filter_zero_var and res.degenerate:
             counts["filtered_executions"] += sum(j is not None for _, j in group)
             counts["filtered_designs"] += len({i for i, _ in group})

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.data.chat import ExampleError, example_id
-from metaagent.records import Design, Execution, RolloutTree
+from metaagent.records import DESIGNER, EXECUTOR, Design, Execution, RolloutTree
 
 from .variation import fenced
 
-DESIGNER, EXECUTOR = "designer", "executor"
 KINDS = (DESIGNER, EXECUTOR)
 
 

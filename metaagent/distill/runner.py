@@ -25,8 +25,9 @@ from typing import Any
 from metaagent.data.tasks import Task
 from metaagent.policy.base import Policy
 from metaagent.records import Design, DesignerSample, RolloutTree
-from metaagent.rollout.engine import FrozenDesign, RolloutEngine, derive_seed
+from metaagent.rollout.engine import FrozenDesign, RolloutEngine
 from metaagent.rollout.prompts import designer_messages, select_templates
+from metaagent.seeding import derive_seed
 
 from .config import DistillConfig
 from .examples import DESIGNER, EXECUTOR, tree_examples

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from metaagent.records import EXECUTOR
+
 VALID_CHAT_ROLES = ("system", "user", "assistant")
 FINISH_REASONS = ("stop", "length")
 
@@ -126,7 +128,7 @@ class ChatRequest:
 
     messages: list[dict[str, str]]
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    role: str = "executor"
+    role: str = EXECUTOR
     agent: str = ""
 
     @property
@@ -226,7 +228,7 @@ class Policy(abc.ABC):
         messages: Sequence[Mapping[str, str]],
         sampling: SamplingParams | Mapping[str, Any] | None = None,
         *,
-        role: str = "executor",
+        role: str = EXECUTOR,
     ) -> Completion:
         """Convenience: one request, one completion."""
         return self.generate([ChatRequest(list(messages), sampling or SamplingParams(), role=role)])[0]

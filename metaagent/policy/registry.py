@@ -18,14 +18,32 @@ Examples::
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+
+from metaagent.records import DESIGNER, EXECUTOR
+from metaagent.records import ROLES as LOGICAL_ROLES
 
 from .base import ChatRequest, Completion, Policy
 
-DESIGNER = "designer"
-EXECUTOR = "executor"
-LOGICAL_ROLES = (DESIGNER, EXECUTOR)
 GLOB_CHARS = "*?["
+
+
+def resolve_role(role: str, keys: Iterable[str]) -> str | None:
+    """The key among ``keys`` that serves ``role`` (``designer``, ``executor`` or ``executor:<agent>``), or
+    None. The one rule set for role -> model routing (the rollout's registry and the trainer's samples):
+
+    1. the exact role string;
+    2. the first key, in the given order, that is a glob pattern (``*?[``) matching the role;
+    3. the role's base before the first ``":"`` (``executor``).
+    """
+    keys = list(keys)
+    if role in keys:
+        return role
+    for key in keys:
+        if any(c in key for c in GLOB_CHARS) and fnmatch.fnmatchcase(role, key):
+            return key
+    base = role.split(":", 1)[0]
+    return base if base in keys else None
 
 
 class PolicyRegistry(Mapping[str, Policy]):
@@ -78,14 +96,10 @@ class PolicyRegistry(Mapping[str, Policy]):
 
     def resolve(self, role: str) -> str:
         """The registry key that serves ``role``; raises :class:`KeyError` naming the configured keys."""
-        if role in self._map:
-            return role
-        for key in self._map:
-            if any(c in key for c in GLOB_CHARS) and fnmatch.fnmatchcase(role, key):
-                return key
+        key = resolve_role(role, self._map)
+        if key is not None:
+            return key
         base = role.split(":", 1)[0]
-        if base in self._map:
-            return base
         raise KeyError(
             f"no policy for role {role!r}; configured roles: {list(self._map)}. Add a mapping for "
             f"{base!r} (or a pattern such as '{base}:*')"

@@ -13,7 +13,6 @@ derived from (seed, step, task, design, execution), so a rollout is reproducible
 
 from __future__ import annotations
 
-import hashlib
 import random
 import threading
 import time
@@ -24,9 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metaagent.credit import fill_design_rewards
 from metaagent.data.tasks import Task
 from metaagent.policy.base import ChatRequest, Policy, PolicyError, SamplingParams
 from metaagent.records import (
+    DESIGNER,
+    EXECUTOR,
     CheckReport,
     Design,
     DesignerSample,
@@ -38,12 +40,7 @@ from metaagent.records import (
 )
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.prompts import designer_messages, select_templates
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 31-bit seed from any parts, stable across processes and Python versions."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+from metaagent.seeding import derive_seed
 
 
 @dataclass
@@ -139,8 +136,8 @@ class RolloutEngine:
 
     def models(self, frozen: FrozenDesign | None = None) -> dict[str, str]:
         frozen = frozen or self.frozen
-        models = {"executor": self.executor.model_id}
-        models["designer"] = frozen.name if frozen else self.designer.model_id  # type: ignore[union-attr]
+        models = {EXECUTOR: self.executor.model_id}
+        models[DESIGNER] = frozen.name if frozen else self.designer.model_id  # type: ignore[union-attr]
         return models
 
     def rollout(
@@ -192,8 +189,7 @@ class RolloutEngine:
         if execute:
             self._execute(trees, tasks, n, step, seed, executor_sampling)
         for tree in trees:
-            for d in tree.designs:
-                d.reward = design_reward(d)
+            fill_design_rewards(tree)
             tree.timings["total_s"] = time.perf_counter() - t0
         return trees
 
@@ -221,7 +217,7 @@ class RolloutEngine:
                     self.templates, task, cfg.k_templates, random.Random(s), cfg.template_selection
                 )
                 params = (sampling or cfg.designer.params()).replace(seed=s)
-                requests.append(ChatRequest(designer_messages(task, examples), params, role="designer"))
+                requests.append(ChatRequest(designer_messages(task, examples), params, role=DESIGNER))
                 shown.append([t.name for t in examples])
         self.observer.designs_started(len(requests))
         t0 = time.perf_counter()
@@ -246,7 +242,7 @@ class RolloutEngine:
                     elapsed_s=elapsed,
                     temperature=req.sampling.temperature,
                 )
-                row.append(self._checked_design(i, "designer", sample, c.text))
+                row.append(self._checked_design(i, DESIGNER, sample, c.text))
             out.append(row)
         self.observer.designs_done([d for row in out for d in row])
         return out
@@ -355,14 +351,6 @@ class RolloutEngine:
             return score_execution(task, execution, self.reward_config)
         except Exception as e:  # a scorer bug must not be a silent 0: record it as an unscored execution
             return RewardRecord(None, None, None, error=f"reward could not be computed: {type(e).__name__}: {e}")
-
-
-def design_reward(design: Design) -> float | None:
-    """Eq. 4: mean reward of the design's scored executions; 0 for an invalid design; None if none scored."""
-    if not design.valid:
-        return 0.0
-    scored = [e.reward.total for e in design.executions if e.reward is not None and e.reward.total is not None]
-    return sum(scored) / len(scored) if scored else None
 
 
 def make_pool(config: RolloutConfig, reward_config: Any = None):

@@ -20,11 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from metaagent.credit import fill_design_rewards
 from metaagent.data.tasks import Task
 from metaagent.policy.base import ChatRequest, PolicyError, RequestError, SamplingParams
 from metaagent.records import Design, Execution, RolloutTree
 from metaagent.rollout.config import RolloutConfig
-from metaagent.rollout.engine import FrozenDesign, RolloutEngine, RolloutObserver, derive_seed, design_reward
+from metaagent.rollout.engine import FrozenDesign, RolloutEngine, RolloutObserver
+from metaagent.seeding import derive_seed
 from metaagent.workflow.protocol import agent_system_prompt, extract_delivery
 
 from . import selection
@@ -258,10 +260,10 @@ def drop_missing_rewards(tree: RolloutTree, task: Task) -> None:
     is not an error); rewards of tasks with a reference are kept, errors included."""
     if task.has_reference:
         return
-    for design, execution in tree.executions():
+    for _, execution in tree.executions():
         if is_no_reference(execution.reward):
             execution.reward = None
-        design.reward = design_reward(design)
+    fill_design_rewards(tree)
 
 
 # ---- picking the answer ------------------------------------------------------------------------------------

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.data.chat import ExampleError, validate_example
+from metaagent.records import EXECUTOR, ROLES
 from metaagent.train.samples import Sample, SampleSet
 
 #: end-of-turn tokens, in order of preference, that close an assistant reply
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
-KINDS = ("designer", "executor")
+KINDS = ROLES  # an example trains the designer or an executor call
 
 
 class SFTDataError(ValueError):
@@ -61,7 +62,7 @@ def read_chat_jsonl(paths: Sequence[str | os.PathLike[str]]) -> list[dict[str, A
                     messages = validate_example(row, where)
                 except ExampleError as e:
                     raise SFTDataError(str(e)) from None
-                kind = row.get("kind", "executor")
+                kind = row.get("kind", EXECUTOR)
                 if kind not in KINDS:
                     raise SFTDataError(f"{where}: 'kind' must be one of {KINDS}, got {kind!r}")
                 out.append({**row, "messages": messages, "kind": kind, "_where": where})
@@ -154,7 +155,7 @@ def build_sft_samples(
     counts: Counter[str] = Counter()
     out: list[Sample] = []
     for i, ex in enumerate(examples):
-        kind = ex.get("kind", "executor")
+        kind = ex.get("kind", EXECUTOR)
         if kind not in wanted:
             counts["sft/dropped_kind"] += 1
             continue

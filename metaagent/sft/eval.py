@@ -19,8 +19,8 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.policy.base import ChatRequest, Policy, SamplingParams
-from metaagent.rollout.engine import derive_seed
 from metaagent.rollout.prompts import designer_messages, select_templates
+from metaagent.seeding import derive_seed
 
 
 @dataclass

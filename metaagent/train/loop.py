@@ -30,13 +30,14 @@ from typing import Any
 import yaml
 
 from metaagent import __version__
-from metaagent.records import RolloutTree, TreeWriter
-from metaagent.rollout.engine import RolloutEngine, RolloutObserver, derive_seed
+from metaagent.records import DESIGNER, EXECUTOR, RolloutTree, TreeWriter
+from metaagent.rollout.engine import RolloutEngine, RolloutObserver
 from metaagent.rollout.metrics import rollout_metrics
+from metaagent.seeding import derive_seed
 from metaagent.train.config import TrainConfig
 from metaagent.train.metrics import MetricsLogger
 
-ROLE_NAMES = {frozenset({"executor"}): "executor", frozenset({"designer"}): "designer"}
+ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
 
 
 class TrainError(RuntimeError):

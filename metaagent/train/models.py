@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.policy.base import Policy
+from metaagent.records import DESIGNER, EXECUTOR
 from metaagent.train.config import OptimConfig, PolicyConfig
 
 
@@ -40,7 +41,7 @@ class ModelSet:
         return executor_policy(self.policies, self.executor_keys)
 
     def model_ids(self) -> dict[str, str]:
-        return {"designer": self.paths[self.designer_key], **{p: self.paths[k] for p, k in self.executor_keys.items()}}
+        return {DESIGNER: self.paths[self.designer_key], **{p: self.paths[k] for p, k in self.executor_keys.items()}}
 
     def close(self) -> None:
         for p in self.policies.values():
@@ -66,18 +67,18 @@ def model_plan(cfg: PolicyConfig) -> tuple[dict[str, str], dict[str, str], str, 
         paths = {"policy": cfg.model}
         designer_key, executor_key = "policy", "policy"
     else:
-        paths = {"designer": cfg.model_for("designer"), "executor": cfg.model_for("executor")}
-        designer_key, executor_key = "designer", "executor"
+        paths = {DESIGNER: cfg.model_for(DESIGNER), EXECUTOR: cfg.model_for(EXECUTOR)}
+        designer_key, executor_key = DESIGNER, EXECUTOR
     executor_keys: dict[str, str] = {}
-    route: dict[str, str] = {"designer": designer_key}
+    route: dict[str, str] = {DESIGNER: designer_key}
     for i, (pattern, path) in enumerate(cfg.role_models.items()):
         key = f"role{i}"
         paths[key] = path
         registry_pattern = pattern if pattern.startswith("executor:") else f"executor:{pattern}"
         executor_keys[registry_pattern] = key
         route[registry_pattern] = key
-    executor_keys["executor"] = executor_key
-    route["executor"] = executor_key
+    executor_keys[EXECUTOR] = executor_key
+    route[EXECUTOR] = executor_key
     return paths, route, designer_key, executor_keys
 
 
@@ -144,6 +145,6 @@ def make_updaters(models: ModelSet, optim: OptimConfig) -> dict[str, Any]:
 def temperatures(rollout_cfg: Any) -> Mapping[str, float]:
     """Per-role temperature the log-probs were sampled at (greedy -> 1.0, see policy.base)."""
     return {
-        "designer": rollout_cfg.designer.temperature or 1.0,
-        "executor": rollout_cfg.executor.temperature or 1.0,
+        DESIGNER: rollout_cfg.designer.temperature or 1.0,
+        EXECUTOR: rollout_cfg.executor.temperature or 1.0,
     }

@@ -19,16 +19,16 @@ causal attention never lets a real token see the padding after it, so no positio
 
 from __future__ import annotations
 
-import fnmatch
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from metaagent.policy.registry import resolve_role
 from metaagent.records import RolloutTree
 
-from .schedule import DESIGNER, EXECUTOR, ROLES
+from .schedule import DESIGNER, EXECUTOR, ROLES, active_role_set
 
 
 class SampleError(ValueError):
@@ -165,10 +165,7 @@ def build_samples(
     ``samples/no_advantage/<role>``, ``samples/frozen_designs``, ``samples/empty_response``,
     ``samples/truncated_response``, ``samples/dropped_long_prompt``.
     """
-    active = frozenset(active_roles)
-    unknown = active - set(ROLES)
-    if unknown:
-        raise SampleError(f"unknown role(s) {sorted(unknown)} in active_roles; roles are {ROLES}")
+    active = active_role_set(active_roles, SampleError)
     for name, v in (("max_prompt_len", max_prompt_len), ("max_response_len", max_response_len)):
         if v is not None and (not isinstance(v, int) or v < 1):
             raise SampleError(f"{name} must be a positive integer or None, got {v!r}")
@@ -236,16 +233,17 @@ RoleToModel = Mapping[str, str] | Callable[[Sample], str]
 def model_key(sample: Sample, role_to_model_key: RoleToModel) -> str:
     """The physical model that trains ``sample``.
 
-    ``role_to_model_key`` is a callable ``sample -> key`` or a mapping from patterns to keys, tried in
-    order; a pattern matches when it equals ``sample.role`` or ``fnmatch``-es ``sample.route_name``
-    (``designer`` or ``executor:<agent>``). Shared policy: ``{"designer": "policy", "executor": "policy"}``;
-    separate: ``{"designer": "D", "executor": "E"}``; partial: ``{"executor:Verifier*": "V", "*": "policy"}``.
+    ``role_to_model_key`` is a callable ``sample -> key`` or a mapping from role keys to model keys,
+    resolved for ``sample.route_name`` (``designer`` or ``executor:<agent>``) by the same rules as the
+    rollout's policy registry (:func:`metaagent.policy.registry.resolve_role`). Shared policy:
+    ``{"designer": "policy", "executor": "policy"}``; separate: ``{"designer": "D", "executor": "E"}``;
+    partial: ``{"executor:Verifier*": "V", "*": "policy"}``.
     """
     if callable(role_to_model_key):
         return role_to_model_key(sample)
-    for pattern, key in role_to_model_key.items():
-        if pattern == sample.role or fnmatch.fnmatchcase(sample.route_name, pattern):
-            return key
+    pattern = resolve_role(sample.route_name, role_to_model_key)
+    if pattern is not None:
+        return role_to_model_key[pattern]
     raise SampleError(
         f"no model for sample {sample.route_name!r} (key {sample.key}); role_to_model_key patterns are "
         f"{list(role_to_model_key)}: add one that matches, e.g. '{sample.role}' or '*'"

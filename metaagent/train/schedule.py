@@ -11,12 +11,11 @@ The ablations of §4.3 are the other modes: ``coupled`` (both roles every step),
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-DESIGNER = "designer"
-EXECUTOR = "executor"
-ROLES = (DESIGNER, EXECUTOR)
+from metaagent.records import DESIGNER, EXECUTOR, ROLES
 
 #: mode -> roles active at every step (stagewise alternates and is handled separately)
 FIXED_MODES: dict[str, frozenset[str]] = {
@@ -25,11 +24,27 @@ FIXED_MODES: dict[str, frozenset[str]] = {
     "executor_only": frozenset({EXECUTOR}),
 }
 MODES = ("stagewise", *FIXED_MODES)
+MODE_TEXT = {
+    "coupled": "coupled: both roles every step",
+    "designer_only": "designer only",
+    "executor_only": "executor only",
+}
 DEFAULT_STAGE_LEN = 30  # paper §4.1: K = 30
 
 
 class ScheduleError(ValueError):
     """The schedule is misconfigured; the message says what to change."""
+
+
+def active_role_set(active_roles: Iterable[str], error: type[Exception] = ScheduleError) -> frozenset[str]:
+    """The Eq. 9 mask as a set: the roles whose samples enter the loss. Samples of the other roles are never
+    built (:func:`metaagent.train.samples.build_samples`) nor forwarded (:class:`PolicyUpdater`), so they
+    contribute exactly zero gradient. Raises ``error`` for a name that is not a role."""
+    active = frozenset(active_roles)
+    unknown = active - set(ROLES)
+    if unknown:
+        raise error(f"unknown role(s) {sorted(unknown)} in active_roles; roles are {ROLES}")
+    return active
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,16 @@ class StageSchedule:
             out.append((step, end, st.name))
             step = end
         return out
+
+    def describe(self, n_steps: int, *, max_stages: int = 4) -> str:
+        """One line for logs: the mode, and in ``stagewise`` mode the first stages of Eq. 9 with their steps."""
+        if self.mode != "stagewise":
+            return MODE_TEXT[self.mode]
+        stages = self.boundaries(max(n_steps, 1))
+        spans = [f"{a}-{b - 1} {name}" for a, b, name in stages[:max_stages]]
+        if len(stages) > max_stages:
+            spans.append("...")
+        return f"stagewise, K={self.stage_len} (Eq. 9): " + ", ".join(spans)
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state (the step itself is the trainer's)."""

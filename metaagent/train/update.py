@@ -29,7 +29,7 @@ import torch
 from .logprobs import DEFAULT_CHUNK_SIZE, naive_response_logprobs, response_logprobs
 from .losses import SUMMED_METRICS, GlobalBatch, LossConfig, policy_loss
 from .samples import RoleToModel, Sample, collate, micro_batches, route_samples
-from .schedule import ROLES
+from .schedule import ROLES, active_role_set
 
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16}
 LOGPROB_IMPLS = ("chunked", "naive")  # "naive": the full-logits reference, for tests and benchmarks only
@@ -175,10 +175,7 @@ class PolicyUpdater:
                 )
         if active_roles is None:
             return samples
-        active = frozenset(active_roles)
-        unknown = active - set(ROLES)
-        if unknown:
-            raise UpdateError(f"unknown role(s) {sorted(unknown)} in active_roles; roles are {ROLES}")
+        active = active_role_set(active_roles, UpdateError)
         kept = [s for s in samples if s.role in active]
         for role, n in Counter(s.role for s in samples if s.role not in active).items():
             metrics[f"train/samples_inactive/{role}"] = float(n)

@@ -12,7 +12,6 @@ when set, counts everything).
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import math
@@ -23,14 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaagent.policy.base import ChatRequest, Policy, RequestError, SamplingParams
-from metaagent.records import EXECUTION_STATUSES, AgentTurn, Execution, ScriptError, ToolCall
+from metaagent.records import EXECUTION_STATUSES, EXECUTOR, AgentTurn, Execution, ScriptError, ToolCall
+from metaagent.seeding import call_seed
 
 from .channel import ChannelError, ChannelTimeout, ProtocolError
 from .limits import Limits
 from .protocol import DELIVERY_CLOSE, agent_system_prompt, extract_delivery
 
 #: the logical role of every agent call in ChatRequest.role (policy accounting and role-to-model routing)
-EXECUTOR_ROLE = "executor"
 #: executor sampling when the caller gives none
 DEFAULT_MAX_TOKENS = 512
 MAX_ROLE_CHARS = 200
@@ -52,14 +51,6 @@ def executor_sampling(sampling: SamplingParams | Mapping[str, Any] | None) -> Sa
     if DELIVERY_CLOSE not in params.stop:
         params = params.replace(stop=params.stop + (DELIVERY_CLOSE,))
     return params
-
-
-def call_seed(seed: int | None, call_index: int) -> int | None:
-    """The seed of agent call ``call_index`` of an execution seeded with ``seed`` (None: unseeded)."""
-    if seed is None:
-        return None
-    digest = hashlib.blake2b(f"{seed}:{call_index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFFFFFF
 
 
 def find_parents(previous: list[AgentTurn], messages: list[dict[str, str]], task_text: str) -> list[int]:
@@ -345,7 +336,7 @@ class Session:
                 max_tokens=min(self.sampling.max_tokens, remaining),
                 seed=call_seed(self.seed, self.calls_made + i),
             )
-            requests.append(ChatRequest(messages, sampling, role=EXECUTOR_ROLE, agent=call.role))
+            requests.append(ChatRequest(messages, sampling, role=EXECUTOR, agent=call.role))
         t0 = time.perf_counter()
         try:
             completions = self.policy.generate(requests)

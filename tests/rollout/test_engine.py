@@ -12,8 +12,9 @@ from metaagent.data import Task
 from metaagent.policy import ChatRequest, ScriptedPolicy
 from metaagent.records import read_trees, write_trees
 from metaagent.rollout.config import RolloutConfig, SamplingConfig
-from metaagent.rollout.engine import RolloutEngine, derive_seed
+from metaagent.rollout.engine import RolloutEngine
 from metaagent.rollout.metrics import rollout_metrics
+from metaagent.seeding import derive_seed
 from metaagent.workflow import SandboxPool, load_templates
 
 TASKS = [

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from metaagent.policy import ScriptedPolicy
+from metaagent.seeding import call_seed
 from metaagent.workflow.channel import ChannelClosed, ProtocolError
 from metaagent.workflow.limits import Limits
-from metaagent.workflow.session import Session, call_seed, executor_sampling, find_parents
+from metaagent.workflow.session import Session, executor_sampling, find_parents
 
 
 class FakeChannel:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
 
-from metaagent.credit import DEFAULT_EPS, flat_credit, hierarchical_credit, reward_matrix
+from metaagent.credit import DEFAULT_EPS, design_reward, flat_credit, hierarchical_credit, reward_matrix
 from metaagent.records import RolloutTree
 from metaagent.train.samples import Sample
 from metaagent.train.schedule import DESIGNER, EXECUTOR
@@ -102,7 +102,7 @@ def _question_rows(
         js = sorted(j for ii, j in execs if ii == i)
         row = [execs[(i, j)] for j in js]
         if i in designs:
-            expected = sum(row) / len(row) if row else 0.0  # Eq. 4; an invalid design (no executions) is 0
+            expected = design_reward(row)
             if not _same(designs[i], expected):
                 what = (
                     f"the mean {expected} of its executions (Eq. 4)"
@@ -243,10 +243,10 @@ def credit_batch(trees: Sequence[RolloutTree]):
         for i, row in enumerate(reward_matrix(tree)):
             if row is None:
                 continue
-            scored = [x for x in row if x is not None]
-            if row and not scored:
+            rbar = design_reward(row)
+            if rbar is None:
                 continue  # no computable reward for this design
-            add(t, tree, DESIGNER, i, DESIGNER_ROW, sum(scored) / len(scored) if scored else 0.0)
+            add(t, tree, DESIGNER, i, DESIGNER_ROW, rbar)
             for j, x in enumerate(row):
                 if x is not None:
                     add(t, tree, EXECUTOR, i, j, x)

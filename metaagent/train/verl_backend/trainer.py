@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from metaagent.records import DESIGNER
 from metaagent.rollout.engine import RolloutObserver
 from metaagent.train.config import TrainConfig
 from metaagent.train.loop import TrainLoop
@@ -114,7 +115,7 @@ class VerlTrainer(TrainLoop):
         return groups
 
     def _model_ids(self) -> dict[str, str]:
-        return {"designer": self.plan.model(self.plan.designer_key).path} | {
+        return {DESIGNER: self.plan.model(self.plan.designer_key).path} | {
             p: self.plan.model(k).path for p, k in self.plan.executor_keys.items()
         }
 

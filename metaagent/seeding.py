@@ -1,0 +1,25 @@
+"""Seed derivation: the one place where a seed is computed from other seeds and positions.
+
+Every random choice in a rollout is seeded from the run seed through these functions, so a record's
+``seed`` plus its positions reproduce it in any process and Python version (blake2b, not ``hash()``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+
+def _seed31(text: str) -> int:
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit seed from any parts (e.g. ``(run_seed, step, task_id, design)``)."""
+    return _seed31(repr(parts))
+
+
+def call_seed(seed: int | None, call_index: int) -> int | None:
+    """The seed of agent call ``call_index`` of an execution seeded with ``seed`` (None: unseeded)."""
+    return None if seed is None else _seed31(f"{seed}:{call_index}")
