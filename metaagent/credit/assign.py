@@ -17,7 +17,7 @@ import numpy as np
 from metaagent.records import Execution, RolloutTree
 
 from .groups import DEFAULT_EPS, CreditError
-from .matrix import MatrixCredit, Row, design_reward, flat_credit, hierarchical_credit
+from .matrix import EXECUTOR_UNITS, MatrixCredit, Row, design_reward, flat_credit, hierarchical_credit
 from .registry import check_options, get_estimator, register_estimator
 
 #: counters summed over trees into ``credit/<name>`` metrics (always present, 0 when nothing happened)
@@ -35,6 +35,7 @@ COUNTERS = (
     "executor_singleton_groups",
     "filtered_designs",
     "filtered_executions",
+    "executions_without_calls",
 )
 
 
@@ -114,6 +115,12 @@ def reward_matrix(tree: RolloutTree) -> list[Row]:
     return [design_row(tree, i) for i in range(len(tree.designs))]
 
 
+def call_matrix(tree: RolloutTree) -> list[list[int]]:
+    """Agent calls of every execution, in the shape of :func:`reward_matrix` (``[]`` for a design without
+    executions)."""
+    return [[len(e.turns) for e in d.executions] for d in tree.designs]
+
+
 def fill_design_rewards(tree: RolloutTree) -> None:
     """Write Eq. 4 (:func:`metaagent.credit.matrix.design_reward`) into every ``Design.reward`` of the tree."""
     for i, d in enumerate(tree.designs):
@@ -128,8 +135,15 @@ def hierarchical_estimator(
     executor_group: str = "question",
     norm_by_std: bool = True,
     filter_zero_var: bool = False,
+    executor_unit: str = "call",
 ) -> list[TreeCredit]:
-    """Paper Eq. 4-7 per tree (question); see :func:`metaagent.credit.matrix.hierarchical_credit`."""
+    """Paper Eq. 4-7 per tree (question); see :func:`metaagent.credit.matrix.hierarchical_credit`.
+
+    ``executor_unit="call"`` (default, Eq. 6: a trajectory is one agent call) weighs each execution by its
+    number of agent calls in the executor statistics; ``"execution"`` counts each execution once.
+    """
+    if executor_unit not in EXECUTOR_UNITS:
+        raise CreditError(f"executor_unit must be one of {EXECUTOR_UNITS}, got {executor_unit!r}")
     return [
         TreeCredit.from_matrix(
             hierarchical_credit(
@@ -138,6 +152,7 @@ def hierarchical_estimator(
                 executor_group=executor_group,
                 norm_by_std=norm_by_std,
                 filter_zero_var=filter_zero_var,
+                calls=call_matrix(t) if executor_unit == "call" else None,
             )
         )
         for t in trees

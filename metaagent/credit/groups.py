@@ -14,6 +14,11 @@ with the unbiased standard deviation (``ddof=1``) and ``eps = 1e-6``, exactly as
 
 Both are reported in :class:`GroupResult` so callers count them (``credit/zero_var_groups``,
 ``credit/singleton_groups``) and may filter them from the batch.
+
+``weights`` (positive integers) make member k count ``w_k`` times, exactly as if its reward were repeated
+``w_k`` times in the group (frequency weights): ``mean = sum w r / sum w`` and
+``std = sqrt(sum w (r - mean)^2 / (sum w - 1))``. The executor group of Eq. 6-7 uses this: its members are
+agent calls (trajectories), and an execution with c calls contributes its reward c times.
 """
 
 from __future__ import annotations
@@ -60,7 +65,11 @@ def check_reward(value: object, where: str) -> float:
 
 
 def group_advantages(
-    rewards: Sequence[float], *, eps: float = DEFAULT_EPS, norm_by_std: bool = True
+    rewards: Sequence[float],
+    *,
+    eps: float = DEFAULT_EPS,
+    norm_by_std: bool = True,
+    weights: Sequence[int] | None = None,
 ) -> GroupResult:
     """GRPO advantages of one group (see module docstring).
 
@@ -68,9 +77,10 @@ def group_advantages(
         rewards: n >= 1 finite rewards, shape (n,).
         eps: added to the std in the denominator.
         norm_by_std: divide by ``std + eps`` (GRPO) or only subtract the mean (Dr. GRPO).
+        weights: optional multiplicity of each member, shape (n,), integers >= 1 (default all 1).
 
     Returns:
-        :class:`GroupResult` with ``advantages`` of shape (n,).
+        :class:`GroupResult` with ``advantages`` of shape (n,) (one per member, not per copy).
     """
     if eps < 0:
         raise CreditError(f"eps must be >= 0, got {eps}")
@@ -80,11 +90,18 @@ def group_advantages(
         [check_reward(x, f"rewards[{i}]") for i, x in enumerate(rewards)], dtype=np.float64
     )  # (n,)
     n = r.shape[0]
-    if n == 1:
+    if weights is None:
+        w = np.ones(n, dtype=np.float64)
+    else:
+        if len(weights) != n or any(isinstance(x, bool) or int(x) != x or x < 1 for x in weights):
+            raise CreditError(f"weights must be {n} integers >= 1 (one per reward), got {list(weights)!r}")
+        w = np.asarray(weights, dtype=np.float64)  # (n,)
+    total = float(w.sum())
+    if total == 1:
         return GroupResult((0.0,), float(r[0]), 0.0, zero_var=False, singleton=True)
-    mean = float(r.mean())
+    mean = float((w * r).sum() / total)
     if float(r.max()) == float(r.min()):
         return GroupResult((0.0,) * n, mean, 0.0, zero_var=True, singleton=False)
-    std = float(r.std(ddof=1))
+    std = float(np.sqrt((w * (r - mean) ** 2).sum() / (total - 1)))
     adv = (r - mean) / (std + eps) if norm_by_std else r - mean  # (n,)
     return GroupResult(tuple(float(a) for a in adv), mean, std, zero_var=False, singleton=False)

@@ -24,6 +24,9 @@ from metaagent.records import DESIGNER, EXECUTOR
 from .groups import DEFAULT_EPS, CreditError, GroupResult, check_reward, group_advantages
 
 EXECUTOR_GROUPS = ("question", "design")
+#: what one member of an executor group is: an agent call (Eq. 6: a trajectory is one (c_i, o_i) pair) or
+#: a whole execution (each execution counts once, however many calls it made)
+EXECUTOR_UNITS = ("call", "execution")
 
 Row = Sequence[float | None] | None
 
@@ -103,6 +106,24 @@ def _check_options(eps: float, executor_group: str | None = None) -> None:
         raise CreditError(f"executor_group must be one of {EXECUTOR_GROUPS}, got {executor_group!r}")
 
 
+def _check_calls(calls: Sequence[Row] | None, rows: list[list[float | None] | None]) -> list[list[int]] | None:
+    """``calls`` must have the shape of ``rewards``: one non-negative integer per execution."""
+    if calls is None:
+        return None
+    if isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence) or len(calls) != len(rows):
+        raise CreditError(f"calls must have one row per design ({len(rows)}), like rewards; got {calls!r}")
+    out: list[list[int]] = []
+    for i, (c_row, row) in enumerate(zip(calls, rows)):
+        n = len(row) if row else 0
+        c_row = [] if c_row is None else list(c_row)
+        if len(c_row) != n or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in c_row):
+            raise CreditError(
+                f"calls[{i}] must list {n} integer(s) >= 0 (agent calls of each execution of design {i}), got {c_row!r}"
+            )
+        out.append(c_row)
+    return out
+
+
 def hierarchical_credit(
     rewards: Sequence[Row],
     *,
@@ -110,6 +131,7 @@ def hierarchical_credit(
     executor_group: str = "question",
     norm_by_std: bool = True,
     filter_zero_var: bool = False,
+    calls: Sequence[Row] | None = None,
 ) -> MatrixCredit:
     """Hierarchical credit (paper Eq. 4-7) of one question's M x N reward matrix.
 
@@ -120,6 +142,11 @@ def hierarchical_credit(
     question (``executor_group="question"``, the paper) or over the N executions of each design
     (``executor_group="design"``). Every agent turn of execution ij shares ``A^E_ij``.
 
+    Without ``calls`` each execution is one group member. With ``calls`` (the number of agent calls of
+    each execution, the shape of ``rewards``) the members are the calls, as Eq. 6 defines the group over
+    trajectories tau in T_ij: execution ij's reward enters mu and sigma ``calls[i][j]`` times, and an
+    execution without agent calls is no member (its advantage is None: it has nothing to train).
+
     Args:
         rewards: M rows (see module docstring), row i of length N_i.
         eps: added to the std.
@@ -127,6 +154,7 @@ def hierarchical_credit(
         norm_by_std: False drops the division by ``std + eps`` (Dr. GRPO) in both roles.
         filter_zero_var: members of zero-variance and singleton groups get None (not trained on) instead
             of advantage 0; counted in ``filtered_designs`` / ``filtered_executions``.
+        calls: optional agent calls per execution (integers >= 0), the shape of ``rewards``.
 
     Returns:
         :class:`MatrixCredit`; ``designer`` has M entries, ``executor`` the shape of ``rewards``.
@@ -147,15 +175,27 @@ def hierarchical_credit(
             else:
                 designer[i] = a
 
+    call_rows = _check_calls(calls, rows)
+
+    def member(i: int, j: int) -> bool:
+        return rows[i][j] is not None and (call_rows is None or call_rows[i][j] > 0)  # type: ignore[index]
+
     executor: list[list[float | None] | None] = [None if row is None else [None] * len(row) for row in rows]
     if executor_group == "question":
-        groups = [[(i, j) for i, row in enumerate(rows) if row for j, x in enumerate(row) if x is not None]]
+        groups = [[(i, j) for i, row in enumerate(rows) if row for j in range(len(row)) if member(i, j)]]
     else:
-        groups = [[(i, j) for j, x in enumerate(row) if x is not None] for i, row in enumerate(rows) if row]
+        groups = [[(i, j) for j in range(len(row)) if member(i, j)] for i, row in enumerate(rows) if row]
+    if call_rows is not None:
+        counts["executions_without_calls"] += sum(
+            rows[i][j] is not None and call_rows[i][j] == 0 for i, row in enumerate(rows) if row for j in range(len(row))  # type: ignore[index]
+        )
     for group in groups:
         if not group:
             continue
-        res = group_advantages([rows[i][j] for i, j in group], eps=eps, norm_by_std=norm_by_std)  # type: ignore[index]
+        weights = None if call_rows is None else [call_rows[i][j] for i, j in group]
+        res = group_advantages(
+            [rows[i][j] for i, j in group], eps=eps, norm_by_std=norm_by_std, weights=weights  # type: ignore[index,misc]
+        )
         _count_group(res, EXECUTOR, counts)
         for (i, j), a in zip(group, res.advantages):
             if filter_zero_var and res.degenerate:
@@ -172,10 +212,14 @@ def hierarchical_advantages(
     executor_group: str = "question",
     norm_by_std: bool = True,
     filter_zero_var: bool = False,
+    calls: Sequence[Row] | None = None,
 ) -> tuple[list[float | None], list[list[float | None] | None]]:
     """``(designer_adv, executor_adv)`` of :func:`hierarchical_credit`: M floats and the shape of ``rewards``.
 
-    Entries are None only where the input has no computable reward (or a filtered degenerate group).
+    Entries are None only where the input has no computable reward (or a filtered degenerate group, or an
+    execution without agent calls when ``calls`` is given). ``calls`` (agent calls per execution, the shape
+    of ``rewards``) makes the executor statistics per call, as Eq. 6-7; without it each execution counts
+    once.
 
     >>> d, e = hierarchical_advantages([[1.0, 0.0], [0.0, 0.0], []])
     >>> [round(x, 4) for x in d], [[round(x, 4) for x in row] for row in e]
@@ -187,6 +231,7 @@ def hierarchical_advantages(
         executor_group=executor_group,
         norm_by_std=norm_by_std,
         filter_zero_var=filter_zero_var,
+        calls=calls,
     )
     return res.designer, res.executor
 
@@ -247,6 +292,7 @@ def flat_advantages(
     eps: float = DEFAULT_EPS,
     norm_by_std: bool = True,
     filter_zero_var: bool = False,
+    calls: Sequence[Row] | None = None,
 ) -> tuple[list[float | None], list[list[float | None] | None]]:
     """``(designer_adv, executor_adv)`` of :func:`flat_credit`."""
     res = flat_credit(rewards, eps=eps, norm_by_std=norm_by_std, filter_zero_var=filter_zero_var)

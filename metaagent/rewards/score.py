@@ -34,6 +34,7 @@ from .format import format_components
 from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, check_math, extract_answer
 
 CODE_CORRECTNESS = ("all_pass", "pass_rate")
+UNSUBMITTED_FORMAT = ("zero", "delivery")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class RewardConfig:
     answer_fallbacks: tuple[str, ...] = DEFAULT_FALLBACKS
     fence_languages: tuple[str, ...] = DEFAULT_FENCE_LANGUAGES
     batch_workers: int = 4  # executions scored at once by score_executions
+    # R_format of an execution that never submitted: "zero" (no final solution, no format reward) or
+    # "delivery" (keep the delivery share of its turns: half of delivery_format). R_correct is 0 either way.
+    unsubmitted_format: str = "zero"
 
     def __post_init__(self) -> None:
         # YAML and JSON give lists; keep the config hashable and immutable.
@@ -59,6 +63,10 @@ class RewardConfig:
         object.__setattr__(self, "fence_languages", tuple(self.fence_languages))
         if not self.lam >= 0:
             raise ValueError(f"RewardConfig.lam must be >= 0 (paper: 0.4), got {self.lam}")
+        if self.unsubmitted_format not in UNSUBMITTED_FORMAT:
+            raise ValueError(
+                f"RewardConfig.unsubmitted_format must be one of {UNSUBMITTED_FORMAT}, got {self.unsubmitted_format!r}"
+            )
         if self.code_correct not in CODE_CORRECTNESS:
             raise ValueError(
                 f"RewardConfig.code_correct must be one of {CODE_CORRECTNESS}, got {self.code_correct!r}"
@@ -123,10 +131,18 @@ def score_execution(
     extracted from it (:func:`~metaagent.rewards.math.extract_answer`), for code the last fenced program
     (:func:`~metaagent.execution.code.extract_program`). No answer, no program or a wrong one gives
     ``correct = 0``.
+
+    An execution that never submitted (the script crashed, timed out, hit a limit or returned without
+    ``submit``) has no final solution: ``R_correct = 0`` without running a checker, and ``R_format = 0``
+    (``unsubmitted_format="delivery"`` keeps the delivery share of its turns). Its ``answer`` (the last
+    reply) stays in the record for replay. Otherwise a crashed design would keep most of a clean design's
+    reward and the designer would never be taught to write scripts that finish.
     """
     cfg = config or RewardConfig()
     task = _as_task(task)
     fmt = format_components(task.domain, execution, fence_languages=cfg.fence_languages)
+    if not execution.submitted and cfg.unsubmitted_format == "delivery":
+        fmt["format"] = fmt["delivery_format"] / 2
     details: dict[str, Any] = {"domain": task.domain, "task_id": task.id, "submitted": execution.submitted}
     if not task.has_reference:
         what = "gold answer" if task.domain == "math" else "tests"
@@ -134,7 +150,10 @@ def score_execution(
             "no_reference", f"task {task.id!r} has no {what}; it cannot be scored", fmt, details
         )
 
-    if task.domain == "math":
+    if not execution.submitted:
+        details["unsubmitted"] = execution.status
+        correct = 0.0
+    elif task.domain == "math":
         pred = extract_answer(execution.answer, fallbacks=cfg.answer_fallbacks) if execution.answer else None
         check = check_math(pred, task.answer, rel_tol=cfg.math_rel_tol, timeout_s=cfg.math_timeout_s)
         details["math"] = {

@@ -95,10 +95,13 @@ class AlgoConfig:
     estimator: str = "hierarchical"
     eps: float = 1e-6
     executor_group: str = "question"
+    executor_unit: str = "call"  # "call" (Eq. 6-7: each agent call is a group member) | "execution"
     norm_by_std: bool = True
     filter_zero_var: bool = False
 
     def __post_init__(self) -> None:
+        if self.executor_unit not in ("call", "execution"):
+            raise ConfigError(f"algo.executor_unit must be one of ('call', 'execution'), got {self.executor_unit!r}")
         if self.estimator not in ESTIMATORS:
             raise ConfigError(f"algo.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         if self.executor_group not in EXECUTOR_GROUPS:

@@ -220,6 +220,7 @@ class TrainLoop:
         options: dict[str, Any] = {"eps": a.eps, "norm_by_std": a.norm_by_std, "filter_zero_var": a.filter_zero_var}
         if a.estimator == "hierarchical":
             options["executor_group"] = a.executor_group
+            options["executor_unit"] = a.executor_unit
         return options
 
     def train_step(self, step: int) -> StepResult:

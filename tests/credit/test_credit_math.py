@@ -262,3 +262,27 @@ def test_docstring_example_is_right():
     from metaagent.credit import matrix
 
     assert doctest.testmod(matrix).failed == 0
+
+
+def test_weighted_group_equals_repeating_each_reward():
+    from metaagent.credit import group_advantages
+
+    weighted = group_advantages([1.0, 0.0, 0.5], weights=[3, 1, 2])
+    expanded = group_advantages([1.0] * 3 + [0.0] + [0.5] * 2)
+    assert weighted.mean == pytest.approx(expanded.mean) and weighted.std == pytest.approx(expanded.std)
+    assert list(weighted.advantages) == pytest.approx([expanded.advantages[0], expanded.advantages[3], expanded.advantages[4]])
+    assert group_advantages([0.3], weights=[1]).singleton
+    assert not group_advantages([0.3, 0.3], weights=[1, 1]).singleton
+
+
+def test_hierarchical_calls_keep_the_signature_and_shape():
+    from metaagent.credit import hierarchical_advantages
+
+    rewards = [[1.0, 0.0], [0.0, None], []]
+    d0, e0 = hierarchical_advantages(rewards)
+    d1, e1 = hierarchical_advantages(rewards, calls=[[1, 1], [1, 1], []])
+    assert d0 == d1 and e0 == e1  # one call per execution: identical to per-execution statistics
+    _, e2 = hierarchical_advantages(rewards, calls=[[3, 1], [0, 2], []])
+    assert e2[1][0] is None and e2[1][1] is None  # no calls / no reward: no member
+    with pytest.raises(Exception, match="calls"):
+        hierarchical_advantages(rewards, calls=[[1], [1, 1], []])

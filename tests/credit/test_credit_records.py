@@ -8,6 +8,7 @@ from metaagent.credit import (
     CreditError,
     TreeCredit,
     assign_credit,
+    call_matrix,
     flat_advantages,
     get_estimator,
     hierarchical_advantages,
@@ -29,7 +30,7 @@ def test_hierarchical_fills_records_like_the_array_function(make_tree):
     trees = [make_tree(m, f"t{i}") for i, m in enumerate(matrices)]
     result = assign_credit(trees)
     for tree, m in zip(trees, matrices):
-        d, e = hierarchical_advantages(m)
+        d, e = hierarchical_advantages(m, calls=call_matrix(tree))  # default executor_unit="call"
         assert advantages_of(tree) == (d, e)
     assert [d.reward for d in trees[1].designs] == [0.6, 0.0, 0.6]
     assert result.metrics["credit/invalid_designs"] == 1
@@ -46,7 +47,7 @@ def test_reward_errors_are_excluded_and_counted_never_zero(make_tree):
     assert result.metrics["credit/reward_errors"] == 2
     d, e = advantages_of(tree)
     assert e[0][1] is None and e[1][1] is None
-    expected_d, expected_e = hierarchical_advantages([[1.0, None], [0.0, None], [1.0, 0.0]])
+    expected_d, expected_e = hierarchical_advantages([[1.0, None], [0.0, None], [1.0, 0.0]], calls=call_matrix(tree))
     assert d == expected_d and e == expected_e
     as_zero = hierarchical_advantages([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
     assert d != as_zero[0]
@@ -150,3 +151,42 @@ def test_registry_leaves_room_for_per_turn_credit(make_tree):
 
     with pytest.raises(CreditError, match=r"turn position \(0, 0, 9\) does not exist"):
         assign_credit([make_tree([[1.0]])], "test_out_of_range")
+
+
+def test_executor_unit_execution_counts_each_execution_once(make_tree):
+    m = [[1.0, 0.0], [0.0, 0.0], [1.2, 1.0]]
+    tree = make_tree(m)
+    assign_credit([tree], executor_unit="execution")
+    assert advantages_of(tree) == hierarchical_advantages(m)
+
+
+def test_a_three_agent_execution_weighs_three_calls_in_the_executor_group(make_tree):
+    """Eq. 6-7: the executor group holds trajectories (agent calls). Execution A (reward 1, three calls of an
+    ensemble) and execution B (reward 0, one call): mean = 3/4, unbiased std over the 4 calls = 0.5."""
+    tree = make_tree([[1.0, 0.0]])
+    a, b = tree.designs[0].executions
+    a.turns = [a.turns[0]] * 3
+    b.turns = [b.turns[0]]
+    assign_credit([tree], eps=0.0)
+    assert a.advantage == pytest.approx((1.0 - 0.75) / 0.5)
+    assert b.advantage == pytest.approx((0.0 - 0.75) / 0.5)
+    # counted once each, the two executions would get +-0.7071
+    assign_credit([tree], eps=0.0, executor_unit="execution")
+    assert a.advantage == pytest.approx(0.5 / (2**0.5 / 2))
+
+
+def test_an_execution_without_agent_calls_is_no_member(make_tree):
+    tree = make_tree([[1.0, 0.0, 0.5]])
+    silent = tree.designs[0].executions[2]
+    silent.turns = []
+    result = assign_credit([tree], eps=0.0)
+    assert silent.advantage is None
+    assert result.metrics["credit/executions_without_calls"] == 1
+    a, b, _ = tree.designs[0].executions  # the group is {1, 1, 0, 0} (two calls each): mean 0.5
+    assert a.advantage == pytest.approx(-b.advantage) and a.advantage > 0
+    assert tree.designs[0].reward == pytest.approx(0.5)  # Eq. 4 still averages all N executions
+
+
+def test_unknown_executor_unit_is_refused(make_tree):
+    with pytest.raises(CreditError, match="executor_unit"):
+        assign_credit([make_tree([[1.0, 0.0]])], executor_unit="turn")

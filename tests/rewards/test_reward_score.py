@@ -282,3 +282,28 @@ def test_reward_metrics_counts_errors():
     assert m["reward/error_rate"] == pytest.approx(1 / 3)
     assert m["reward/mean_total"] == pytest.approx(0.8) and m["reward/mean_correct"] == pytest.approx(0.5)
     assert m["reward/mean_delivery_format"] == 1.0
+
+
+# ---- executions that never submitted (issue: no submit, no solution) -------------------------------------------
+
+
+@pytest.mark.parametrize("status", ["error", "timeout", "limit", "ok"])
+def test_a_script_that_never_submitted_scores_no_correctness(status):
+    """The script crashed after an agent replied with the right answer: R_correct = 0, R_format = 0."""
+    crashed = execution(r"The sum is \boxed{5}", responses=(r"<delivery>\boxed{5}</delivery>",), submitted=False)
+    crashed.status = status
+    record = score_execution(MATH, crashed)
+    assert record.correct == 0.0 and record.format == 0.0 and record.total == 0.0
+    assert record.details["unsubmitted"] == status
+    assert crashed.answer == r"The sum is \boxed{5}"  # the last reply stays in the record for replay
+    submitted = score_execution(MATH, execution(r"\boxed{5}", responses=(r"<delivery>\boxed{5}</delivery>",)))
+    assert submitted.correct == 1.0
+
+
+def test_unsubmitted_format_delivery_keeps_the_delivery_share():
+    crashed = execution(r"\boxed{5}", responses=("<delivery>a</delivery>", "no tag"), submitted=False)
+    crashed.status = "error"
+    record = score_execution(MATH, crashed, RewardConfig(unsubmitted_format="delivery"))
+    assert record.correct == 0.0 and record.format == pytest.approx(0.25)  # (0 + 1/2) / 2
+    with pytest.raises(ValueError, match="unsubmitted_format"):
+        RewardConfig(unsubmitted_format="last_reply")

@@ -28,6 +28,7 @@ batch never contains them (``build_samples`` skips samples without advantage).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -43,7 +44,7 @@ from metaagent.train.schedule import DESIGNER, EXECUTOR
 from .errors import VerlBackendError
 from .plan import VERL_ESTIMATORS
 
-ROLE, DESIGN, EXECUTION, TREE = "mas_role", "mas_design", "mas_execution", "mas_tree"
+ROLE, DESIGN, EXECUTION, TREE, CALLS = "mas_role", "mas_design", "mas_execution", "mas_tree", "mas_calls"
 DESIGNER_ROW = -1  # mas_execution of a designer row
 REWARD_TOL = 1e-6  # relative tolerance between repeated rows of one member
 
@@ -54,15 +55,16 @@ def _same(a: float, b: float) -> bool:
 
 def _members(
     scores: torch.Tensor, index: Sequence[Any], non_tensor_batch: Mapping[str, np.ndarray]
-) -> dict[Any, tuple[dict[int, float], dict[tuple[int, int], float]]]:
-    """question -> (design rewards, execution rewards), deduplicating repeated rows of one member."""
+) -> dict[Any, tuple[dict[int, float], dict[tuple[int, int], float], Counter[tuple[int, int]]]]:
+    """question -> (design rewards, execution rewards, agent calls per execution), deduplicating repeated
+    rows of one member. Calls come from ``mas_calls`` when the batch has it, else one row = one call."""
     missing = [k for k in (ROLE, DESIGN, EXECUTION) if k not in non_tensor_batch]
     if missing:
         raise VerlBackendError(
             f"non_tensor_batch lacks {missing}; metaagent estimators need {ROLE}, {DESIGN} and {EXECUTION} per row "
             "(build the batch with metaagent.train.verl_backend.advantage.credit_batch)"
         )
-    out: dict[Any, tuple[dict[int, float], dict[tuple[int, int], float]]] = {}
+    out: dict[Any, tuple[dict[int, float], dict[tuple[int, int], float], Counter[tuple[int, int]]]] = {}
     for r in range(scores.shape[0]):
         role, i, j = (
             non_tensor_batch[ROLE][r],
@@ -74,11 +76,15 @@ def _members(
             raise VerlBackendError(
                 f"row {r} has reward {reward}; a reward that could not be computed has no row"
             )
-        designs, execs = out.setdefault(index[r], ({}, {}))
+        designs, execs, n_rows = out.setdefault(index[r], ({}, {}, Counter()))
         if role == DESIGNER and j == DESIGNER_ROW:
             table, key = designs, i
         elif role == EXECUTOR and j >= 0:
             table, key = execs, (i, j)
+            if CALLS in non_tensor_batch:
+                n_rows[key] = int(non_tensor_batch[CALLS][r])  # the execution's agent calls, on each of its rows
+            else:
+                n_rows[key] += 1  # one row per agent call
         else:
             raise VerlBackendError(
                 f"row {r}: {ROLE}={role!r} with {EXECUTION}={j} is neither a designer row (-1) nor an executor row (>= 0)"
@@ -95,7 +101,9 @@ def _members(
 def _question_rows(
     uid: Any, designs: dict[int, float], execs: dict[tuple[int, int], float]
 ) -> tuple[list[int], list[list[int]], list[list[float]]]:
-    """Design ids, execution ids per design, and the reward rows of metaagent.credit.matrix's convention."""
+    """Design ids, execution ids per design, and the reward rows of metaagent.credit.matrix's convention.
+
+    The designer row's reward must be :func:`metaagent.credit.design_reward` of the executions in the batch."""
     design_ids = sorted(set(designs) | {i for i, _ in execs})
     exec_ids, rows = [], []
     for i in design_ids:
@@ -140,9 +148,11 @@ def _estimate(
         )
     scores = token_level_rewards.detach().to(torch.float64).sum(-1)  # (B,)
     advantage: dict[tuple[Any, int, int], float] = {}
-    for uid, (designs, execs) in _members(scores, index, non_tensor_batch).items():
+    per_call = options.pop("executor_unit", "execution") == "call"
+    for uid, (designs, execs, n_rows) in _members(scores, index, non_tensor_batch).items():
         design_ids, exec_ids, rows = _question_rows(uid, designs, execs)
-        credit = credit_fn(rows, **options)
+        extra = {"calls": [[n_rows[(i, j)] for j in js] for i, js in zip(design_ids, exec_ids)]} if per_call else {}
+        credit = credit_fn(rows, **options, **extra)
         for pos, i in enumerate(design_ids):
             advantage[(uid, i, DESIGNER_ROW)] = _nan(credit.designer[pos])
             for jpos, j in enumerate(exec_ids[pos]):
@@ -182,15 +192,19 @@ def compute_metaagent_hierarchical_advantage(
     executor_group: str = "question",
     norm_by_std: bool | None = None,
     filter_zero_var: bool = False,
+    executor_unit: str = "call",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Hierarchical credit (paper Eq. 4-7) in verl's estimator signature; see the module docstring.
 
     ``norm_by_std`` defaults to ``config.norm_adv_by_std_in_grpo`` (True without a config).
+    ``executor_unit="call"``: every executor row is one agent call (Eq. 6), so an execution weighs as many
+    times as it has rows; ``"execution"``: repeated rows of an execution are one member.
     Returns ``(advantages, returns)``, both (B, R).
     """
     options = {
         "eps": eps,
         "executor_group": executor_group,
+        "executor_unit": executor_unit,
         "norm_by_std": _norm_by_std(norm_by_std, config),
         "filter_zero_var": filter_zero_var,
     }
@@ -229,15 +243,16 @@ def credit_batch(trees: Sequence[RolloutTree]):
     """
     from verl import DataProto
 
-    rewards, uids, roles, designs, execs, tree_ids = [], [], [], [], [], []
+    rewards, uids, roles, designs, execs, tree_ids, calls = [], [], [], [], [], [], []
 
-    def add(t: int, tree: RolloutTree, role: str, i: int, j: int, reward: float) -> None:
+    def add(t: int, tree: RolloutTree, role: str, i: int, j: int, reward: float, n_calls: int = 0) -> None:
         rewards.append(reward)
         uids.append(f"{t}:{tree.task_id}")
         roles.append(role)
         designs.append(i)
         execs.append(j)
         tree_ids.append(t)
+        calls.append(n_calls)
 
     for t, tree in enumerate(trees):
         for i, row in enumerate(reward_matrix(tree)):
@@ -249,7 +264,7 @@ def credit_batch(trees: Sequence[RolloutTree]):
             add(t, tree, DESIGNER, i, DESIGNER_ROW, rbar)
             for j, x in enumerate(row):
                 if x is not None:
-                    add(t, tree, EXECUTOR, i, j, x)
+                    add(t, tree, EXECUTOR, i, j, x, len(tree.designs[i].executions[j].turns))
     if not rewards:
         raise VerlBackendError("the trees have no computable reward at all; nothing to assign credit to")
     tensors = {
@@ -262,6 +277,7 @@ def credit_batch(trees: Sequence[RolloutTree]):
         DESIGN: np.array(designs, dtype=np.int64),
         EXECUTION: np.array(execs, dtype=np.int64),
         TREE: np.array(tree_ids, dtype=np.int64),
+        CALLS: np.array(calls, dtype=np.int64),
     }
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
