@@ -204,7 +204,7 @@ class Design(_Record):
     check: CheckReport
     structure: dict[str, Any] | None = None  # workflow.analysis output
     executions: list[Execution] = field(default_factory=list)
-    reward: float | None = None  # Eq. 4: mean execution reward; 0 for invalid designs
+    reward: float | None = None  # Eq. 4: mean execution reward; 0 for invalid designs (this project's choice)
     advantage: float | None = None  # designer advantage, filled by credit assignment
     _nested: ClassVar[dict[str, type]] = {
         "sample": DesignerSample,

@@ -3,7 +3,7 @@
 Input convention shared by every function here (``rewards``, one row per design, M rows)::
 
     rewards[i] == [R_i1, ..., R_iN]   a valid design and the rewards of its N executions
-    rewards[i] == []                  an invalid design (check failed, no executions): design reward 0 (Eq. 4)
+    rewards[i] == []                  an invalid design (check failed, no executions): design reward 0
     rewards[i] is None                a design whose reward cannot be computed at all (e.g. valid but not run)
     rewards[i][j] is None             execution j's reward could not be computed: excluded everywhere, counted
 
@@ -63,9 +63,11 @@ def _check_rows(rewards: Sequence[Row]) -> list[list[float | None] | None]:
 def design_reward(row: Row) -> float | None:
     """Eq. 4, ``Rbar_i = (1/N) sum_j R_ij``: the mean of design i's computable execution rewards.
 
-    ``[]`` (an invalid design: the check failed, nothing ran) gets 0; ``None`` (no row) and a row in which
-    no reward could be computed get None (no design reward, left out of the designer group). The one home of
-    this formula: the rollout engine, the records, the verl backend and serving all call it.
+    ``[]`` (an invalid design: the check failed, nothing ran) gets 0. The paper does not say what an invalid
+    design earns; 0 is this project's choice: a script that cannot run solves nothing, and the designer group
+    then teaches the designer to write valid scripts. ``None`` (no row) and a row in which no reward could
+    be computed get None (no design reward, left out of the designer group). The one home of this formula:
+    the rollout engine, the records, the verl backend and serving all call it.
     """
     if row is None:
         return None

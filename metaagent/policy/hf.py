@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .base import ChatRequest, Completion, Policy, PolicyError, RequestError
+from .chat import chat_prompt_ids, resolve_chat_template_kwargs
 
 if TYPE_CHECKING:
     import torch
@@ -90,6 +91,7 @@ class HFPolicy(Policy):
         max_context: int | None = None,
         continuous: bool = False,
         model_id: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
@@ -121,6 +123,7 @@ class HFPolicy(Policy):
             self.model_id = model_id
         self.model = model
         self.tokenizer = tokenizer
+        self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
         self.max_batch_size = max_batch_size
         self.max_context = max_context or int(getattr(model.config, "max_position_embeddings", 0) or 2**31)
@@ -147,14 +150,7 @@ class HFPolicy(Policy):
 
     def encode(self, request: ChatRequest) -> list[int]:
         """The prompt token ids of a request: its messages through the chat template."""
-        ids = self.tokenizer.apply_chat_template(
-            request.messages, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
-        if ids and isinstance(ids[0], list):
-            ids = ids[0]
-        return [int(i) for i in ids]
+        return chat_prompt_ids(self.tokenizer, request.messages, self.chat_template_kwargs)
 
     def check_request(self, request: ChatRequest) -> list[int]:
         """Raise :class:`RequestError` if ``request`` cannot be served; return its prompt ids."""

@@ -30,6 +30,7 @@ import threading
 from typing import Any
 
 from .base import ChatRequest, Completion, Policy, PolicyError, RequestError
+from .chat import chat_prompt_ids, resolve_chat_template_kwargs
 
 PROCESSED_LOGPROBS = "processed_logprobs"
 
@@ -54,7 +55,9 @@ class VLLMPolicy(Policy):
             ``max_model_len=8192``). ``logprobs_mode`` defaults to ``"processed_logprobs"``.
     """
 
-    def __init__(self, model: str, **engine_kwargs: Any) -> None:
+    def __init__(
+        self, model: str, *, chat_template_kwargs: dict[str, Any] | None = None, **engine_kwargs: Any
+    ) -> None:
         super().__init__()
         vllm = _import_vllm()
         from .models import ALIASES, resolve_model
@@ -74,14 +77,12 @@ class VLLMPolicy(Policy):
         )
         self.llm = vllm.LLM(model=path, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
+        self.chat_template_kwargs = resolve_chat_template_kwargs(self.tokenizer, chat_template_kwargs)
         self._vllm = vllm
         self._lock = threading.Lock()
 
     def encode(self, request: ChatRequest) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(
-            request.messages, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-        return [int(i) for i in ids]
+        return chat_prompt_ids(self.tokenizer, request.messages, self.chat_template_kwargs)
 
     def check_request(self, request: ChatRequest) -> None:
         t = request.sampling.temperature

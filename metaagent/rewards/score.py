@@ -42,7 +42,7 @@ class RewardConfig:
     """How executions are scored. Defaults follow the paper (lam = 0.4, all tests must pass)."""
 
     lam: float = 0.4  # weight of R_format
-    code_correct: str = "all_pass"  # "all_pass" (paper) or "pass_rate"
+    code_correct: str = "all_pass"  # "all_pass" (paper App. B) or "pass_rate"
     time_limit_s: float = 4.0  # per code test, wall clock
     memory_mb: int = 1024  # per code test, address space
     code_workers: int = DEFAULT_WORKERS  # code tests of one program run in parallel

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.data.chat import ExampleError, validate_example
+from metaagent.policy.chat import chat_prompt_ids
 from metaagent.records import EXECUTOR, ROLES
 from metaagent.train.samples import Sample, SampleSet
 
@@ -101,24 +102,27 @@ def _ids(value: Any) -> list[int]:
     return [int(i) for i in value]
 
 
-def prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
-    """The ids the policy feeds the model for ``messages`` (chat template + generation prompt)."""
-    return _ids(
-        tokenizer.apply_chat_template(
-            list(messages), add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-    )
+def prompt_ids(
+    tokenizer: Any, messages: Sequence[dict[str, str]], chat_template_kwargs: dict[str, Any] | None = None
+) -> list[int]:
+    """The ids the policy feeds the model for ``messages`` (chat template + generation prompt), exactly as
+    the rollout renders them (:func:`metaagent.policy.chat.chat_prompt_ids`)."""
+    return chat_prompt_ids(tokenizer, messages, chat_template_kwargs)
 
 
 def encode_example(
-    tokenizer: Any, messages: Sequence[dict[str, str]], *, eot_id: int | None = None
+    tokenizer: Any,
+    messages: Sequence[dict[str, str]],
+    *,
+    eot_id: int | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[int], list[int]]:
     """``(prompt_ids, response_ids)`` of a conversation whose last message is the assistant's target."""
     if not messages or messages[-1]["role"] != "assistant":
         raise SFTDataError("the last message of an SFT example must be the assistant's reply")
     eot = end_of_turn_id(tokenizer) if eot_id is None else eot_id
     response = tokenizer.encode(messages[-1]["content"], add_special_tokens=False)
-    return prompt_ids(tokenizer, messages[:-1]), [*map(int, response), eot]
+    return prompt_ids(tokenizer, messages[:-1], chat_template_kwargs), [*map(int, response), eot]
 
 
 def check_tokenization(tokenizer: Any, messages: Sequence[dict[str, str]]) -> bool:
@@ -141,6 +145,7 @@ def build_sft_samples(
     *,
     max_len: int | None = None,
     kinds: Iterable[str] = KINDS,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> SampleSet:
     """One :class:`Sample` per example (advantage 1, temperature 1, old log-probs unused).
 
@@ -159,7 +164,9 @@ def build_sft_samples(
         if kind not in wanted:
             counts["sft/dropped_kind"] += 1
             continue
-        prompt, response = encode_example(tokenizer, ex["messages"], eot_id=eot)
+        prompt, response = encode_example(
+            tokenizer, ex["messages"], eot_id=eot, chat_template_kwargs=chat_template_kwargs
+        )
         if max_len is not None and len(prompt) + len(response) > max_len:
             counts["sft/dropped_long"] += 1
             continue

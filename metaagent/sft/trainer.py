@@ -95,6 +95,7 @@ class SFTConfig:
     batch_tokens: int = 4096
     max_len: int = 1536
     kinds: list[str] = field(default_factory=lambda: ["designer", "executor"])
+    chat_template_kwargs: dict[str, Any] | None = None  # None: the template's default (Qwen3: no thinking)
     lora_rank: int = 0
     lora_alpha: float | None = None
     lora_dropout: float = 0.0
@@ -228,7 +229,11 @@ class SFTTrainer:
             weight_decay=cfg.weight_decay,  # type: ignore[arg-type]
         )
         self.samples = build_sft_samples(
-            read_chat_jsonl(cfg.data), self.tokenizer, max_len=cfg.max_len, kinds=cfg.kinds
+            read_chat_jsonl(cfg.data),
+            self.tokenizer,
+            max_len=cfg.max_len,
+            kinds=cfg.kinds,
+            chat_template_kwargs=cfg.chat_template_kwargs,
         )
         self.fingerprint = data_fingerprint(cfg.data)
         self.steps_per_epoch = math.ceil(len(self.samples) / cfg.batch_size)

@@ -18,6 +18,10 @@ TRAIN_BACKENDS = ("local", "verl")
 SCHEDULE_MODES = ("stagewise", "coupled", "designer_only", "executor_only")
 ESTIMATORS = ("hierarchical", "flat")
 EXECUTOR_GROUPS = ("question", "design")
+#: verl 0.9's POLICY_LOSS_REGISTRY (bypass_mode needs rollout importance weights: not offered)
+POLICY_LOSSES = (
+    "vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo",
+)
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
@@ -46,6 +50,9 @@ class PolicyConfig:
     # 0.94 of direct batched generation vs 0.80 static); off by default because batch composition then
     # depends on timing, so rollouts are not bit-reproducible across runs
     continuous: bool = False
+    # extra chat-template variables, used identically by rollout, training, SFT and serving; None = the
+    # template's default ({enable_thinking: false} where the template knows it: the paper's no-thinking mode)
+    chat_template_kwargs: dict[str, Any] | None = None
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
 
@@ -132,9 +139,13 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.01  # verl's AdamW default
     grad_clip: float = 1.0
-    clip_low: float = 0.2
+    clip_low: float = 0.2  # eps of Eq. 2; not stated in the paper: PPO's and verl's 0.2
     clip_high: float = 0.2
-    loss_agg_mode: str = "token-mean"
+    dual_clip: bool = False  # verl's dual clip at clip_ratio_c (not in Eq. 2)
+    clip_ratio_c: float = 3.0
+    policy_loss: str = "vanilla"  # any name in verl's policy-loss registry (vanilla, gspo, cispo, ...)
+    loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 2's 1/|G| sum over trajectories; verl: token-mean
+    stage_switch: str = "keep"  # "keep" | "reset": clear AdamW moments at each stage boundary (Eq. 9)
     kl_coef: float = 0.0
     entropy_coef: float = 0.0  # entropy bonus (verl: entropy_coeff); 0 as in the paper
     micro_batch_tokens: int = 4096
@@ -147,9 +158,13 @@ class OptimConfig:
         if self.lr <= 0:
             raise ConfigError(f"optim.lr must be > 0, got {self.lr}")
         if self.clip_low <= 0 or self.clip_high <= 0:
-            raise ConfigError("optim.clip_low and optim.clip_high must be > 0 (paper: 0.2)")
+            raise ConfigError("optim.clip_low and optim.clip_high must be > 0 (default 0.2; the paper does not state eps)")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ConfigError(f"optim.loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}")
+        if self.stage_switch not in ("keep", "reset"):
+            raise ConfigError(f"optim.stage_switch must be one of ('keep', 'reset'), got {self.stage_switch!r}")
+        if self.policy_loss not in POLICY_LOSSES:
+            raise ConfigError(f"optim.policy_loss must be one of verl's {POLICY_LOSSES}, got {self.policy_loss!r}")
         if self.kl_coef < 0 or self.entropy_coef < 0:
             raise ConfigError(f"optim.kl_coef and optim.entropy_coef must be >= 0, got {self.kl_coef}, {self.entropy_coef}")
         if self.autocast not in (None, "bfloat16"):
@@ -201,6 +216,14 @@ class TrainConfig:
             raise ConfigError(
                 "rollout.frozen_designer leaves no designer samples to train; use schedule.mode=executor_only"
             )
+        for role in ("designer", "executor"):
+            s = getattr(self.rollout, role)
+            if s.top_p < 1 or s.top_k > 0:
+                raise ConfigError(
+                    f"rollout.{role}: top_p={s.top_p}, top_k={s.top_k} truncate the sampling distribution, but the "
+                    "trainer's pi and pi_old (Eq. 3) are the full softmax, so the ratio would not compare the policy "
+                    "that sampled the tokens; train with top_p=1 and top_k=0 (evaluation and serving may truncate)"
+                )
 
     def reward_config(self):
         from metaagent.rewards import RewardConfig

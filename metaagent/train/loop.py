@@ -209,6 +209,10 @@ class TrainLoop:
     def _update(self, samples: Any, step: int, active: frozenset[str]) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _reset_optimizer_moments(self) -> None:
+        """``optim.stage_switch: reset``: forget the optimizer moments at a stage boundary (backend-specific)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support optim.stage_switch=reset")
+
     def _check_samples(self, trees: list[RolloutTree], samples: Any) -> dict[str, Any]:
         """Extra consistency metrics of a backend (default none)."""
         return {}
@@ -251,12 +255,16 @@ class TrainLoop:
         )
         checks = self._check_samples(trees, samples)
         t_update = time.perf_counter()
+        switched = step > 0 and self.schedule.stage(step - 1).index != stage.index
+        if switched and cfg.optim.stage_switch == "reset":
+            self._reset_optimizer_moments()
         update_metrics = self._update(samples, step, active)
         t_end = time.perf_counter()
 
         metrics: dict[str, Any] = {
             "schedule/active": active_name(active),
             "schedule/stage": stage.index,
+            "schedule/switched": float(switched),
             **rollout_metrics(trees),
             **credit.metrics,
             **checks,

@@ -5,9 +5,20 @@ log-probs (Eq. 3)::
 
     L_it = -min(rho * A_i, clip(rho, 1 - eps_low, 1 + eps_high) * A_i)      (Eq. 2, token level)
 
-with verl's dual-clip lower bound ``-A * clip_ratio_c`` for A < 0, then aggregated by ``loss_agg_mode``
-(default ``token-mean``: divided by the number of response tokens of the *whole* training batch, so the
-micro-batch losses add up to the big-batch loss). Optional terms, both off by default::
+``policy_loss`` names any loss in verl's policy-loss registry (``vanilla`` is the formula above; ``gspo``
+uses the length-normalised sequence ratio, the closest to Eq. 3's ratio of whole-output probabilities; see
+``verl.trainer.ppo.core_algos.POLICY_LOSS_REGISTRY`` for the rest). ``dual_clip`` adds verl's lower bound
+``-A * clip_ratio_c`` for A < 0 (not in Eq. 2; off by default here, on by default in verl).
+
+Aggregation (``loss_agg_mode``), always normalised by the *whole* training batch of the role, so the
+micro-batch losses add up to the big-batch loss:
+
+- ``seq-mean-token-mean`` (default): the mean over each trajectory's tokens, then ``1/|G| sum_i`` over
+  trajectories: Eq. 2's ``1/|G^r| sum_{i in G^r}``, every trajectory (agent call or design) weighs the same;
+- ``token-mean``: one mean over all tokens of the batch (verl's default; long trajectories weigh more);
+- ``seq-mean-token-sum`` / ``seq-mean-token-sum-norm`` / ``token-sum``: Dr. GRPO-style variants.
+
+Optional terms, both off by default::
 
     + kl_coef * agg(kl_penalty(logp_theta, logp_ref, kl_type))     KL to a frozen reference model
     - entropy_coef * agg(entropy)                                  entropy bonus
@@ -19,10 +30,13 @@ verl's ``compute_policy_loss_vanilla``, ``agg_loss`` and ``kl_penalty`` do the a
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .config import POLICY_LOSSES
 
 LOSS_AGG_MODES = (
     "token-mean",
@@ -42,6 +56,9 @@ class LossError(ValueError):
     """The loss is misconfigured or its inputs disagree; the message says what to change."""
 
 
+NO_DUAL_CLIP = math.inf  # clip_ratio_c that disables verl's dual clip (A < 0 losses are never capped)
+
+
 @functools.cache
 def _verl() -> Any:
     from verl.trainer.ppo import core_algos
@@ -52,21 +69,26 @@ def _verl() -> Any:
 
 @dataclass(frozen=True)
 class LossConfig:
-    """PPO-clip settings. ``clip_low``/``clip_high`` are the ``eps`` of Eq. 2 below/above 1 (paper: 0.2)."""
+    """PPO-clip settings. ``clip_low``/``clip_high`` are the ``eps`` of Eq. 2 below/above 1; the paper does
+    not state eps, 0.2 is this project's choice (PPO's and verl's default)."""
 
     clip_low: float = 0.2
     clip_high: float = 0.2
-    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages (verl default)
-    loss_agg_mode: str = "token-mean"
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages, used when dual_clip (verl default 3)
+    dual_clip: bool = False  # verl's dual clip (not in Eq. 2)
+    policy_loss: str = "vanilla"  # a name in verl's policy-loss registry
+    loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 2: 1/|G| sum over trajectories
     kl_coef: float = 0.0
     kl_type: str = "low_var_kl"
     entropy_coef: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 < self.clip_low < 1:
-            raise LossError(f"clip_low must be in (0, 1), got {self.clip_low} (paper: 0.2)")
+            raise LossError(f"clip_low must be in (0, 1), got {self.clip_low} (default 0.2)")
         if not self.clip_high > 0:
-            raise LossError(f"clip_high must be > 0, got {self.clip_high} (paper: 0.2)")
+            raise LossError(f"clip_high must be > 0, got {self.clip_high} (default 0.2)")
+        if self.policy_loss not in POLICY_LOSSES:
+            raise LossError(f"policy_loss must be one of verl's {POLICY_LOSSES}, got {self.policy_loss!r}")
         if not self.clip_ratio_c > 1:
             raise LossError(f"clip_ratio_c must be > 1 (dual-clip lower bound), got {self.clip_ratio_c}")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
@@ -109,7 +131,7 @@ def verl_actor_config(config: LossConfig, batch: GlobalBatch) -> Any:
         clip_ratio=config.clip_low,
         clip_ratio_low=config.clip_low,
         clip_ratio_high=config.clip_high,
-        clip_ratio_c=config.clip_ratio_c,
+        clip_ratio_c=config.clip_ratio_c if config.dual_clip else NO_DUAL_CLIP,
         loss_agg_mode=config.loss_agg_mode,
         global_batch_info={
             "dp_size": 1,
@@ -118,6 +140,24 @@ def verl_actor_config(config: LossConfig, batch: GlobalBatch) -> Any:
             "loss_scale_factor": batch.loss_scale_factor,
         },
     )
+
+
+def role_advantage_scales(
+    sizes: dict[str, tuple[int, int]], loss_agg_mode: str
+) -> dict[str, float]:
+    """Advantage scale per role that makes ONE aggregation over all roles' samples equal ``L_D + L_E``, each
+    aggregated over its own role (Eq. 2 per role), for backends that take one batch (verl's ``update_actor``).
+
+    ``sizes`` maps role -> (samples, response tokens). The policy-gradient term is positively homogeneous in
+    the advantage (``min(rho*cA, clip(rho)*cA) = c*min(rho*A, clip(rho)*A)`` for c > 0), so dividing by the
+    whole batch and multiplying role r's advantages by ``total / size_r`` gives ``sum_r L_r``. KL and entropy
+    terms are not scaled (they are off by default). One role: every scale is 1.
+    """
+    if len(sizes) <= 1 or loss_agg_mode == "token-sum":
+        return {r: 1.0 for r in sizes}
+    index = 1 if loss_agg_mode == "token-mean" else 0  # token-mean divides by tokens, seq-mean-* by samples
+    total = sum(v[index] for v in sizes.values())
+    return {r: total / v[index] for r, v in sizes.items()}
 
 
 def _token_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -163,7 +203,7 @@ def policy_loss(
     core_algos, _ = _verl()
     actor_config = verl_actor_config(config, batch)
     mask = response_mask.to(log_probs.dtype)  # (B, R)
-    pg_loss, pg_metrics = core_algos.compute_policy_loss_vanilla(
+    pg_loss, pg_metrics = core_algos.get_policy_loss_fn(config.policy_loss)(
         old_log_prob=old_log_probs,
         log_prob=log_probs,
         advantages=advantages,
@@ -174,10 +214,10 @@ def policy_loss(
     loss = pg_loss
     metrics = {
         "train/pg_loss": float(pg_loss.detach()),
-        "train/pg_clipfrac": pg_metrics["actor/pg_clipfrac"],
-        "train/pg_clipfrac_lower": pg_metrics["actor/pg_clipfrac_lower"],
-        "train/ppo_kl": pg_metrics["actor/ppo_kl"],
     }
+    for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
+        if f"actor/{name}" in pg_metrics:  # not every registered loss reports all three
+            metrics[f"train/{name}"] = float(pg_metrics[f"actor/{name}"])
     agg = functools.partial(
         core_algos.agg_loss,
         loss_mask=mask,

@@ -99,7 +99,13 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
         model, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
         models[key], tokenizers[key] = model, tok
         hf = HFPolicy(
-            model, tok, device=cfg.device, max_batch_size=cfg.max_batch_size, continuous=cfg.continuous, model_id=path
+            model,
+            tok,
+            device=cfg.device,
+            max_batch_size=cfg.max_batch_size,
+            continuous=cfg.continuous,
+            model_id=path,
+            chat_template_kwargs=cfg.chat_template_kwargs,
         )
         policies[key] = BatchingPolicy(
             hf,
@@ -125,6 +131,9 @@ def make_updaters(models: ModelSet, optim: OptimConfig) -> dict[str, Any]:
             grad_clip=optim.grad_clip,
             clip_low=optim.clip_low,
             clip_high=optim.clip_high,
+            dual_clip=optim.dual_clip,
+            clip_ratio_c=optim.clip_ratio_c,
+            policy_loss=optim.policy_loss,
             loss_agg_mode=optim.loss_agg_mode,
             micro_batch_tokens=optim.micro_batch_tokens,
             autocast_dtype=optim.autocast,

@@ -62,6 +62,10 @@ class Trainer(TrainLoop):
             state=self._loop_state(next_step),
         )
 
+    def _reset_optimizer_moments(self) -> None:
+        for updater in self.updaters.values():
+            updater.reset_moments()
+
     def _update(self, samples: Any, step: int, active: frozenset[str]) -> dict[str, Any]:
         from metaagent.train.update import update_routed
 

@@ -5,11 +5,16 @@
 1. samples of roles outside ``active_roles`` are dropped before anything is forwarded, so they contribute
    exactly zero gradient and do not count in the loss normaliser (paper §4.1: "gradients from the inactive
    role are masked");
-2. the rest is split into micro-batches by a padded-token budget (:func:`~metaagent.train.samples.micro_batches`);
-3. each micro-batch: chunked log-probs (:mod:`~metaagent.train.logprobs`), verl's PPO-clip loss normalised
-   by the token count of the *whole* batch (:mod:`~metaagent.train.losses`), ``backward()``; the
-   accumulated gradient therefore equals the gradient of one big-batch token-mean loss;
-4. grad-norm clipping (1.0), AdamW step on fp32 master weights; a non-finite grad norm skips the step.
+2. each role's samples form its own group G^r (Eq. 2): ``L = L_D + L_E``, each aggregated over its own
+   role's batch (in ``coupled`` mode both terms are present; otherwise one);
+3. a role's samples are split into micro-batches by a padded-token budget
+   (:func:`~metaagent.train.samples.micro_batches`); each micro-batch: chunked log-probs
+   (:mod:`~metaagent.train.logprobs`), verl's policy loss normalised over the role's *whole* batch
+   (:mod:`~metaagent.train.losses`), ``backward()``; the accumulated gradient therefore equals the gradient
+   of the big-batch loss;
+4. grad-norm clipping (1.0), AdamW step on fp32 master weights. The step is skipped when the grad norm is
+   not finite, and when no sample has a non-zero advantage: such a step has no policy gradient, and an
+   AdamW step would still move the weights through momentum and weight decay.
 
 Shared or separate designer/executor weights: hold one updater per physical model and route samples with
 :func:`~metaagent.train.samples.route_samples`.
@@ -51,7 +56,9 @@ class UpdateConfig:
     clip_low: float = 0.2
     clip_high: float = 0.2
     clip_ratio_c: float = 3.0
-    loss_agg_mode: str = "token-mean"
+    dual_clip: bool = False
+    policy_loss: str = "vanilla"
+    loss_agg_mode: str = "seq-mean-token-mean"
     micro_batch_tokens: int = 8192  # padded tokens (rows x longest prompt+response) per forward pass
     autocast_dtype: str | None = None  # None (fp32) or "bfloat16"
     kl_coef: float = 0.0
@@ -88,6 +95,8 @@ class UpdateConfig:
             clip_low=self.clip_low,
             clip_high=self.clip_high,
             clip_ratio_c=self.clip_ratio_c,
+            dual_clip=self.dual_clip,
+            policy_loss=self.policy_loss,
             loss_agg_mode=self.loss_agg_mode,
             kl_coef=self.kl_coef,
             kl_type=self.kl_type,
@@ -151,6 +160,7 @@ class PolicyUpdater:
         )
         self.steps = 0
         self._pending = False  # gradients accumulated since the last step
+        self._signal = False  # some accumulated sample has a non-zero advantage
 
     @property
     def device(self) -> torch.device:
@@ -223,64 +233,78 @@ class PolicyUpdater:
         metrics["train/tokens"] = float(n_tokens)
         if not samples:
             return metrics
-        batch = GlobalBatch(
-            num_tokens=n_tokens,
-            num_samples=len(samples),
-            loss_scale_factor=(
-                max(len(s.response_ids) for s in samples)
-                if c.loss_agg_mode == "seq-mean-token-sum-norm"
-                else None
-            ),
-        )
         sums: Counter[str] = Counter()
         weighted: Counter[str] = Counter()
-        mbs = micro_batches(samples, c.micro_batch_tokens)
+        n_micro = 0
         was_training = self.model.training
         self.model.train()
         try:
-            for mb in mbs:
-                data = self._device_batch(mb)
-                mb_tokens = float(data["response_mask"].sum())
-                with self._autocast():
-                    logp, entropy = self._logprobs(data)
-                    ref_logp = None
-                    if c.kl_coef > 0:
-                        with torch.no_grad():
-                            ref_logp, _ = response_logprobs(
-                                self.ref_model, data, chunk_size=c.logprob_chunk_size
-                            )
-                loss, m = policy_loss(
-                    logp,
-                    data["old_log_probs"],
-                    data["advantages"],
-                    data["response_mask"],
-                    config=c.loss,
-                    batch=batch,
-                    ref_log_probs=ref_logp,
-                    entropy=entropy,
+            for role in ROLES:
+                group = [s for s in samples if s.role == role]  # G^r of Eq. 2
+                if not group:
+                    continue
+                batch = GlobalBatch(
+                    num_tokens=sum(len(s.response_ids) for s in group),
+                    num_samples=len(group),
+                    loss_scale_factor=(
+                        max(len(s.response_ids) for s in group)
+                        if c.loss_agg_mode == "seq-mean-token-sum-norm"
+                        else None
+                    ),
                 )
-                loss.backward()
-                for k, v in m.items():
-                    if k in SUMMED_METRICS:
-                        sums[k] += v
-                    else:
-                        weighted[k] += v * mb_tokens
-                padded = float(data["input_ids"].numel())
-                metrics["train/padded_tokens"] = metrics.get("train/padded_tokens", 0.0) + padded
+                for mb in micro_batches(group, c.micro_batch_tokens):
+                    n_micro += 1
+                    m, mb_tokens, padded = self._backward(mb, batch)
+                    for k, v in m.items():
+                        if k in SUMMED_METRICS:
+                            sums[k] += v
+                        else:
+                            weighted[k] += v * mb_tokens
+                    metrics["train/padded_tokens"] = metrics.get("train/padded_tokens", 0.0) + padded
         finally:
             self.model.train(was_training)
         self._pending = True
+        self._signal = any(s.advantage != 0 for s in samples)
         metrics.update({k: float(v) for k, v in sums.items()})
         metrics.update({k: float(v) / n_tokens for k, v in weighted.items()})
-        metrics["train/micro_batches"] = float(len(mbs))
+        metrics["train/micro_batches"] = float(n_micro)
         metrics["train/adv_mean"] = sum(s.advantage * len(s.response_ids) for s in samples) / n_tokens
         return metrics
+
+    def _backward(self, mb: Sequence[Sample], batch: GlobalBatch) -> tuple[dict[str, float], float, float]:
+        """Loss of one micro-batch (its share of ``batch``'s loss) and ``backward()``."""
+        c = self.config
+        data = self._device_batch(mb)
+        with self._autocast():
+            logp, entropy = self._logprobs(data)
+            ref_logp = None
+            if c.kl_coef > 0:
+                with torch.no_grad():
+                    ref_logp, _ = response_logprobs(self.ref_model, data, chunk_size=c.logprob_chunk_size)
+        loss, m = policy_loss(
+            logp,
+            data["old_log_probs"],
+            data["advantages"],
+            data["response_mask"],
+            config=c.loss,
+            batch=batch,
+            ref_log_probs=ref_logp,
+            entropy=entropy,
+        )
+        loss.backward()
+        return m, float(data["response_mask"].sum()), float(data["input_ids"].numel())
 
     def step(self) -> dict[str, float]:
         """Clip the accumulated gradient and take one AdamW step (skipped when nothing was accumulated)."""
         metrics = {"train/lr": float(self.optimizer.param_groups[0]["lr"])}
         if not self._pending:
             metrics["train/skipped_step"] = 1.0
+            return metrics
+        if not self._signal:  # every advantage is 0: no policy gradient, and no momentum/decay-only step
+            self.optimizer.zero_grad(set_to_none=True)
+            self._pending = False
+            metrics["train/skipped_step"] = 1.0
+            metrics["train/zero_advantage_step"] = 1.0
             return metrics
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.grad_clip)
         metrics["train/grad_norm"] = float(grad_norm)
@@ -306,6 +330,11 @@ class PolicyUpdater:
         metrics["train/update_s"] = elapsed
         metrics["train/tokens_per_s"] = metrics["train/tokens"] / elapsed if elapsed > 0 else 0.0
         return metrics
+
+    def reset_moments(self) -> None:
+        """Forget AdamW's moments and step count (``optim.stage_switch: reset`` at a stage boundary), so the
+        first steps of a stage do not apply the previous stage's momentum."""
+        self.optimizer.state.clear()
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer state and step count (the model weights are saved separately, in HF format)."""

@@ -25,7 +25,7 @@ def one_token(ratio: float, adv: float, cfg: LossConfig | None = None):
         (1.5, 1.0, -1.2, 1.0),  # A > 0: ratio clipped at 1 + 0.2
         (0.5, 1.0, -0.5, 0.0),  # A > 0, ratio below 1 - eps: min picks the unclipped term
         (0.5, -1.0, 0.8, 1.0),  # A < 0: ratio clipped at 1 - 0.2
-        (10.0, -1.0, 3.0, 0.0),  # dual clip: at most -A * clip_ratio_c
+        (10.0, -1.0, 10.0, 0.0),  # A < 0, no dual clip (Eq. 2): -A * ratio, unbounded
     ],
 )
 def test_hand_checked_token_losses(ratio, adv, expected, clipped):
@@ -33,6 +33,42 @@ def test_hand_checked_token_losses(ratio, adv, expected, clipped):
     assert float(loss) == pytest.approx(expected, rel=1e-5)
     assert m["train/pg_clipfrac"] == clipped
     assert m["train/ppo_kl"] == pytest.approx(-math.log(ratio), rel=1e-5)
+
+
+def test_dual_clip_is_an_explicit_option():
+    """verl's dual clip caps the loss of a negative advantage at -A * clip_ratio_c; Eq. 2 has no such cap."""
+    loss, m = one_token(10.0, -1.0, LossConfig(dual_clip=True))
+    assert float(loss) == pytest.approx(3.0, rel=1e-5) and m["train/pg_clipfrac_lower"] == 1.0
+    loss, m = one_token(10.0, -1.0, LossConfig(dual_clip=True, clip_ratio_c=5.0))
+    assert float(loss) == pytest.approx(5.0, rel=1e-5)
+    loss, m = one_token(10.0, -1.0, LossConfig(dual_clip=False))
+    assert float(loss) == pytest.approx(10.0, rel=1e-5) and m["train/pg_clipfrac_lower"] == 0.0
+
+
+def test_policy_loss_is_a_name_in_verls_registry():
+    """gspo uses the length-normalised sequence ratio: one shared ratio for every token of a trajectory."""
+    old = torch.tensor([[-1.0, -1.0]])
+    new = old + torch.tensor([[math.log(1.1), math.log(1.3)]])
+    adv, mask = torch.tensor([[1.0, 1.0]]), torch.ones(1, 2)
+    cfg = dict(loss_agg_mode="seq-mean-token-mean")
+    vanilla, _ = policy_loss(new, old, adv, mask, config=LossConfig(**cfg), batch=GlobalBatch(2, 1))
+    gspo, _ = policy_loss(new, old, adv, mask, config=LossConfig(policy_loss="gspo", **cfg), batch=GlobalBatch(2, 1))
+    assert float(vanilla) == pytest.approx(-(1.1 + 1.2) / 2, rel=1e-5)  # 1.3 clipped at 1.2
+    seq_ratio = math.sqrt(1.1 * 1.3)  # exp(mean log-ratio) = 1.1958 < 1.2: not clipped
+    assert float(gspo) == pytest.approx(-seq_ratio, rel=1e-5)
+    with pytest.raises(LossError, match="policy_loss"):
+        LossConfig(policy_loss="ppo2")
+
+
+def test_seq_mean_token_mean_weighs_every_trajectory_the_same():
+    """Eq. 2's 1/|G| sum over trajectories: a 1-token and a 3-token trajectory count once each."""
+    old = torch.zeros(2, 3)
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+    mask = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    seq, _ = policy_loss(old.clone(), old, adv, mask, config=LossConfig(), batch=GlobalBatch(4, 2))
+    tok, _ = policy_loss(old.clone(), old, adv, mask, config=LossConfig(loss_agg_mode="token-mean"), batch=GlobalBatch(4, 2))
+    assert float(seq) == pytest.approx(0.0)  # (-1 + 1) / 2
+    assert float(tok) == pytest.approx((-1 + 3) / 4)  # the long trajectory weighs 3x
 
 
 def test_separate_clip_high():
@@ -46,9 +82,10 @@ def test_token_mean_uses_the_global_token_count():
     lp = torch.zeros(2, 3)
     adv = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
-    local, _ = policy_loss(lp, lp, adv, mask, config=LossConfig(), batch=GlobalBatch(5, 2))
+    tm = LossConfig(loss_agg_mode="token-mean")
+    local, _ = policy_loss(lp, lp, adv, mask, config=tm, batch=GlobalBatch(5, 2))
     assert float(local) == pytest.approx(-(3 - 4) / 5)
-    share, _ = policy_loss(lp, lp, adv, mask, config=LossConfig(), batch=GlobalBatch(10, 4))
+    share, _ = policy_loss(lp, lp, adv, mask, config=tm, batch=GlobalBatch(10, 4))
     assert float(share) == pytest.approx(float(local) / 2)
     seq, _ = policy_loss(
         lp, lp, adv, mask, config=LossConfig(loss_agg_mode="seq-mean-token-mean"), batch=GlobalBatch(5, 2)
@@ -104,3 +141,27 @@ def test_misconfiguration_is_refused():
             batch=GlobalBatch(2, 1),
             entropy=torch.ones(1, 2),
         )
+
+
+def test_role_advantage_scales_turn_one_aggregation_into_the_sum_of_role_losses():
+    """verl takes one batch: scaling each role's advantages by total/size_r gives L_D + L_E exactly."""
+    from metaagent.train.losses import role_advantage_scales
+
+    lp = torch.zeros(3, 2)
+    old = torch.zeros(3, 2) - 0.1
+    adv = torch.tensor([[1.0, 1.0], [-1.0, 0.0], [0.5, 0.5]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    roles = ["designer", "executor", "executor"]
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        cfg = LossConfig(loss_agg_mode=mode)
+        per_role = 0.0
+        for role in ("designer", "executor"):
+            rows = [i for i, r in enumerate(roles) if r == role]
+            m = mask[rows]
+            loss, _ = policy_loss(lp[rows], old[rows], adv[rows], m, config=cfg, batch=GlobalBatch(int(m.sum()), len(rows)))
+            per_role += float(loss)
+        scales = role_advantage_scales({"designer": (1, 2), "executor": (2, 3)}, mode)
+        scaled = adv * torch.tensor([scales[r] for r in roles])[:, None]
+        one, _ = policy_loss(lp, old, scaled, mask, config=cfg, batch=GlobalBatch(5, 3))
+        assert float(one) == pytest.approx(per_role, rel=1e-6), mode
+    assert role_advantage_scales({"executor": (4, 9)}, "token-mean") == {"executor": 1.0}

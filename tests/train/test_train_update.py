@@ -43,26 +43,31 @@ def test_micro_batches_accumulate_to_the_big_batch_gradient(make_model, make_sam
     u_small = PolicyUpdater(small, micro_batch_tokens=24, lr=1e-3)
     m_big = u_big.accumulate(samples)
     m_small = u_small.accumulate(samples)
-    assert m_big["train/micro_batches"] == 1 and m_small["train/micro_batches"] >= 6
+    n_roles = len({s.role for s in samples})
+    assert m_big["train/micro_batches"] == n_roles and m_small["train/micro_batches"] >= 6
     assert_same(grads(small), grads(big), atol=1e-6, rtol=1e-5)
     for k in ("train/loss", "train/pg_clipfrac", "train/ppo_kl", "train/entropy", "train/tokens"):
         assert m_small[k] == pytest.approx(m_big[k], rel=1e-5, abs=1e-7), k
 
-    # independent reference: one naive full-logits pass over the whole batch, token-mean over all its tokens
+    # independent reference: L = L_D + L_E, one naive full-logits pass per role, each aggregated over its role
     ref = make_model()
-    batch = collate(samples)
-    lp, _ = naive_response_logprobs(ref, batch)
-    loss, _ = policy_loss(
-        lp,
-        batch["old_log_probs"],
-        batch["advantages"],
-        batch["response_mask"],
-        config=LossConfig(),
-        batch=GlobalBatch(int(batch["response_mask"].sum()), len(samples)),
-    )
-    loss.backward()
+    total = 0.0
+    for role in sorted({s.role for s in samples}):
+        group = [s for s in samples if s.role == role]
+        batch = collate(group)
+        lp, _ = naive_response_logprobs(ref, batch)
+        loss, _ = policy_loss(
+            lp,
+            batch["old_log_probs"],
+            batch["advantages"],
+            batch["response_mask"],
+            config=LossConfig(),
+            batch=GlobalBatch(int(batch["response_mask"].sum()), len(group)),
+        )
+        loss.backward()
+        total += float(loss.detach())
     assert_same(grads(big), grads(ref), atol=1e-6, rtol=1e-5)
-    assert m_big["train/loss"] == pytest.approx(float(loss.detach()), rel=1e-5)
+    assert m_big["train/loss"] == pytest.approx(total, rel=1e-5)
 
     s_big, s_small = u_big.step(), u_small.step()
     assert s_big["train/grad_norm"] == pytest.approx(s_small["train/grad_norm"], rel=1e-5)
@@ -223,3 +228,42 @@ def test_update_routed_separate_models(make_model, make_samples):
     assert single["train/samples"] == 6
     with pytest.raises(UpdateError, match="no updater"):
         update_routed({"D": updaters["D"]}, samples, {"designer": "D", "executor": "E"})
+
+
+def test_coupled_loss_is_the_sum_of_each_roles_own_loss(make_model, make_samples):
+    """coupled mode: L = L_D + L_E, each aggregated over its own role's samples, not one mean over both."""
+    samples = make_samples(10, seed=21)
+    roles = {s.role for s in samples}
+    assert roles == {"designer", "executor"}
+    both = PolicyUpdater(make_model(), lr=1e-3)
+    m_both = both.accumulate(samples, active_roles=roles)
+    per_role = 0.0
+    for role in sorted(roles):
+        u = PolicyUpdater(make_model(), lr=1e-3)
+        per_role += u.accumulate(samples, active_roles={role})["train/loss"]
+    assert m_both["train/loss"] == pytest.approx(per_role, rel=1e-6)
+
+
+def test_no_optimizer_step_when_every_advantage_is_zero(make_model, make_samples):
+    """An all-zero-advantage batch has no policy gradient; AdamW would still move the weights (momentum and
+    weight decay), so the step is skipped."""
+    import dataclasses
+
+    samples = [dataclasses.replace(s, advantage=0.0) for s in make_samples(6, seed=22)]
+    model = make_model()
+    before = params(model)
+    u = PolicyUpdater(model, lr=1e-2, weight_decay=0.1)
+    m = u.update(samples)
+    assert m["train/skipped_step"] == 1.0 and m["train/zero_advantage_step"] == 1.0
+    assert u.steps == 0
+    assert_same(params(model), before, atol=0, rtol=0)
+
+
+def test_reset_moments_clears_adam_state(make_model, make_samples):
+    u = PolicyUpdater(make_model(), lr=1e-3)
+    u.update(make_samples(6, seed=23))
+    assert len(u.optimizer.state) > 0
+    u.reset_moments()
+    assert len(u.optimizer.state) == 0
+    u.update(make_samples(6, seed=24))  # AdamW re-initialises its moments lazily
+    assert all(int(st["step"]) == 1 for st in u.optimizer.state.values())

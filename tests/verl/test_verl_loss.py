@@ -52,7 +52,7 @@ def verl_step_loss(model, samples, *, dp_size, loss_config, max_token_len=64):
     from verl.utils.seqlen_balancing import rearrange_micro_batches
     from verl.workers.utils.losses import ppo_loss
 
-    batch = build_update_batch(samples, dp_size=dp_size, pad_id=PAD)
+    batch = build_update_batch(samples, dp_size=dp_size, pad_id=PAD, loss_agg_mode=loss_config.loss_agg_mode)
     td = update_tensordict(batch)
     global_tokens = int(td["loss_mask"].sum())
     actor_config = verl_actor_config(loss_config, GlobalBatch(global_tokens, batch.real_rows))

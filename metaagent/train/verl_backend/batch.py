@@ -105,12 +105,24 @@ def build_update_batch(
     pad_id: int,
     advantage_placement: str = "all_tokens",
     balance: bool = True,
+    loss_agg_mode: str | None = None,
 ):
-    """The verl batch of one physical model's update (module docstring). Returns an :class:`UpdateBatch`."""
+    """The verl batch of one physical model's update (module docstring). Returns an :class:`UpdateBatch`.
+
+    With ``loss_agg_mode`` and samples of both roles (``coupled``), each role's advantages are scaled so
+    verl's one aggregation equals ``L_D + L_E`` as the local trainer computes it
+    (:func:`metaagent.train.losses.role_advantage_scales`)."""
     from verl import DataProto
+
+    from metaagent.train.losses import role_advantage_scales
 
     _check(samples, dp_size, advantage_placement)
     real = list(samples)
+    sizes: dict[str, tuple[int, int]] = {}
+    for s in real:
+        n, t = sizes.get(s.role, (0, 0))
+        sizes[s.role] = (n + 1, t + len(s.response_ids))
+    scale = role_advantage_scales(sizes, loss_agg_mode) if loss_agg_mode else {r: 1.0 for r in sizes}
     n_pad = padded_size(len(real), dp_size) - len(real)
     filler = min(real, key=lambda s: (s.num_tokens, s.key))  # cheapest row to forward
     rows: list[tuple[Sample, bool]] = [(s, False) for s in real] + [(filler, True)] * n_pad
@@ -145,9 +157,9 @@ def build_update_batch(
         response_mask[row, :lr] = 1
         old_log_probs[row, :lr] = torch.tensor(s.old_logprobs, dtype=torch.float32)
         if advantage_placement == "all_tokens":
-            advantages[row, :lr] = s.advantage
+            advantages[row, :lr] = s.advantage * scale[s.role]
         else:
-            advantages[row, lr - 1] = s.advantage
+            advantages[row, lr - 1] = s.advantage * scale[s.role]
     attention_mask = torch.cat([prompt_mask, resp_attn], dim=1)  # (B, P+R)
     position_ids = torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)  # (B, P+R)
     tensors = {

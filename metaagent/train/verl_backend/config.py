@@ -123,7 +123,7 @@ class VerlConfig:
     calculate_entropy: bool = False
     checkpoint_engine: str = "nccl"
     save_hf_model: bool = False
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    chat_template_kwargs: dict[str, Any] | None = None  # None: policy.chat_template_kwargs (template default)
     ray_address: str | None = None
     request_timeout_s: float = 3600.0
     plan_agent_calls: float = 4.0

@@ -128,6 +128,11 @@ def _resources(cfg: TrainConfig, verl: VerlConfig, keys: list[str]) -> dict[str,
 def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
     """Validate ``cfg`` for the verl backend and resolve what runs where. Raises ``ConfigError`` naming the fix."""
     verl = verl or VerlConfig.from_train_config(cfg)
+    if cfg.optim.stage_switch != "keep":
+        raise ConfigError(
+            "optim.stage_switch=reset is not supported by the verl backend yet (the optimizer state lives in the "
+            "FSDP workers); use optim.stage_switch=keep or --backend local"
+        )
     paths, route, designer_key, executor_keys = model_plan(cfg.policy)
     keys = list(paths)
     resources = _resources(cfg, verl, keys)

@@ -26,6 +26,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from metaagent.policy.base import ChatRequest, Completion, Policy, PolicyError, RequestError
+from metaagent.policy.chat import chat_prompt_ids, resolve_chat_template_kwargs
 
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 
@@ -64,7 +65,7 @@ class ServerPolicy(Policy):
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.max_model_len = int(max_model_len)
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.timeout_s = float(timeout_s)
         self.stop_token_ids = _stop_token_ids(tokenizer)
         self._loop = asyncio.new_event_loop()
@@ -76,20 +77,7 @@ class ServerPolicy(Policy):
 
     # ------------------------------------------------------------------------------------------- requests
     def encode(self, request: ChatRequest) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(
-            request.messages,
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
-            **self.chat_template_kwargs,
-        )
-        if hasattr(ids, "keys"):  # a BatchEncoding in newer transformers
-            ids = ids["input_ids"]
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
-        if ids and isinstance(ids[0], list):
-            ids = ids[0]
-        return [int(i) for i in ids]
+        return chat_prompt_ids(self.tokenizer, request.messages, self.chat_template_kwargs)
 
     def max_tokens(self, request: ChatRequest, prompt_ids: list[int]) -> int:
         room = self.max_model_len - len(prompt_ids)

@@ -164,14 +164,18 @@ class VerlTrainer(TrainLoop):
         for key, group in self.groups.items():
             mine = routed.get(key, [])
             metrics[f"verl/{key}/samples"] = float(len(mine))
-            if not mine:  # nothing to learn for this model: no update_actor call, optimizer untouched
+            if not any(s.advantage != 0 for s in mine):
+                # nothing to learn for this model (no sample, or every advantage 0): no update_actor call, so
+                # neither momentum nor weight decay moves the weights; the optimizer is untouched
                 metrics[f"verl/{key}/skipped_step"] = 1.0
+                metrics[f"verl/{key}/zero_advantage_step"] = float(bool(mine))
                 continue
             batch = build_update_batch(
                 mine,
                 dp_size=group.dp_size,
                 pad_id=group.pad_id,
                 advantage_placement=self.verl.advantage_placement,
+                loss_agg_mode=self.config.optim.loss_agg_mode,
             )
             metrics.update({f"verl/{key}/{k.removeprefix('verl/')}": v for k, v in batch.metrics.items()})
             group.free_rollout_memory()

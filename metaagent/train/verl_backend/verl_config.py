@@ -103,6 +103,9 @@ def metaagent_settings(
         f"{ar}.actor.clip_ratio_low": o.clip_low,
         f"{ar}.actor.clip_ratio_high": o.clip_high,
         f"{ar}.actor.loss_agg_mode": o.loss_agg_mode,
+        f"{ar}.actor.policy_loss.loss_mode": o.policy_loss,
+        # verl always applies dual clip; an unbounded clip_ratio_c switches it off (optim.dual_clip=false)
+        f"{ar}.actor.clip_ratio_c": o.clip_ratio_c if o.dual_clip else 1e30,
         # seq-mean-token-sum-norm divides by a constant; the longest allowed response keeps it fixed
         f"{ar}.actor.loss_scale_factor": o.max_response_tokens
         if o.loss_agg_mode == "seq-mean-token-sum-norm"

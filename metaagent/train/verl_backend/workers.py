@@ -133,7 +133,11 @@ class ModelGroup:
             self.tokenizer,
             model_id=plan.path,
             max_model_len=int(cfg.actor_rollout_ref.rollout.max_model_len),
-            chat_template_kwargs=self.verl.chat_template_kwargs,
+            chat_template_kwargs=(
+                self.verl.chat_template_kwargs
+                if self.verl.chat_template_kwargs is not None
+                else self.config.policy.chat_template_kwargs
+            ),
             timeout_s=self.verl.request_timeout_s,
         )
 
