@@ -5,8 +5,17 @@ One :class:`RolloutTree` per task and rollout, one tree per JSONL line::
     RolloutTree (task, seed, config, models)
     └── Design i  (designer sample: prompt/response ids, log-probs; extracted script; check report; structure)
         └── Execution j  (status, answer, reward components)
-            ├── AgentTurn k  (role, system prompt, messages, response, delivery, ids, log-probs, parents)
-            └── ToolCall    (name, args, result)
+            ├── AgentTurn k  (role, role_turn, batch, messages, response, ids, log-probs, parents,
+            │                 per-turn reward, labels, advantage, synthetic)
+            ├── ToolCall    (name, args, result)
+            ├── TurnGroup   (the K candidates of one call, the selected one, each candidate's reward)
+            ├── Counterfactual (a re-run with some agents replaced by a baseline)
+            ├── FirstError  (the first erroneous turn and the judge queries that found it)
+            └── PreferencePair (chosen vs rejected reply for one context)
+
+Schema v2 (this version) adds the per-turn fields, candidate groups, counterfactual runs, first-error
+markers and preference pairs: the ground of per-turn credit (AT-GRPO, MAPPA, UnityMAS-O, evaluation-aligned
+credit). v1 files load through :func:`migrate`.
 
 Everything is plain dataclasses of JSON types, so a tree survives ``json`` unchanged (floats round-trip
 exactly) and can be read without importing torch or the trainer. Readers accept older schema versions
@@ -28,9 +37,11 @@ from typing import Any, ClassVar
 
 from metaagent.errors import MetaAgentError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 EXECUTION_STATUSES = ("ok", "invalid", "error", "timeout", "limit")
+TURN_REWARD_SOURCES = ("env", "allocator", "judge", "rule")
+PREFERENCE_SOURCES = ("resample", "teacher", "success_episode")
 
 #: the two logical roles; an executor agent's route name is ``executor:<agent role name>``
 DESIGNER = "designer"
@@ -96,6 +107,25 @@ class CheckReport(_Record):
 
 
 @dataclass
+class TurnReward(_Record):
+    """The reward of one agent turn (or candidate). ``total`` None with ``error`` set = not computable:
+    counted, excluded, never 0. ``source``: ``env`` (at call time), ``allocator`` (split of the execution's
+    reward), ``judge`` (a model's score), ``rule``."""
+
+    total: float | None
+    source: str
+    components: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.source not in TURN_REWARD_SOURCES:
+            raise SchemaError(f"TurnReward.source must be one of {TURN_REWARD_SOURCES}, got {self.source!r}")
+        if self.total is None and not self.error:
+            raise SchemaError("TurnReward.total is None: set error to say why it could not be computed")
+
+
+@dataclass
 class AgentTurn(_Record):
     """One agent call inside an execution: an executor training sample (prompt_ids -> response_ids)."""
 
@@ -113,6 +143,89 @@ class AgentTurn(_Record):
     parents: list[int] = field(default_factory=list)  # earlier turns whose output appears in this prompt
     elapsed_s: float = 0.0
     temperature: float | None = None  # sampling temperature (0 = greedy); the log-probs are of this distribution
+    # ---- schema v2 ----
+    call_index: int = -1  # position in call order (its sampling seed is call_seed(execution seed, call_index))
+    role_turn: int = 0  # the k-th call of this role name in the execution (0-based): AT-GRPO's turn t
+    batch: int = -1  # which script message the call came in (calls of one parallel([...]) share it)
+    reward: TurnReward | None = None  # per-turn reward, if a turn-reward source or allocator ran
+    labels: dict[str, float] = field(default_factory=dict)  # e.g. {"helpful": 1.0} from a judge
+    advantage: float | None = None  # per-turn advantage written by credit assignment (None: the execution's)
+    synthetic: bool = False  # a reply no trainable policy sampled (forced prefix, baseline): never a sample
+    _nested: ClassVar[dict[str, type]] = {"reward": TurnReward}
+
+    def __post_init__(self) -> None:
+        if self.call_index < 0:
+            self.call_index = self.index
+
+    @property
+    def node_id(self) -> str:
+        """The turn's id in the execution's turn graph (``parents`` are the ids of earlier turns)."""
+        return f"t{self.index}"
+
+
+@dataclass
+class TurnGroup(_Record):
+    """The K candidates of one agent call (tree sampling): every candidate with its ids and log-probs,
+    the one the execution continued with, and each candidate's reward (None: not computable)."""
+
+    key: str  # (execution, role, role_turn) as text: groups are keyed per agent and turn
+    role: str
+    role_turn: int
+    call_index: int
+    candidates: list[AgentTurn]
+    selected: int
+    rewards: list[float | None]
+    advantages: list[float | None] = field(default_factory=list)  # written by credit assignment
+    _nested: ClassVar[dict[str, type]] = {"candidates": AgentTurn}
+
+    def __post_init__(self) -> None:
+        if len(self.rewards) != len(self.candidates) or not 0 <= self.selected < len(self.candidates):
+            raise SchemaError(
+                f"TurnGroup {self.key!r}: {len(self.candidates)} candidates need as many rewards (got "
+                f"{len(self.rewards)}) and a selected index in range (got {self.selected})"
+            )
+
+
+@dataclass
+class Counterfactual(_Record):
+    """A re-execution of the same script with the agents outside ``members`` answered by a baseline."""
+
+    members: list[str]  # role names that kept their policy
+    baseline: str  # noop | mask | reference | forced:<k>
+    seed: int | None
+    status: str
+    reward: RewardRecord | None = None
+    n_calls: int = 0
+    turns: list[AgentTurn] = field(default_factory=list)
+    _nested: ClassVar[dict[str, type]] = {"turns": AgentTurn}
+
+
+@dataclass
+class FirstError(_Record):
+    """The first erroneous turn t* (1-based) of a failed execution, and the judge queries that found it."""
+
+    turn: int
+    role: str
+    queries: list[dict[str, Any]] = field(default_factory=list)  # [{"turn": t, "verdict": "OK" | "ERR"}]
+    judge: str = ""
+
+
+@dataclass
+class PreferencePair(_Record):
+    """A chosen and a rejected reply to one context (the DPO loss's unit)."""
+
+    turn: int  # the turn (0-based index) whose reply is the rejected side
+    messages: list[dict[str, str]]
+    prompt_ids: list[int]
+    chosen_ids: list[int]
+    rejected_ids: list[int]
+    source: str  # one of PREFERENCE_SOURCES
+    weight: float = 1.0
+    chosen_logprobs: list[float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.source not in PREFERENCE_SOURCES:
+            raise SchemaError(f"PreferencePair.source must be one of {PREFERENCE_SOURCES}, got {self.source!r}")
 
 
 @dataclass
@@ -165,11 +278,20 @@ class Execution(_Record):
     seed: int | None = None
     reward: RewardRecord | None = None
     advantage: float | None = None  # executor advantage, filled by credit assignment
+    # ---- schema v2 ----
+    groups: list[TurnGroup] = field(default_factory=list)  # candidate groups (tree sampling); turns = executed path
+    counterfactuals: list[Counterfactual] = field(default_factory=list)
+    first_error: FirstError | None = None
+    preferences: list[PreferencePair] = field(default_factory=list)
     _nested: ClassVar[dict[str, type]] = {
         "turns": AgentTurn,
         "tool_calls": ToolCall,
         "error": ScriptError,
         "reward": RewardRecord,
+        "groups": TurnGroup,
+        "counterfactuals": Counterfactual,
+        "first_error": FirstError,
+        "preferences": PreferencePair,
     }
 
     def __post_init__(self) -> None:
@@ -267,8 +389,22 @@ def config_hash(config: Mapping[str, Any]) -> str:
 
 # ---- schema versions -------------------------------------------------------------------------------------
 
+def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 adds per-turn fields (defaults: no reward, no labels, no advantage, sampled) and derives
+    ``call_index`` (= index) and ``role_turn`` (earlier calls of the same role) from the v1 turn order."""
+    for design in data.get("designs") or []:
+        for execution in design.get("executions") or []:
+            seen: dict[str, int] = {}
+            for turn in execution.get("turns") or []:
+                turn.setdefault("call_index", turn.get("index", -1))
+                role = turn.get("role", "")
+                turn.setdefault("role_turn", seen.get(role, 0))
+                seen[role] = seen.get(role, 0) + 1
+    return {**data, "schema_version": 2}
+
+
 #: migrations[v] turns a version-v dict into a version-(v+1) dict
-_MIGRATIONS: dict[int, Any] = {}
+_MIGRATIONS: dict[int, Any] = {1: _v1_to_v2}
 
 
 def migrate(data: Any) -> dict[str, Any]:

@@ -154,6 +154,7 @@ class Completion:
     logprobs: list[float] | None
     finish_reason: str
     model: str
+    synthetic: bool = False  # not sampled from a trainable policy (a forced or baseline reply): never trained on
 
     @property
     def prompt_tokens(self) -> int:

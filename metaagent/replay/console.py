@@ -186,10 +186,58 @@ def _turn_panel(turn: Any, full: bool) -> Panel:
             ),
         ),
     )
-    title = f"turn {turn.index} · {turn.role} · {len(turn.response_ids)} tokens · {turn.finish_reason}" + (
-        f" · reads turns {turn.parents}" if turn.parents else ""
+    title = f"turn {turn.index} · {turn.role} #{turn.role_turn} · {len(turn.response_ids)} tokens · {turn.finish_reason}"
+    title += f" · reads turns {turn.parents}" if turn.parents else ""
+    title += " · synthetic (not sampled; never trained)" if turn.synthetic else ""
+    credit = _turn_credit(turn)
+    if credit is not None:
+        body = Group(body, credit)
+    return Panel(body, title=Text(title), title_align="left", border_style="dim" if turn.synthetic else "blue")
+
+
+def _turn_credit(turn: Any) -> Text | None:
+    """Per-turn reward, labels and advantage (records v2), when any is set."""
+    parts: list[tuple[str, str] | str] = []
+    r = turn.reward
+    if r is not None:
+        if r.total is None:
+            parts.append((f"turn reward ({r.source}): could not be computed ({r.error})  ", "red"))
+        else:
+            comps = ", ".join(f"{k} {num(v)}" for k, v in r.components.items())
+            parts.append((f"turn reward ({r.source}) {num(r.total)}" + (f" ({comps})" if comps else "") + "  ", "bold"))
+    if turn.labels:
+        parts.append("labels " + ", ".join(f"{k}={num(v)}" for k, v in turn.labels.items()) + "  ")
+    if turn.advantage is not None:
+        parts.append((f"turn advantage {num(turn.advantage)}", "bold"))
+    return Text.assemble(*parts) if parts else None
+
+
+def _group_panel(group: Any, full: bool) -> Panel:
+    """A call's K candidates (tree sampling), the selected one marked."""
+    rows = []
+    for c, (cand, reward) in enumerate(zip(group.candidates, group.rewards)):
+        adv = group.advantages[c] if c < len(group.advantages) else None
+        mark = "▶ " if c == group.selected else "  "
+        rows.append(
+            Text.assemble(
+                (mark, "bold green"),
+                f"candidate {c}: reward {num(reward)}",
+                f", advantage {num(adv)}" if adv is not None else "",
+                f" · {one_line(cand.response, 10**6 if full else 120)}",
+            )
+        )
+    title = f"candidates of {group.role} turn {group.role_turn} (call {group.call_index}) · selected {group.selected}"
+    return Panel(Group(*rows), title=Text(title), title_align="left", border_style="cyan")
+
+
+def _counterfactual_line(cf: Any) -> Text:
+    r = cf.reward
+    reward = "not scored" if r is None else (num(r.total) if r.total is not None else f"error ({r.error})")
+    return Text(
+        f"counterfactual: keep {cf.members or '—'}, others -> {cf.baseline}: status {cf.status}, "
+        f"{cf.n_calls} calls, reward {reward}",
+        style="cyan",
     )
-    return Panel(body, title=Text(title), title_align="left", border_style="blue")
 
 
 def _tool_panel(call: Any, full: bool) -> Panel:
@@ -217,6 +265,23 @@ def print_execution(execution: Execution, task: dict[str, Any], console: Console
         console.print(_turn_panel(turn, full))
     for call in [c for c in calls if c.after_turn >= len(execution.turns)]:
         console.print(_tool_panel(call, full))
+    for group in execution.groups:
+        console.print(_group_panel(group, full))
+    for cf in execution.counterfactuals:
+        console.print(_counterfactual_line(cf))
+    if execution.first_error is not None:
+        fe = execution.first_error
+        console.print(
+            Text(f"first error: turn {fe.turn} ({fe.role}), found with {len(fe.queries)} judge queries", style="red")
+        )
+    for pair in execution.preferences:
+        console.print(
+            Text(
+                f"preference pair ({pair.source}, weight {num(pair.weight)}): turn {pair.turn} rejected, "
+                f"{len(pair.chosen_ids)} chosen tokens",
+                style="cyan",
+            )
+        )
     if execution.error is not None:
         line = f" (line {execution.error.line})" if execution.error.line else ""
         console.print(

@@ -155,6 +155,7 @@ class Session:
         self.error: ScriptError | None = None
         self.submitted = False
         self.answer: str | None = None
+        self.batches = 0  # agent-call messages served so far
         self.script_s = 0.0
         self.compile_s: float | None = None
 
@@ -347,11 +348,17 @@ class Session:
         elapsed = time.perf_counter() - t0
         previous = list(self.turns)
         replies = []
-        for call, request, completion in zip(calls, requests, completions):
+        batch = self.batches
+        self.batches += 1
+        for i, (call, request, completion) in enumerate(zip(calls, requests, completions)):
             delivery = extract_delivery(completion.text)
             self.turns.append(
                 AgentTurn(
                     index=len(self.turns),
+                    call_index=self.calls_made + i,
+                    role_turn=sum(t.role == call.role for t in self.turns),
+                    batch=batch,
+                    synthetic=completion.synthetic,
                     role=call.role,
                     system_prompt=call.system,
                     messages=request.messages,
