@@ -30,7 +30,7 @@ from .matrix import (
     hierarchical_advantages,
     hierarchical_credit,
 )
-from .registry import estimator_options, get_estimator, list_estimators, register_estimator
+from .registry import check_options, estimator_options, get_estimator, list_estimators, register_estimator
 
 __all__ = [
     "COUNTERS",
@@ -43,6 +43,7 @@ __all__ = [
     "MatrixCredit",
     "TreeCredit",
     "assign_credit",
+    "check_options",
     "call_matrix",
     "design_reward",
     "design_row",

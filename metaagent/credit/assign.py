@@ -44,13 +44,15 @@ class TreeCredit:
     """What an estimator returns for one tree. None means "no advantage: do not train on it".
 
     ``turns`` is for estimators with per-turn credit (AT-GRPO groups, judge process rewards, Shapley): a
-    turn listed there uses its own advantage instead of its execution's.
+    turn listed there uses its own advantage instead of its execution's. ``candidates`` gives each
+    candidate of a candidate group (key ``(design, execution, group, candidate)``) its advantage.
     """
 
     design_rewards: dict[int, float | None] = field(default_factory=dict)
     designer: dict[int, float | None] = field(default_factory=dict)
     executor: dict[tuple[int, int], float | None] = field(default_factory=dict)
     turns: dict[tuple[int, int, int], float] = field(default_factory=dict)
+    candidates: dict[tuple[int, int, int, int], float | None] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
 
     @classmethod
@@ -200,14 +202,20 @@ def _check_keys(tree: RolloutTree, c: TreeCredit, t: int, name: str) -> None:
             raise CreditError(f"{where}: turn position ({i}, {j}, {k}) names a missing execution")
         if not 0 <= k < len(tree.designs[i].executions[j].turns):
             raise CreditError(f"{where}: turn position ({i}, {j}, {k}) does not exist")
+    for i, j, g, k in c.candidates:
+        groups = tree.designs[i].executions[j].groups if 0 <= i < n and 0 <= j < len(tree.designs[i].executions) else []
+        if not (0 <= g < len(groups) and 0 <= k < len(groups[g].candidates)):
+            raise CreditError(f"{where}: candidate position ({i}, {j}, {g}, {k}) does not exist")
 
 
 def assign_credit(trees: list[RolloutTree], estimator: str = "hierarchical", **options) -> CreditResult:
     """Compute advantages with the named estimator and write them into the trees.
 
-    Every ``Design.advantage`` and ``Execution.advantage`` is first reset to None, then filled from the
-    estimator (None stays None: not trained on). ``Design.reward`` is set to the design reward the
-    estimator used (Eq. 4). Per-turn advantages, if any, are in :attr:`CreditResult.turn_advantages`.
+    Every ``Design.advantage``, ``Execution.advantage``, ``AgentTurn.advantage`` and candidate advantage is
+    first reset to None, then filled from the estimator (None stays None: not trained on; a turn without
+    its own advantage trains with its execution's). ``Design.reward`` is set to the design reward the
+    estimator used (Eq. 4). Per-turn advantages are written into the records (so replay shows them) and
+    are also in :attr:`CreditResult.turn_advantages`.
 
     Metrics (``credit/...``): every counter in :data:`COUNTERS`, the totals ``groups``,
     ``zero_var_groups``, ``singleton_groups``, and ``count/mean/std/min/max`` of ``designer_adv``,
@@ -245,6 +253,10 @@ def assign_credit(trees: list[RolloutTree], estimator: str = "hierarchical", **o
                 e.advantage = c.executor.get((i, j))
                 if e.advantage is not None:
                     executor_adv.append(e.advantage)
+                for k, turn in enumerate(e.turns):
+                    turn.advantage = c.turns.get((i, j, k))
+                for g, group in enumerate(e.groups):
+                    group.advantages = [c.candidates.get((i, j, g, k)) for k in range(len(group.candidates))]
                 if e.reward is not None and e.reward.total is not None:
                     execution_rewards.append(float(e.reward.total))
 
@@ -256,6 +268,9 @@ def assign_credit(trees: list[RolloutTree], estimator: str = "hierarchical", **o
             counts.get(f"designer_{kind}", 0) + counts.get(f"executor_{kind}", 0)
         )
     metrics["credit/turn_advantages"] = float(sum(len(c.turns) for c in credits))
+    metrics["credit/candidate_advantages"] = float(
+        sum(sum(v is not None for v in c.candidates.values()) for c in credits)
+    )
     _stats("credit/designer_adv", designer_adv, metrics)
     _stats("credit/executor_adv", executor_adv, metrics)
     _stats("credit/design_reward", design_rewards, metrics)

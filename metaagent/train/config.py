@@ -16,7 +16,6 @@ BACKENDS = ("hf", "vllm", "openai")
 WEIGHTS = ("shared", "separate")
 TRAIN_BACKENDS = ("local", "verl")
 SCHEDULE_MODES = ("stagewise", "coupled", "designer_only", "executor_only")
-ESTIMATORS = ("hierarchical", "flat")
 EXECUTOR_GROUPS = ("question", "design")
 #: verl 0.9's POLICY_LOSS_REGISTRY (bypass_mode needs rollout importance weights: not offered)
 POLICY_LOSSES = (
@@ -99,7 +98,8 @@ class DataConfig:
 class AlgoConfig:
     """Credit assignment (paper Eq. 4–7)."""
 
-    estimator: str = "hierarchical"
+    estimator: str = "hierarchical"  # any name in metaagent.credit's registry (list_estimators())
+    options: dict[str, Any] = field(default_factory=dict)  # keyword options of other estimators
     eps: float = 1e-6
     executor_group: str = "question"
     executor_unit: str = "call"  # "call" (Eq. 6-7: each agent call is a group member) | "execution"
@@ -109,8 +109,14 @@ class AlgoConfig:
     def __post_init__(self) -> None:
         if self.executor_unit not in ("call", "execution"):
             raise ConfigError(f"algo.executor_unit must be one of ('call', 'execution'), got {self.executor_unit!r}")
-        if self.estimator not in ESTIMATORS:
-            raise ConfigError(f"algo.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        from metaagent.credit import CreditError, check_options, list_estimators
+
+        if self.estimator not in list_estimators():
+            raise ConfigError(f"algo.estimator must be one of {list_estimators()}, got {self.estimator!r}")
+        try:
+            check_options(self.estimator, dict(self.options))
+        except CreditError as e:
+            raise ConfigError(f"algo.options: {e}") from None
         if self.executor_group not in EXECUTOR_GROUPS:
             raise ConfigError(f"algo.executor_group must be one of {EXECUTOR_GROUPS}, got {self.executor_group!r}")
         if self.eps <= 0:

@@ -220,12 +220,19 @@ class TrainLoop:
     # ---- the loop ------------------------------------------------------------------------------------------
 
     def _credit_options(self) -> dict[str, Any]:
+        """The estimator's keyword options: the ``algo`` fields it takes, then ``algo.options``."""
+        from metaagent.credit import estimator_options
+
         a = self.config.algo
-        options: dict[str, Any] = {"eps": a.eps, "norm_by_std": a.norm_by_std, "filter_zero_var": a.filter_zero_var}
-        if a.estimator == "hierarchical":
-            options["executor_group"] = a.executor_group
-            options["executor_unit"] = a.executor_unit
-        return options
+        known = estimator_options(a.estimator)
+        common = {
+            "eps": a.eps,
+            "norm_by_std": a.norm_by_std,
+            "filter_zero_var": a.filter_zero_var,
+            "executor_group": a.executor_group,
+            "executor_unit": a.executor_unit,
+        }
+        return {**{k: v for k, v in common.items() if k in known}, **dict(a.options)}
 
     def train_step(self, step: int) -> StepResult:
         from metaagent.credit import assign_credit

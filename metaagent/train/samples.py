@@ -37,7 +37,8 @@ class SampleError(ValueError):
 
 @dataclass
 class Sample:
-    """One generation to train on. ``key`` locates it: (tree, design) or (tree, design, execution, turn)."""
+    """One generation to train on. ``key`` locates it: (tree, design), (tree, design, execution, turn) or,
+    for a candidate of a candidate group, (tree, design, execution, turn, candidate)."""
 
     role: str  # "designer" | "executor": which stage trains it
     prompt_ids: list[int]
@@ -49,6 +50,7 @@ class Sample:
     key: tuple[int, ...] = ()
     task_id: str = ""
     truncated: bool = False
+    token_advantages: list[float] | None = None  # per response token; overrides ``advantage`` in the loss
 
     @property
     def num_tokens(self) -> int:
@@ -157,13 +159,19 @@ def build_samples(
         temperatures: sampling temperature per role ("designer", "executor"), as in the rollout config; used
             for records that do not carry their own ``temperature`` (records written by metaagent do, and
             theirs wins, so evaluation passes at other temperatures stay correct).
-        turn_advantages: per-turn advantages keyed (tree, design, execution, turn), from
-            ``CreditResult.turn_advantages``; they replace the execution's advantage for those turns.
+        turn_advantages: per-turn advantages keyed (tree, design, execution, turn); they replace the
+            execution's advantage for those turns. By default each turn's own ``AgentTurn.advantage`` (written
+            by :func:`metaagent.credit.assign_credit`) does that.
         max_prompt_len, max_response_len: the truncation rule of the module docstring.
 
     Counts in ``.metrics``: ``samples/<role>``, ``samples/tokens/<role>``, ``samples/inactive/<role>``,
     ``samples/no_advantage/<role>``, ``samples/frozen_designs``, ``samples/empty_response``,
-    ``samples/truncated_response``, ``samples/dropped_long_prompt``.
+    ``samples/truncated_response``, ``samples/dropped_long_prompt``, ``samples/synthetic_turns``,
+    ``samples/candidates``.
+
+    Turns marked ``synthetic`` (forced or baseline replies) are never samples. A call with a candidate
+    group (tree sampling) gives one sample per candidate (key ``(t, i, j, k, c)``: candidate c of the call
+    executed as turn k; the candidate's own advantage) instead of one for its executed turn.
     """
     active = active_role_set(active_roles, SampleError)
     for name, v in (("max_prompt_len", max_prompt_len), ("max_response_len", max_response_len)):
@@ -201,11 +209,18 @@ def build_samples(
                 if sample is not None:
                     out.append(sample)
             for j, e in enumerate(d.executions):
+                branched = {g.call_index for g in e.groups}
                 for k, turn in enumerate(e.turns):
                     if EXECUTOR not in active:
                         counts[f"samples/inactive/{EXECUTOR}"] += 1
                         continue
-                    adv = turn_adv.get((t, i, j, k), e.advantage)
+                    if turn.synthetic:
+                        counts["samples/synthetic_turns"] += 1
+                        continue
+                    if turn.call_index in branched:
+                        continue  # trained through its candidate group below
+                    own = turn.advantage if turn.advantage is not None else e.advantage
+                    adv = turn_adv.get((t, i, j, k), own)
                     if adv is None:
                         counts[f"samples/no_advantage/{EXECUTOR}"] += 1
                         continue
@@ -224,6 +239,32 @@ def build_samples(
                     )
                     if sample is not None:
                         out.append(sample)
+                if EXECUTOR not in active:
+                    continue
+                turn_of_call = {turn.call_index: k for k, turn in enumerate(e.turns)}
+                for g, group in enumerate(e.groups):
+                    k = turn_of_call.get(group.call_index, group.call_index)
+                    for c, cand in enumerate(group.candidates):
+                        adv = group.advantages[c] if c < len(group.advantages) else None
+                        if cand.synthetic or adv is None:
+                            counts[f"samples/no_advantage/{EXECUTOR}"] += int(not cand.synthetic)
+                            continue
+                        sample = _make(
+                            f"{where}.executions[{j}].groups[{g}].candidates[{c}]",
+                            EXECUTOR,
+                            cand.role,
+                            (t, i, j, k, c),
+                            tree.task_id,
+                            cand.prompt_ids,
+                            cand.response_ids,
+                            cand.logprobs,
+                            adv,
+                            _record_temperature(cand.temperature, temps[EXECUTOR]),
+                            *limits,
+                        )
+                        if sample is not None:
+                            counts["samples/candidates"] += 1
+                            out.append(sample)
     return SampleSet(out, {k: float(v) for k, v in sorted(counts.items())})
 
 
@@ -289,7 +330,8 @@ def collate(samples: Sequence[Sample], pad_id: int = 0) -> dict[str, torch.Tenso
         input_ids (B, L) long; attention_mask (B, L) long; position_ids (B, L) long;
         responses (B, R) long; response_mask (B, R) float; response_index (B, R) long (position whose hidden
         state predicts each response token); old_log_probs (B, R) float; advantages (B, R) float (the
-        sample's advantage on every response token); temperatures (B,) float.
+        sample's ``token_advantages``, or its scalar advantage on every response token); temperatures (B,)
+        float.
     """
     if not samples:
         raise SampleError("cannot collate an empty micro-batch")
@@ -312,7 +354,14 @@ def collate(samples: Sequence[Sample], pad_id: int = 0) -> dict[str, torch.Tenso
         response_mask[row, :r] = 1.0
         response_index[row, :r] = torch.arange(p - 1, p + r - 1)
         old_log_probs[row, :r] = torch.tensor(s.old_logprobs, dtype=torch.float32)
-        advantages[row, :r] = s.advantage
+        if s.token_advantages is None:
+            advantages[row, :r] = s.advantage
+        else:
+            if len(s.token_advantages) != r:
+                raise SampleError(
+                    f"sample {s.key}: {len(s.token_advantages)} token advantages for {r} response tokens"
+                )
+            advantages[row, :r] = torch.tensor(s.token_advantages, dtype=torch.float32)
     position_ids = torch.arange(seq_len, dtype=torch.long).expand(b, seq_len).contiguous()  # (B, L)
     return {
         "input_ids": input_ids,

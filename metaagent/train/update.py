@@ -264,11 +264,17 @@ class PolicyUpdater:
         finally:
             self.model.train(was_training)
         self._pending = True
-        self._signal = any(s.advantage != 0 for s in samples)
+        self._signal = any(
+            (s.advantage != 0) if s.token_advantages is None else any(a != 0 for a in s.token_advantages)
+            for s in samples
+        )
         metrics.update({k: float(v) for k, v in sums.items()})
         metrics.update({k: float(v) / n_tokens for k, v in weighted.items()})
         metrics["train/micro_batches"] = float(n_micro)
-        metrics["train/adv_mean"] = sum(s.advantage * len(s.response_ids) for s in samples) / n_tokens
+        metrics["train/adv_mean"] = (
+            sum(sum(s.token_advantages) if s.token_advantages is not None else s.advantage * len(s.response_ids) for s in samples)
+            / n_tokens
+        )
         return metrics
 
     def _backward(self, mb: Sequence[Sample], batch: GlobalBatch) -> tuple[dict[str, float], float, float]:

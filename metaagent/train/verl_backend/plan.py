@@ -91,7 +91,7 @@ class Plan:
     cluster_gpus: int
     used_gpus: int
     estimator: str
-    verl_estimator: str
+    verl_estimator: str | None  # None: the estimator has no verl counterpart (no cross-check)
     sizes: StepSizes
     verl: VerlConfig = field(repr=False)
 
@@ -228,7 +228,7 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
         cluster_gpus=verl.total_gpus,
         used_gpus=used,
         estimator=cfg.algo.estimator,
-        verl_estimator=VERL_ESTIMATORS[cfg.algo.estimator],
+        verl_estimator=VERL_ESTIMATORS.get(cfg.algo.estimator),
         sizes=sizes,
         verl=verl,
     )
@@ -297,7 +297,9 @@ def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = No
             f"{_stages(plan.schedule, plan.steps)}"
         ),
         (
-            f"credit: {plan.estimator} (verl estimator '{plan.verl_estimator}'); advantages on "
+            f"credit: {plan.estimator} "
+            + (f"(verl estimator '{plan.verl_estimator}')" if plan.verl_estimator else "(no verl counterpart: not cross-checked)")
+            + "; advantages on "
             f"{v.advantage_placement}; pi_old = {v.old_log_prob} log-probs"
         ),
         (

@@ -142,7 +142,8 @@ def metaagent_settings(
         f"{ar}.rollout.temperature": cfg.rollout.executor.temperature or 1.0,
         f"{ar}.rollout.log_prob_max_token_len_per_gpu": plan.logprob_tokens_per_gpu,
         f"{ar}.rollout.checkpoint_engine.backend": "naive" if model.colocated else v.checkpoint_engine,
-        "algorithm.adv_estimator": plan.verl_estimator,
+        # the workers never compute advantages (metaagent does, on the records); any name verl knows will do
+        "algorithm.adv_estimator": plan.verl_estimator or "grpo",
         "algorithm.norm_adv_by_std_in_grpo": cfg.algo.norm_by_std,
         "algorithm.use_kl_in_reward": False,
     }
