@@ -248,3 +248,42 @@ def policy_loss(
         raise LossError("entropy_coef > 0 needs the token entropies")
     metrics["train/loss"] = float(loss.detach())
     return loss, metrics
+
+
+def dpo_loss(
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    *,
+    beta: float = 0.1,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """DPO (Rafailov et al. 2023) on preference pairs, the failure route of evaluation-aligned credit::
+
+        L = -(1 / sum w) * sum_p w_p * log sigmoid(beta * [(log pi(y+|x) - log ref(y+|x))
+                                                           - (log pi(y-|x) - log ref(y-|x))])
+
+    Args:
+        chosen_logps, rejected_logps: (P,) summed response log-probs under the policy (differentiable).
+        ref_chosen_logps, ref_rejected_logps: (P,) the same under the frozen reference model.
+        beta: the KL strength of DPO.
+        weights: (P,) pair weights (default 1).
+
+    Returns:
+        ``(loss, metrics)`` with ``train/dpo_loss``, ``train/dpo_margin`` (mean beta-scaled margin) and
+        ``train/dpo_accuracy`` (share of pairs whose margin is positive).
+    """
+    if not beta > 0:
+        raise LossError(f"DPO beta must be > 0, got {beta}")
+    shapes = {t.shape for t in (chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps)}
+    if len(shapes) != 1 or chosen_logps.dim() != 1 or chosen_logps.numel() == 0:
+        raise LossError(f"DPO needs four (P,) tensors of one shape with P >= 1, got {sorted(map(tuple, shapes))}")
+    w = torch.ones_like(chosen_logps) if weights is None else weights.to(chosen_logps.dtype)  # (P,)
+    margin = beta * ((chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps))  # (P,)
+    loss = -(w * torch.nn.functional.logsigmoid(margin)).sum() / w.sum()
+    return loss, {
+        "train/dpo_loss": float(loss.detach()),
+        "train/dpo_margin": float(margin.detach().mean()),
+        "train/dpo_accuracy": float((margin.detach() > 0).float().mean()),
+    }

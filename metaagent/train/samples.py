@@ -62,6 +62,28 @@ class Sample:
         return self.role if self.role == DESIGNER else f"{self.role}:{self.agent}"
 
 
+@dataclass
+class PairSample:
+    """A preference pair to train with the DPO loss: one context, a chosen and a rejected response."""
+
+    role: str
+    prompt_ids: list[int]
+    chosen_ids: list[int]
+    rejected_ids: list[int]
+    weight: float = 1.0
+    temperature: float = 1.0
+    agent: str = ""
+    key: tuple[int, ...] = ()
+
+    def sides(self) -> tuple[Sample, Sample]:
+        """The chosen and the rejected side as :class:`Sample` rows (for log-prob passes; no advantage)."""
+
+        def side(ids: list[int]) -> Sample:
+            return Sample(self.role, self.prompt_ids, ids, [0.0] * len(ids), 0.0, self.temperature, self.agent, self.key)
+
+        return side(self.chosen_ids), side(self.rejected_ids)
+
+
 class SampleSet(list):
     """A list of :class:`Sample` with the ``samples/*`` counts of how it was built."""
 

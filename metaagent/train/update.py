@@ -32,8 +32,8 @@ from typing import Any
 import torch
 
 from .logprobs import DEFAULT_CHUNK_SIZE, naive_response_logprobs, response_logprobs
-from .losses import SUMMED_METRICS, GlobalBatch, LossConfig, policy_loss
-from .samples import RoleToModel, Sample, collate, micro_batches, route_samples
+from .losses import SUMMED_METRICS, GlobalBatch, LossConfig, dpo_loss, policy_loss
+from .samples import PairSample, RoleToModel, Sample, collate, micro_batches, route_samples
 from .schedule import ROLES, active_role_set
 
 AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16}
@@ -299,6 +299,35 @@ class PolicyUpdater:
         )
         loss.backward()
         return m, float(data["response_mask"].sum()), float(data["input_ids"].numel())
+
+    def accumulate_pairs(self, pairs: Sequence[PairSample], *, beta: float = 0.1) -> dict[str, float]:
+        """Forward and backward the DPO loss of ``pairs`` (:func:`metaagent.train.losses.dpo_loss`) against
+        ``ref_model``, adding to the accumulated gradient; :meth:`step` applies it."""
+        if self.ref_model is None:
+            raise UpdateError("the DPO loss needs ref_model (a frozen copy of the initial policy)")
+        if not pairs:
+            return {"train/dpo_pairs": 0.0}
+        c = self.config
+        chosen, rejected = zip(*(p.sides() for p in pairs))
+        rows = [*chosen, *rejected]
+        data = self._device_batch(rows)
+        was_training = self.model.training
+        self.model.train()
+        try:
+            with self._autocast():
+                logp, _ = response_logprobs(self.model, data, chunk_size=c.logprob_chunk_size)  # (2P, R)
+                with torch.no_grad():
+                    ref, _ = response_logprobs(self.ref_model, data, chunk_size=c.logprob_chunk_size)
+            seq, ref_seq = logp.sum(-1), ref.sum(-1)  # (2P,)
+            n = len(pairs)
+            weights = torch.tensor([p.weight for p in pairs], dtype=seq.dtype, device=seq.device)
+            loss, metrics = dpo_loss(seq[:n], seq[n:], ref_seq[:n], ref_seq[n:], beta=beta, weights=weights)
+            loss.backward()
+        finally:
+            self.model.train(was_training)
+        self._pending = self._signal = True
+        metrics["train/dpo_pairs"] = float(n)
+        return metrics
 
     def step(self) -> dict[str, float]:
         """Clip the accumulated gradient and take one AdamW step (skipped when nothing was accumulated)."""

@@ -165,3 +165,19 @@ def test_role_advantage_scales_turn_one_aggregation_into_the_sum_of_role_losses(
         one, _ = policy_loss(lp, old, scaled, mask, config=cfg, batch=GlobalBatch(5, 3))
         assert float(one) == pytest.approx(per_role, rel=1e-6), mode
     assert role_advantage_scales({"executor": (4, 9)}, "token-mean") == {"executor": 1.0}
+
+
+def test_dpo_loss_against_hand_computed_values():
+    """Two pairs, beta 0.5: margins 0.5*((-1+2)-(-3+2)) = 1.0 and 0.5*((-2+2)-(-1+1)) = 0.0."""
+    from metaagent.train.losses import dpo_loss
+
+    chosen, rejected = torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -1.0])
+    ref_c, ref_r = torch.tensor([-2.0, -2.0]), torch.tensor([-2.0, -1.0])
+    loss, m = dpo_loss(chosen, rejected, ref_c, ref_r, beta=0.5)
+    expected = -(math.log(1 / (1 + math.exp(-1.0))) + math.log(0.5)) / 2
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    assert m["train/dpo_accuracy"] == 0.5 and m["train/dpo_margin"] == pytest.approx(0.5)
+    weighted, _ = dpo_loss(chosen, rejected, ref_c, ref_r, beta=0.5, weights=torch.tensor([3.0, 1.0]))
+    assert float(weighted) == pytest.approx(-(3 * math.log(1 / (1 + math.exp(-1.0))) + math.log(0.5)) / 4, rel=1e-6)
+    with pytest.raises(LossError, match="beta"):
+        dpo_loss(chosen, rejected, ref_c, ref_r, beta=0.0)

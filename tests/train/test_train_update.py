@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -267,3 +268,24 @@ def test_reset_moments_clears_adam_state(make_model, make_samples):
     assert len(u.optimizer.state) == 0
     u.update(make_samples(6, seed=24))  # AdamW re-initialises its moments lazily
     assert all(int(st["step"]) == 1 for st in u.optimizer.state.values())
+
+
+def test_dpo_pairs_through_the_updater_match_the_loss_on_naive_log_probs(make_model):
+    from metaagent.train.losses import dpo_loss
+    from metaagent.train.samples import PairSample
+
+    model, ref = make_model(), make_model()
+    pairs = [PairSample("executor", [1, 2, 3], [4, 5], [6, 7, 8], weight=2.0), PairSample("executor", [9, 3], [2], [5, 5])]
+    u = PolicyUpdater(model, ref_model=ref, lr=1e-3)
+    m = u.accumulate_pairs(pairs, beta=0.2)
+    chosen, rejected = zip(*(p.sides() for p in pairs))
+    probe = make_model()
+    lp_c, _ = naive_response_logprobs(probe, collate(list(chosen)))
+    lp_r, _ = naive_response_logprobs(probe, collate(list(rejected)))
+    with torch.no_grad():
+        ref_c, _ = naive_response_logprobs(ref, collate(list(chosen)))
+        ref_r, _ = naive_response_logprobs(ref, collate(list(rejected)))
+    loss, _ = dpo_loss(lp_c.sum(-1), lp_r.sum(-1), ref_c.sum(-1), ref_r.sum(-1), beta=0.2, weights=torch.tensor([2.0, 1.0]))
+    assert m["train/dpo_loss"] == pytest.approx(float(loss), rel=1e-5, abs=1e-6)  # same init: equal to log 2
+    assert m["train/dpo_loss"] == pytest.approx(math.log(2), rel=1e-4)
+    assert u.step()["train/skipped_step"] == 0.0
