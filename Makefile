@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/train-metaagent --config configs/default.yaml --stage-len 30 --steps $(DEMO_STEPS)
+	$(VENV)/bin/train-metaagent --config default --stage-len 30 --steps $(DEMO_STEPS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -15,10 +15,12 @@ from typing import Any, TypeVar
 
 import yaml
 
+from metaagent.errors import MetaAgentError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(MetaAgentError, ValueError):
     """A config file or override is wrong; the message names the key and how to fix it."""
 
 
@@ -151,9 +153,13 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist; see configs/ for examples")
+    """A YAML config: a file path, or a packaged config by name (:func:`metaagent.resources.config_path`)."""
+    from metaagent.resources import config_path
+
+    try:
+        path = config_path(path)
+    except MetaAgentError as e:
+        raise ConfigError(str(e)) from None
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Train the committed cold-start adapter (sft_data/cold_start/) on the sample in sft_data/.
+# Train the committed cold-start adapter (metaagent/policy/cold_start_adapter/) on the sample in sft_data/.
 #
 # LoRA (rank 8, all linear layers) on the embedded SmolLM2-135M-Instruct, on the designer and executor
 # examples that scripts/make_sft_sample.sh distilled; then the adapter is exported in float16 with a
@@ -21,5 +21,5 @@ if [ -d "$OUT/checkpoints" ]; then RESUME=(--resume); fi
   --save-every 10 --threads 1 --seed 0 "${RESUME[@]}"
 "$VENV/bin/python" -c "
 from metaagent.train.sft_cold_start import export_adapter
-print('exported', export_adapter('$OUT/adapter', 'sft_data/cold_start'))
+print('exported', export_adapter('$OUT/adapter', 'metaagent/policy/cold_start_adapter'))
 "

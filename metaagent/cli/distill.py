@@ -5,7 +5,7 @@
     # any OpenAI-compatible endpoint
     metaagent-distill --base-url http://127.0.0.1:8000/v1 --model my-model --api-key-env NONE --out runs/distill
     # no teacher: templates as designer, the embedded model as executor (how sft_data/ is made)
-    metaagent-distill --template-only --executor-model embedded --rollout-config configs/default.yaml \\
+    metaagent-distill --template-only --executor-model embedded --rollout-config default \\
         --data bundled:train --levels 1 2 --out sft_data
 
 Interrupt it at any time and run the same command again: finished tasks are kept and skipped. Rollout

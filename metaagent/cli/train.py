@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Any config field: section.field=value, e.g. rollout.k_templates=1 optim.lr=1e-5",
     )
     p.add_argument("overrides", nargs="*", metavar="section.field=value", help="config overrides")
-    p.add_argument("--config", "-c", default=None, help="YAML config (configs/default.yaml if omitted)")
+    p.add_argument("--config", "-c", default=None, help="YAML config: a file, or a packaged config by name (default, tiny, paper_qwen3_8b, single_gpu_qwen3_1_7b)")
     p.add_argument("--stage-len", type=int, help="K: steps per stage before the trained role switches (paper: 30)")
     p.add_argument("--mode", choices=["stagewise", "coupled", "designer_only", "executor_only"])
     p.add_argument("--m-designs", type=int, help="M designs per task")
@@ -63,7 +63,7 @@ def resolve_config(args: argparse.Namespace):
         value = getattr(args, flag, None)
         if value is not None:
             overrides.append(f"{key}={value}")
-    return TrainConfig.load(args.config or "configs/default.yaml", overrides)
+    return TrainConfig.load(args.config or "default", overrides)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,7 +1,7 @@
 """The committed cold-start adapter: a LoRA trained on sft_data/ with metaagent-sft, merged on demand.
 
 ``load_cold_start()`` returns a local HF model folder: the embedded SmolLM2-135M-Instruct with the adapter
-in ``sft_data/cold_start/`` merged in, built once (~10 s) into the metaagent cache
+in ``metaagent/policy/cold_start_adapter/`` (shipped in the wheel) merged in, built once (~10 s) into the metaagent cache
 (``metaagent.policy.models.cache_dir()/models/embedded-sft-<hash>``) and reused; the folder name changes
 when the adapter or the base model recipe changes. It is a valid ``--model`` for train-metaagent and
 metaagent-serve, so ``make demo`` can start RL from the cold start without retraining::
@@ -9,7 +9,7 @@ metaagent-serve, so ``make demo`` can start RL from the cold start without retra
     from metaagent.policy.cold_start import load_cold_start
     path = load_cold_start()          # e.g. ~/.cache/metaagent/models/embedded-sft-3f2a...
 
-The adapter folder is ``$METAAGENT_COLD_START`` when set, else ``sft_data/cold_start`` of the repository
+The adapter folder is ``$METAAGENT_COLD_START`` when set, else the packaged ``metaagent/policy/cold_start_adapter``
 (next to the ``metaagent`` package). It was made by ``scripts/make_cold_start.sh``.
 """
 
@@ -21,6 +21,8 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+
+from metaagent.resources import cold_start_adapter_dir
 
 ENV_VAR = "METAAGENT_COLD_START"
 BASE = "embedded"
@@ -38,7 +40,7 @@ def cold_start_dir() -> Path:
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2] / "sft_data" / "cold_start"
+    return cold_start_adapter_dir()
 
 
 def _adapter_hash(folder: Path, base: str) -> str:

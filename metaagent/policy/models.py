@@ -7,7 +7,7 @@ Three aliases need no download:
 - ``"tiny"``: a tiny randomly initialised Llama with the embedded model's tokenizer and vocabulary, built
   from a config with a fixed seed. For fast unit tests of everything that needs real tensors.
 - ``"embedded-sft"``: the embedded model with the repository's SFT cold-start LoRA adapter
-  (``sft_data/cold_start/``, see :mod:`metaagent.policy.cold_start`) merged in, built once and cached.
+  (``metaagent/policy/cold_start_adapter/``, see :mod:`metaagent.policy.cold_start`) merged in, built once and cached.
 
 Any other name must be a local directory holding an HF model (``config.json`` + weights); there is no hub
 access at run time. The cache lives in ``$METAAGENT_CACHE`` or ``~/.cache/metaagent``; building is safe

@@ -12,7 +12,7 @@ metadata header, followed by the script itself::
     solver = Agent(...)
 
 The bank directory is ``path`` when given, else ``$METAAGENT_TEMPLATES``, else the repository's
-``templates/`` next to the ``metaagent`` package.
+``metaagent/workflow/template_bank/`` inside the package (shipped in the wheel).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metaagent.data.tasks import DOMAINS
+from metaagent.resources import template_dir
 
 ENV_VAR = "METAAGENT_TEMPLATES"
 REQUIRED_KEYS = ("name", "structure", "pattern", "domains", "description")
@@ -50,7 +51,7 @@ def default_template_dir() -> Path:
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2] / "templates"
+    return template_dir()
 
 
 def parse_template(text: str, path: str = "<template>") -> Template:

@@ -1,4 +1,4 @@
-"""The replay tool on a real run directory written by `train-metaagent` (2 steps of configs/tiny.yaml)."""
+"""The replay tool on a real run directory written by `train-metaagent` (2 steps of the packaged `tiny` config)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,12 @@ import pytest
 from replay_helpers import embedded_pngs, network_references
 
 from metaagent.replay import ReplayError, load_run, render_html, rerun, stats
+from metaagent.resources import package_path
 
 REPO = Path(__file__).resolve().parents[2]
-TINY_CONFIG = REPO / "configs" / "tiny.yaml"
+TINY_CONFIG = package_path("configs", "tiny.yaml")
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        not (REPO / "metaagent" / "train" / "trainer.py").is_file() or not TINY_CONFIG.is_file(),
-        reason="needs metaagent/train/trainer.py and configs/tiny.yaml",
-    ),
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

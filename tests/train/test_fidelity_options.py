@@ -19,7 +19,7 @@ THINKING_TEMPLATE = (
 @pytest.mark.parametrize("override", ["rollout.executor.top_p=0.9", "rollout.designer.top_k=20"])
 def test_truncated_sampling_is_refused_for_training(override):
     with pytest.raises(ConfigError, match="top_p=1 and top_k=0"):
-        TrainConfig.load("configs/tiny.yaml", [override])
+        TrainConfig.load("tiny", [override])
 
 
 @pytest.mark.parametrize("override, message", [
@@ -29,11 +29,11 @@ def test_truncated_sampling_is_refused_for_training(override):
 ])
 def test_new_options_are_validated(override, message):
     with pytest.raises(ConfigError, match=message):
-        TrainConfig.load("configs/tiny.yaml", [override])
+        TrainConfig.load("tiny", [override])
 
 
 def test_defaults_follow_the_paper():
-    cfg = TrainConfig.load("configs/tiny.yaml")
+    cfg = TrainConfig.load("tiny")
     assert cfg.algo.executor_unit == "call"  # Eq. 6-7
     assert cfg.optim.loss_agg_mode == "seq-mean-token-mean"  # Eq. 2: 1/|G| sum over trajectories
     assert cfg.optim.dual_clip is False and cfg.optim.policy_loss == "vanilla"

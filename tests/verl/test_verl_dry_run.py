@@ -36,7 +36,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_paper_config_dry_run_prints_the_plan_without_any_gpu_import():
-    r = cli("--config", "configs/paper_qwen3_8b.yaml", "--backend", "verl", "--dry-run")
+    r = cli("--config", "paper_qwen3_8b", "--backend", "verl", "--dry-run")
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "HEAVY-MODULES: none" in out  # no torch, Ray, verl, vLLM or flash-attn on this path
@@ -55,7 +55,7 @@ def test_paper_config_dry_run_prints_the_plan_without_any_gpu_import():
 
 def test_single_gpu_config_dry_run():
     r = cli(
-        "--config", "configs/single_gpu_qwen3_1_7b.yaml", "--dry-run"
+        "--config", "single_gpu_qwen3_1_7b", "--dry-run"
     )  # trainer.backend: verl in the file
     assert r.returncode == 0, r.stderr
     assert "HEAVY-MODULES: none" in r.stdout
@@ -66,7 +66,7 @@ def test_single_gpu_config_dry_run():
 def test_dry_run_with_separate_weights_and_overrides_from_the_command_line():
     r = cli(
         "--config",
-        "configs/paper_qwen3_8b.yaml",
+        "paper_qwen3_8b",
         "--backend",
         "verl",
         "--dry-run",
@@ -89,7 +89,7 @@ def test_dry_run_with_separate_weights_and_overrides_from_the_command_line():
     ],
 )
 def test_unrunnable_config_exits_2_with_the_fix(args, message):
-    r = cli("--config", "configs/paper_qwen3_8b.yaml", "--backend", "verl", "--dry-run", *args)
+    r = cli("--config", "paper_qwen3_8b", "--backend", "verl", "--dry-run", *args)
     assert r.returncode == 2
     assert message in r.stderr
 
@@ -102,7 +102,7 @@ def _cuda() -> bool:
 
 @pytest.mark.skipif(_cuda(), reason="on a GPU machine this would start training")
 def test_a_real_run_without_gpus_stops_with_a_clear_message(tmp_path):
-    r = cli("--config", "configs/single_gpu_qwen3_1_7b.yaml", "--out", str(tmp_path / "run"))
+    r = cli("--config", "single_gpu_qwen3_1_7b", "--out", str(tmp_path / "run"))
     assert r.returncode == 2
     assert "trains on CUDA GPUs and none is visible here" in r.stderr
     assert not (tmp_path / "run").exists()  # nothing was written before the check

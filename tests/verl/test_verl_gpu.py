@@ -42,7 +42,7 @@ def test_two_stagewise_steps_on_one_gpu_then_convert(tmp_path):
         "-m",
         "metaagent.cli.train",
         "--config",
-        "configs/default.yaml",
+        "default",
         "--backend",
         "verl",
         "--steps",
