@@ -1,18 +1,23 @@
 """Loading nested config dataclasses from YAML and ``dotted.key=value`` overrides.
 
-Config classes are plain dataclasses that validate in ``__post_init__``; this module only moves data in
-and out of them, with errors that name the offending key and the allowed ones.
+Config classes are plain dataclasses; field types are validated and converted by pydantic (lax mode, so
+command-line strings become numbers and booleans), semantic ranges and cross-field rules by the class's
+``__post_init__``. Every error is one :class:`ConfigError` line naming the key, the value and what is
+allowed; an unknown key gets a did-you-mean.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pydantic
 import yaml
 
 from metaagent.errors import MetaAgentError
@@ -37,64 +42,29 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+@functools.lru_cache(maxsize=None)
+def _adapter(tp: Any) -> pydantic.TypeAdapter:
+    # lax mode: "4" -> 4 and "true" -> True (command-line values), numbers -> str (a model named 7)
+    return pydantic.TypeAdapter(tp, config=pydantic.ConfigDict(coerce_numbers_to_str=True))
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Convert YAML/CLI data to the annotated type, recursing into nested dataclasses."""
-    tp, optional = _unwrap_optional(tp)
-    if value is None:
-        if optional or tp is Any:
-            return None
+    """Validate and convert YAML/CLI data to the annotated type with pydantic; nested config dataclasses
+    go through :func:`from_dict` so their unknown keys are reported by name too."""
+    inner, optional = _unwrap_optional(tp)
+    if value is None and not optional and inner is not Any:
         raise ConfigError(f"{where} must not be null")
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{where} must be a mapping of {tp.__name__} fields, got {value!r}")
-        return from_dict(tp, value, where=where)
-    origin = typing.get_origin(tp)
-    if tp is Any or tp is object:
-        return value
-    if origin in (list, Sequence, tuple):
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        args = typing.get_args(tp)
-        item_tp = args[0] if args else Any
-        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin in (dict, Mapping):
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{where} must be a mapping, got {value!r}")
-        args = typing.get_args(tp)
-        val_tp = args[1] if len(args) == 2 else Any
-        return {k: _coerce(v, val_tp, f"{where}.{k}") for k, v in value.items()}
-    if origin is typing.Literal:
-        if value not in typing.get_args(tp):
-            raise ConfigError(f"{where} must be one of {typing.get_args(tp)}, got {value!r}")
-        return value
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        try:
-            return int(value)
-        except ValueError:
-            raise ConfigError(f"{where} must be an integer, got {value!r}") from None
-    if tp is float:
-        if isinstance(value, bool):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where} must be a number, got {value!r}") from None
-    if tp is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return str(value)
-    return value
+    if dataclasses.is_dataclass(inner) and isinstance(value, Mapping):
+        return from_dict(inner, value, where=where)
+    try:
+        out = _adapter(tp).validate_python(value)
+    except pydantic.ValidationError as e:
+        err = e.errors()[0]
+        loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"] if x not in ("function-after",))
+        raise ConfigError(f"{where}{loc} = {value!r}: {err['msg']}") from None
+    except TypeError as e:  # a type pydantic cannot validate: keep the value, the class validates it
+        raise ConfigError(f"{where}: {e}") from None
+    return out
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
@@ -105,8 +75,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
+        close = {k: difflib.get_close_matches(str(k), list(fields), n=1) for k in unknown}
+        hints_text = "".join(f" (did you mean {(where + '.' if where else '') + c[0]}?)" for c in close.values() if c)
         raise ConfigError(
-            f"unknown key(s) {', '.join((where + '.' if where else '') + k for k in unknown)}; "
+            f"unknown key(s) {', '.join((where + '.' if where else '') + str(k) for k in unknown)}{hints_text}; "
             f"known keys{' of ' + where if where else ''}: {', '.join(sorted(fields))}"
         )
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}

@@ -21,74 +21,50 @@ import signal
 import sys
 from typing import Any
 
+from metaagent.cli.flags import Parser, add_config_flags, add_debug_flag, config_values, run_main
+
+#: the teacher flags of earlier releases, kept as aliases of their fields
+ALIASES = {
+    "--base-url": "teacher.base_url",
+    "--model": "teacher.model",
+    "--api-key-env": "teacher.api_key_env",
+    "--max-concurrency": "teacher.max_concurrency",
+    "--max-retries": "teacher.max_retries",
+    "--timeout": "teacher.timeout_s",
+}
+
 
 def build_parser() -> argparse.ArgumentParser:
-    from metaagent.distill.config import DEEPSEEK_BASE_URL, DEEPSEEK_KEY_ENV, DEEPSEEK_MODEL
+    from metaagent.distill.config import DistillConfig
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="metaagent-distill",
         description="Distil designer and executor SFT data (chat messages JSONL) from a teacher or from templates.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
     p.add_argument("overrides", nargs="*", metavar="rollout.field=value", help="rollout config overrides")
-    p.add_argument("--out", required=True, help="output directory (resumed if it exists)")
-    g = p.add_argument_group("teacher (OpenAI-compatible endpoint)")
-    g.add_argument("--base-url", default=DEEPSEEK_BASE_URL, help=f"API root (default {DEEPSEEK_BASE_URL})")
-    g.add_argument("--model", default=DEEPSEEK_MODEL, help=f"served model name (default {DEEPSEEK_MODEL})")
-    g.add_argument(
-        "--api-key-env",
-        default=DEEPSEEK_KEY_ENV,
-        help=f"environment variable holding the API key (default {DEEPSEEK_KEY_ENV})",
-    )
-    g.add_argument("--max-concurrency", type=int, default=16, help="teacher requests in flight (default 16)")
-    g.add_argument("--max-retries", type=int, default=5, help="retries with backoff per request (default 5)")
-    g.add_argument("--timeout", type=float, default=120.0, help="seconds per request attempt (default 120)")
-    t = p.add_argument_group("template-only mode (no teacher)")
-    t.add_argument(
-        "--template-only",
-        action="store_true",
-        help="templates (with meaning-preserving variation) are the designer; a local model executes",
-    )
-    t.add_argument(
-        "--executor-model",
-        default="embedded",
-        help="local executor: embedded, tiny or an HF directory (default embedded)",
-    )
-    t.add_argument("--device", default="cpu")
-    t.add_argument("--no-variation", action="store_true", help="use the templates verbatim")
-    t.add_argument(
-        "--max-script-tokens", type=int, help="longest designer reply (default: designer max_tokens - 8)"
-    )
-    t.add_argument(
-        "--threads", type=int, help="torch CPU threads for the local executor (1 is best on a busy machine)"
-    )
-    d = p.add_argument_group("tasks and rollout")
-    d.add_argument(
-        "--data",
-        nargs="+",
-        default=["bundled:train"],
-        help="dataset specs source[:split][@path] (default bundled:train)",
-    )
-    d.add_argument("--levels", nargs="+", type=int, help="keep tasks of these levels (bundled set)")
-    d.add_argument("--domain", choices=["math", "code"], help="keep only this domain")
-    d.add_argument("--limit", type=int, help="first N tasks of each dataset")
-    d.add_argument("--max-tasks", type=int, help="process at most N not-yet-done tasks in this invocation")
-    d.add_argument(
+    p.add_argument(
         "--rollout-config",
         metavar="YAML",
-        help="take rollout settings from a train config's rollout: section",
+        help="take rollout settings from a train config's rollout: section (a file or a packaged config name)",
     )
-    d.add_argument("--m-designs", type=int, help="designs per task")
-    d.add_argument("--n-executions", type=int, help="executions per design")
-    d.add_argument("--k-templates", type=int, help="in-context templates in the designer prompt")
-    d.add_argument("--tasks-in-flight", type=int, default=4, help="tasks rolled out at once (default 4)")
-    d.add_argument(
-        "--keep-all", action="store_true", help="keep incorrect executions too, labelled correct: false"
+    p.add_argument("--m-designs", type=int, help="shortcut: rollout.m_designs (designs per task)")
+    p.add_argument("--n-executions", type=int, help="shortcut: rollout.n_executions (executions per design)")
+    p.add_argument("--k-templates", type=int, help="shortcut: rollout.k_templates (in-context templates)")
+    p.add_argument("--no-variation", action="store_true", help="use the templates verbatim (vary=false)")
+    p.add_argument("--no-trees", action="store_true", help="do not write trees.jsonl (save_trees=false)")
+    p.add_argument("--threads", type=int, help="torch CPU threads for the local executor (1 is best on a busy machine)")
+    p.add_argument("--verbose", "-v", action="store_true", help="one line per finished task")
+    add_debug_flag(p)
+    add_config_flags(
+        p,
+        DistillConfig,
+        aliases=ALIASES,
+        exclude=("rollout", "command", "vary", "save_trees"),
+        choices={"domain": ("math", "code")},
+        title="DistillConfig fields",
     )
-    d.add_argument("--no-trees", action="store_true", help="do not write trees.jsonl (full rollout records)")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--verbose", "-v", action="store_true", help="one line per finished task")
     return p
 
 
@@ -96,7 +72,7 @@ def rollout_settings(args: argparse.Namespace) -> dict[str, Any]:
     from metaagent.config import ConfigError, apply_overrides, load_yaml
     from metaagent.distill.config import default_rollout
 
-    rollout = default_rollout(args.template_only)
+    rollout = default_rollout(bool(config_values(args).get("template_only")))
     if args.rollout_config:
         section = load_yaml(args.rollout_config).get("rollout")
         if not isinstance(section, dict):
@@ -117,35 +93,17 @@ def rollout_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_config(args: argparse.Namespace):
-    from metaagent.distill.config import DistillConfig, TeacherConfig
+    from metaagent.config import from_dict
+    from metaagent.distill.config import DistillConfig
 
-    return DistillConfig(
-        out=args.out,
-        template_only=args.template_only,
-        teacher=TeacherConfig(
-            base_url=args.base_url,
-            model=args.model,
-            api_key_env=args.api_key_env,
-            max_concurrency=args.max_concurrency,
-            timeout_s=args.timeout,
-            max_retries=args.max_retries,
-        ),
-        executor_model=args.executor_model,
-        device=args.device,
-        data=list(args.data),
-        levels=args.levels,
-        domain=args.domain,
-        limit=args.limit,
-        rollout=rollout_settings(args),
-        max_tasks=args.max_tasks,
-        tasks_in_flight=args.tasks_in_flight,
-        keep_all=args.keep_all,
-        vary=not args.no_variation,
-        max_script_tokens=args.max_script_tokens,
-        seed=args.seed,
-        save_trees=not args.no_trees,
-        command=shlex.join(["metaagent-distill", *sys.argv[1:]]),
-    )
+    values = config_values(args)
+    values["rollout"] = rollout_settings(args)
+    values["command"] = shlex.join(["metaagent-distill", *sys.argv[1:]])
+    if args.no_variation:
+        values["vary"] = False
+    if args.no_trees:
+        values["save_trees"] = False
+    return from_dict(DistillConfig, values)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -153,20 +111,21 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    code = run_main("metaagent-distill", _main, argv)
+    if code:
+        sys.exit(code)
+
+
+def _main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from metaagent.config import ConfigError
-    from metaagent.data import DataError
-    from metaagent.distill import Distiller, DistillError, StoreError, TeacherError
+    from metaagent.distill import Distiller
     from metaagent.distill.progress import DistillProgress
 
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    try:
-        config = build_config(args)
-    except (ConfigError, DataError, ValueError) as e:
-        sys.exit(f"metaagent-distill: {e}")
+    config = build_config(args)
     signal.signal(signal.SIGTERM, _raise_interrupt)  # a kill stops like Ctrl-C: finished tasks stay committed
     progress = DistillProgress(verbose=args.verbose)
     distiller = None
@@ -188,11 +147,11 @@ def main(argv: list[str] | None = None) -> None:
         if distiller is not None:
             distiller.close()
         os._exit(130)  # in-flight rollouts are abandoned (their tasks were not committed)
-    except (ConfigError, DataError, DistillError, StoreError, TeacherError, FileNotFoundError) as e:
+    except BaseException:
         progress.stop()
         if distiller is not None:
             distiller.close()
-        sys.exit(f"metaagent-distill: {e}")
+        raise
     progress.stop()
     distiller.close()
     t = summary.totals

@@ -20,11 +20,13 @@ import sys
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
+from metaagent.cli.flags import Parser, add_debug_flag, run_main
+
 EXIT_OK, EXIT_NO_RECORDS, EXIT_USAGE = 0, 1, 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="metaagent-replay",
         description="Replay and analyse recorded rollouts: designs, agent turns, statistics, comparisons.",
     )
@@ -105,7 +107,12 @@ def _dump(data: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    sys.exit(run_main("metaagent-replay", _main, argv))
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    add_debug_flag(parser)
     args = parser.parse_args(argv)
     _check_args(parser, args)
     try:
@@ -113,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # the output was piped into e.g. `head`, which stopped reading
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = EXIT_OK
-    sys.exit(code)
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                 run_b = run_b.view(kind=args.kind)
         return _act(args, run_a, run_b, out, err)
     except ReplayError as e:
-        err.print(f"metaagent-replay: {e}", style="bold red", markup=False)
+        err.print(f"metaagent-replay: {e}", style="bold red", markup=False, soft_wrap=True)
         return EXIT_USAGE
 
 

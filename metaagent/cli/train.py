@@ -12,76 +12,91 @@ from __future__ import annotations
 import argparse
 import sys
 
+from metaagent.cli.flags import Parser, add_config_flags, add_debug_flag, config_overrides, run_main
 from metaagent.config import ConfigError
 
-SHORTCUTS = {
-    "stage_len": "schedule.stage_len",
-    "mode": "schedule.mode",
-    "m_designs": "rollout.m_designs",
-    "n_executions": "rollout.n_executions",
-    "steps": "trainer.steps",
-    "model": "policy.model",
-    "out": "trainer.out",
-    "seed": "trainer.seed",
-    "frozen_designer": "rollout.frozen_designer",
-    "backend": "trainer.backend",
+#: the short flags of the common fields (every field also has its own --section.field flag)
+ALIASES = {
+    "--stage-len": "schedule.stage_len",
+    "--mode": "schedule.mode",
+    "--m-designs": "rollout.m_designs",
+    "--n-executions": "rollout.n_executions",
+    "--steps": "trainer.steps",
+    "--model": "policy.model",
+    "--out": "trainer.out",
+    "--seed": "trainer.seed",
+    "--frozen-designer": "rollout.frozen_designer",
+    "--backend": "trainer.backend",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from metaagent.train.config import (
+        BACKENDS,
+        LOSS_AGG_MODES,
+        POLICY_LOSSES,
+        SCHEDULE_MODES,
+        TRAIN_BACKENDS,
+        WEIGHTS,
+        TrainConfig,
+    )
+
+    p = Parser(
         prog="train-metaagent",
         description="Train one model to design multi-agent teams and to be their agents (stagewise GRPO).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Any config field: section.field=value, e.g. rollout.k_templates=1 optim.lr=1e-5",
+        epilog="Any config field: --section.field VALUE or section.field=value, e.g. rollout.k_templates=1 optim.lr=1e-5",
     )
     p.add_argument("overrides", nargs="*", metavar="section.field=value", help="config overrides")
-    p.add_argument("--config", "-c", default=None, help="YAML config: a file, or a packaged config by name (default, tiny, paper_qwen3_8b, single_gpu_qwen3_1_7b)")
-    p.add_argument("--stage-len", type=int, help="K: steps per stage before the trained role switches (paper: 30)")
-    p.add_argument("--mode", choices=["stagewise", "coupled", "designer_only", "executor_only"])
-    p.add_argument("--m-designs", type=int, help="M designs per task")
-    p.add_argument("--n-executions", type=int, help="N executions per design")
-    p.add_argument("--steps", type=int, help="total training steps")
-    p.add_argument("--model", help="model for both roles: 'embedded', 'embedded-sft' (the SFT cold start), 'tiny', or a local HF directory")
-    p.add_argument("--out", help="run directory")
-    p.add_argument("--seed", type=int)
+    p.add_argument(
+        "--config", "-c", default=None,
+        help="YAML config: a file, or a packaged config by name (default, tiny, paper_qwen3_8b, single_gpu_qwen3_1_7b)",
+    )  # fmt: skip
     p.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                    help="continue from the newest checkpoint of --out, or from the given checkpoint folder")
-    p.add_argument("--frozen-designer", metavar="PATH_OR_TEMPLATE",
-                   help="fixed multi-agent system: every design is this script (no designer training)")
-    p.add_argument("--backend", choices=["local", "verl"], help="local (CPU / one GPU) or verl (GPU cluster)")
     p.add_argument("--dry-run", action="store_true", help="validate the config and print the resolved plan")
     p.add_argument("--quiet", action="store_true", help="no sample outputs in the log")
+    add_debug_flag(p)
+    add_config_flags(
+        p,
+        TrainConfig,
+        aliases=ALIASES,
+        exclude=("verl",),
+        choices={
+            "schedule.mode": SCHEDULE_MODES,
+            "trainer.backend": TRAIN_BACKENDS,
+            "policy.backend": BACKENDS,
+            "policy.weights": WEIGHTS,
+            "optim.loss_agg_mode": LOSS_AGG_MODES,
+            "optim.policy_loss": POLICY_LOSSES,
+            "optim.stage_switch": ("keep", "reset"),
+            "algo.executor_unit": ("call", "execution"),
+        },
+    )
     return p
 
 
 def resolve_config(args: argparse.Namespace):
     from metaagent.train.config import TrainConfig
 
-    overrides = list(args.overrides)
-    for flag, key in SHORTCUTS.items():
-        value = getattr(args, flag, None)
-        if value is not None:
-            overrides.append(f"{key}={value}")
-    return TrainConfig.load(args.config or "default", overrides)
+    return TrainConfig.load(args.config or "default", [*config_overrides(args), *args.overrides])
 
 
 def main(argv: list[str] | None = None) -> None:
+    code = run_main("train-metaagent", _main, argv)
+    if code:
+        sys.exit(code)
+
+
+def _main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    try:
-        config = resolve_config(args)
-    except ConfigError as e:
-        sys.exit(f"train-metaagent: config error: {e}")
+    config = resolve_config(args)
 
     plan = None
     if config.trainer.backend == "verl":
         from metaagent.train.verl_backend import plan_text
 
-        try:
-            plan, text = plan_text(config)
-        except ConfigError as e:
-            print(f"train-metaagent: config error: {e}", file=sys.stderr)
-            sys.exit(2)
+        plan, text = plan_text(config)
         print(text, flush=True)
         if args.dry_run:
             sys.exit(0)

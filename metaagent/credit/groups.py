@@ -29,10 +29,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from metaagent.errors import MetaAgentError
+
 DEFAULT_EPS = 1e-6
 
 
-class CreditError(ValueError):
+class CreditError(MetaAgentError, ValueError):
     """Credit assignment cannot run on this input; the message names the problem and how to fix it."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from metaagent.errors import MetaAgentError
 
-class DataError(ValueError):
+
+class DataError(MetaAgentError, ValueError):
     """A dataset cannot be loaded as asked; the message says what to change."""
 
 

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metaagent.errors import MetaAgentError
+
 DOMAINS = ("math", "code")
 ADHOC = "adhoc"  # split of tasks without a reference answer or tests
 
 
-class TaskError(ValueError):
+class TaskError(MetaAgentError, ValueError):
     """A task record is malformed; the message names the field and what it should be."""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.data.tasks import Task
+from metaagent.errors import MetaAgentError
 from metaagent.policy.base import Policy
 from metaagent.records import Design, DesignerSample, RolloutTree
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine
@@ -39,7 +40,7 @@ from .variation import choose_variant, fenced
 MAX_CONSECUTIVE_FAILURES = 3
 
 
-class DistillError(RuntimeError):
+class DistillError(MetaAgentError, RuntimeError):
     """The run cannot continue; the message says why and what to do."""
 
 

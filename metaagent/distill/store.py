@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metaagent.errors import MetaAgentError
+
 from .examples import DESIGNER, EXECUTOR
 
 EXAMPLE_FILES = {DESIGNER: "designer.jsonl", EXECUTOR: "executor.jsonl"}
@@ -33,7 +35,7 @@ DONE_FILE = "done.jsonl"
 MANIFEST_FILE = "manifest.json"
 
 
-class StoreError(RuntimeError):
+class StoreError(MetaAgentError, RuntimeError):
     """The output directory cannot be used; the message names the file and the fix."""
 
 

@@ -15,6 +15,7 @@ import re
 from typing import Any
 from urllib.parse import urlparse
 
+from metaagent.errors import MetaAgentError
 from metaagent.policy.base import ChatRequest, Completion, Policy
 
 from .config import DistillConfig, TeacherConfig
@@ -23,7 +24,7 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 _CLOSE_TAG = re.compile(r"</([A-Za-z][\w-]*)>")
 
 
-class TeacherError(RuntimeError):
+class TeacherError(MetaAgentError, RuntimeError):
     """The teacher cannot be used as configured; the message says what to set."""
 
 

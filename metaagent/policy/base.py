@@ -25,13 +25,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from metaagent.errors import MetaAgentError
 from metaagent.records import EXECUTOR
 
 VALID_CHAT_ROLES = ("system", "user", "assistant")
 FINISH_REASONS = ("stop", "length")
 
 
-class PolicyError(RuntimeError):
+class PolicyError(MetaAgentError, RuntimeError):
     """A generation request could not be served. The message names the problem and how to fix it."""
 
 

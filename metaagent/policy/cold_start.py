@@ -22,6 +22,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from metaagent.errors import MetaAgentError
 from metaagent.resources import cold_start_adapter_dir
 
 ENV_VAR = "METAAGENT_COLD_START"
@@ -31,7 +32,7 @@ MARKER = "metaagent_cold_start.json"
 CACHE_PREFIX = "embedded-sft"
 
 
-class ColdStartError(FileNotFoundError):
+class ColdStartError(MetaAgentError, FileNotFoundError):
     """The cold-start adapter is missing or unusable; the message says how to get it."""
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from metaagent.errors import MetaAgentError
 
-class ReplayError(ValueError):
+
+class ReplayError(MetaAgentError, ValueError):
     """The replay tool cannot do what was asked; the message names the input and what to change."""

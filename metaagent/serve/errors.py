@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from metaagent.errors import MetaAgentError
+
 #: HTTP status -> OpenAI error ``type``
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -25,7 +27,7 @@ ERROR_TYPES = {
 }
 
 
-class ServeError(Exception):
+class ServeError(MetaAgentError):
     """An error with its HTTP status; the message says what was wrong and how to fix it."""
 
     def __init__(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.data.chat import ExampleError, validate_example
+from metaagent.errors import MetaAgentError
 from metaagent.policy.chat import chat_prompt_ids
 from metaagent.records import EXECUTOR, ROLES
 from metaagent.train.samples import Sample, SampleSet
@@ -33,7 +34,7 @@ END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 KINDS = ROLES  # an example trains the designer or an executor call
 
 
-class SFTDataError(ValueError):
+class SFTDataError(MetaAgentError, ValueError):
     """SFT data cannot be read or tokenised; the message names the file, line and fix."""
 
 

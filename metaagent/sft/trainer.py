@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.config import ConfigError
+from metaagent.errors import MetaAgentError
 
 SCHEDULES = ("cosine", "constant")
 POLICY_KEY, ADAPTER_KEY = "policy", "adapter"
@@ -189,7 +190,7 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     return order
 
 
-class SFTError(RuntimeError):
+class SFTError(MetaAgentError, RuntimeError):
     """The run cannot start or resume as asked; the message says what to change."""
 
 

@@ -28,12 +28,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from metaagent.errors import MetaAgentError
+
 FORMAT_VERSION = 1
 CHECKPOINTS_DIR = "checkpoints"
 _STEP_RE = re.compile(r"^step_(\d{8,})$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(MetaAgentError, RuntimeError):
     """A checkpoint cannot be written or read; the message names the file and the fix."""
 
 

@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from metaagent.errors import MetaAgentError
+
 DEFAULT_CHUNK_SIZE = 256  # rows x vocab fp32 logits per chunk: 256 x 49k x 4 B = 48 MiB
 
 BATCH_KEYS = (
@@ -46,7 +48,7 @@ BATCH_KEYS = (
 )
 
 
-class LogprobError(ValueError):
+class LogprobError(MetaAgentError, ValueError):
     """The model or batch cannot be used for log-prob computation; the message says why."""
 
 

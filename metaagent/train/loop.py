@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from metaagent import __version__
+from metaagent.errors import MetaAgentError
 from metaagent.records import DESIGNER, EXECUTOR, RolloutTree, TreeWriter
 from metaagent.rollout.engine import RolloutEngine, RolloutObserver
 from metaagent.rollout.metrics import rollout_metrics
@@ -40,7 +41,7 @@ from metaagent.train.metrics import MetricsLogger
 ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
 
 
-class TrainError(RuntimeError):
+class TrainError(MetaAgentError, RuntimeError):
     """The run cannot start or continue; the message says why and what to do."""
 
 

@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from metaagent.errors import MetaAgentError
+
 from .config import POLICY_LOSSES
 
 LOSS_AGG_MODES = (
@@ -52,7 +54,7 @@ SUMMED_METRICS = frozenset({"train/loss", "train/pg_loss", "train/kl_loss", "tra
 #: the other metrics are means over this micro-batch's response tokens: weight them by its token count
 
 
-class LossError(ValueError):
+class LossError(MetaAgentError, ValueError):
     """The loss is misconfigured or its inputs disagree; the message says what to change."""
 
 

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 
 import torch
 
+from metaagent.errors import MetaAgentError
 from metaagent.policy.registry import resolve_role
 from metaagent.records import RolloutTree
 
 from .schedule import DESIGNER, EXECUTOR, ROLES, active_role_set
 
 
-class SampleError(ValueError):
+class SampleError(MetaAgentError, ValueError):
     """Records cannot be turned into training samples; the message names the record and the fix."""
 
 

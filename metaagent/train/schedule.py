@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from metaagent.errors import MetaAgentError
 from metaagent.records import DESIGNER, EXECUTOR, ROLES
 
 #: mode -> roles active at every step (stagewise alternates and is handled separately)
@@ -32,7 +33,7 @@ MODE_TEXT = {
 DEFAULT_STAGE_LEN = 30  # paper §4.1: K = 30
 
 
-class ScheduleError(ValueError):
+class ScheduleError(MetaAgentError, ValueError):
     """The schedule is misconfigured; the message says what to change."""
 
 

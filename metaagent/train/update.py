@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from metaagent.errors import MetaAgentError
+
 from .logprobs import DEFAULT_CHUNK_SIZE, naive_response_logprobs, response_logprobs
 from .losses import SUMMED_METRICS, GlobalBatch, LossConfig, dpo_loss, policy_loss
 from .samples import PairSample, RoleToModel, Sample, collate, micro_batches, route_samples
@@ -40,7 +42,7 @@ AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16}
 LOGPROB_IMPLS = ("chunked", "naive")  # "naive": the full-logits reference, for tests and benchmarks only
 
 
-class UpdateError(ValueError):
+class UpdateError(MetaAgentError, ValueError):
     """The updater is misconfigured or got unusable samples; the message says what to change."""
 
 

@@ -12,12 +12,14 @@ import struct
 import time
 from typing import Any
 
+from metaagent.errors import MetaAgentError
+
 HEADER = struct.Struct("!I")
 #: default cap on one message (an agent call with its whole conversation, or a submitted answer)
 MAX_FRAME_BYTES = 8 << 20
 
 
-class ChannelError(Exception):
+class ChannelError(MetaAgentError):
     """Base of the channel's failures."""
 
 

@@ -8,8 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from metaagent.errors import MetaAgentError
 
-class LimitsError(ValueError):
+
+class LimitsError(MetaAgentError, ValueError):
     """A limit is malformed; the message names the field and what to set."""
 
 

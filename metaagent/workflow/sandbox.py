@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.data.tasks import Task
+from metaagent.errors import MetaAgentError
 from metaagent.policy.base import Policy, SamplingParams
 from metaagent.records import Execution, ScriptError
 
@@ -80,7 +81,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 STARTUP_TIMEOUT_S = 60.0
 
 
-class SandboxError(RuntimeError):
+class SandboxError(MetaAgentError, RuntimeError):
     """The sandbox itself failed (a worker could not start); never a script's fault."""
 
 

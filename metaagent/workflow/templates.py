@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metaagent.data.tasks import DOMAINS
+from metaagent.errors import MetaAgentError
 from metaagent.resources import template_dir
 
 ENV_VAR = "METAAGENT_TEMPLATES"
@@ -30,7 +31,7 @@ REQUIRED_KEYS = ("name", "structure", "pattern", "domains", "description")
 STRUCTURES = ("single", "reflection", "ensemble", "solver-tester", "debate", "other")
 
 
-class TemplateError(ValueError):
+class TemplateError(MetaAgentError, ValueError):
     """A template file is malformed; the message names the file and the field."""
 
 

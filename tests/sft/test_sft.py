@@ -322,5 +322,8 @@ def test_cli_runs_and_reports(tmp_path, data, capsys):
     err = capsys.readouterr().err
     assert "16 examples" in err and "use it as --model" in err
     assert (tmp_path / "cli" / "model" / "config.json").is_file()
-    with pytest.raises(SystemExit, match="--data files not found"):
+    with pytest.raises(SystemExit) as exit_info:
         main(["--data", str(tmp_path / "nope.jsonl"), "--model", "tiny"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("metaagent-sft: --data files not found")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from metaagent.errors import MetaAgentError
 
-class VerlBackendError(RuntimeError):
+
+class VerlBackendError(MetaAgentError, RuntimeError):
     """The verl backend cannot run this configuration or these inputs; the message says what to change."""
