@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import secrets
 import shutil
 import signal
@@ -28,6 +27,7 @@ from typing import Any
 
 from .code_tests import TestSuite, call_result_matches, outputs_match
 from .errors import RunnerError
+from .process import kill_group
 
 TEST_STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory", "skipped")
 
@@ -102,13 +102,6 @@ def _read(path: Path, limit: int) -> tuple[str, bool]:
     return data[:limit].decode("utf-8", "replace"), len(data) > limit
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def run_test_case(program: str, suite: TestSuite, index: int, limits: Limits) -> TestOutcome:
     """Run ``program`` on ``suite.cases[index]`` and classify the outcome.
 
@@ -169,9 +162,9 @@ def run_test_case(program: str, suite: TestSuite, index: int, limits: Limits) ->
                 returncode = proc.wait(timeout=limits.time_limit_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(proc.pid)
+                kill_group(proc.pid)
                 returncode = proc.wait()
-            _kill_group(proc.pid)  # descendants that outlived the program
+            kill_group(proc.pid)  # descendants that outlived the program
         outcome.elapsed_s = time.monotonic() - start
         stdout, truncated = _read(workdir / "stdout.txt", limits.max_output_bytes)
         stderr, _ = _read(workdir / "stderr.txt", 8192)

@@ -17,7 +17,6 @@ import atexit
 import json
 import os
 import select
-import signal
 import subprocess
 import threading
 import time
@@ -25,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import CheckTimeout, ExecutionError, WorkerCrashed
+from .process import kill_process
 
 
 class _Worker:
@@ -82,14 +82,7 @@ class _Worker:
         return line
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_process(self.proc)
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 if stream is not None:

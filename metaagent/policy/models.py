@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import filelock
+
 if TYPE_CHECKING:  # torch/transformers are imported lazily: `import metaagent.policy` stays light
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -87,18 +89,10 @@ def _models_dir() -> Path:
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """An exclusive inter-process lock (POSIX ``flock``; a no-op where fcntl is missing)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: the atomic rename alone keeps the cache consistent
+    """An exclusive inter-process lock on ``path`` (the ``filelock`` package: flock on POSIX, msvcrt on
+    Windows), so two processes never build the same cache entry at once."""
+    with filelock.FileLock(str(path)):
         yield
-        return
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _is_built(path: Path) -> bool:

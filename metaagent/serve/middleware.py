@@ -125,5 +125,5 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_and_watch)
         finally:
-            self.metrics.requests.inc(route=route, status=str(status))
-            self.metrics.latency.observe(time.perf_counter() - start, route=route)
+            self.metrics.requests.labels(route=route, status=str(status)).inc()
+            self.metrics.latency.labels(route=route).observe(time.perf_counter() - start)

@@ -26,7 +26,7 @@ from metaagent.rollout.engine import FrozenDesign
 
 from .config import ServeConfig
 from .errors import ServeError, unavailable
-from .metrics import Gauge, Metrics, component_metrics
+from .metrics import CallbackMetric, Metrics, component_metrics
 from .models import ServeModels, load_models
 from .request_policy import RequestBudget
 from .team import (
@@ -102,8 +102,8 @@ class TeamService:
         self._context: TeamContext | None = None
         self._threads = ThreadPoolExecutor(config.max_concurrent_requests, thread_name_prefix="metaagent-team")
         self.metrics.add_callback(
-            Gauge("metaagent_serve_ready", "1 when the model is loaded and requests are served.",
-                  fn=lambda: {(): 1.0 if self.state == READY else 0.0})
+            CallbackMetric("metaagent_serve_ready", "1 when the model is loaded and requests are served.", (),
+                           lambda: {(): 1.0 if self.state == READY else 0.0})
         )  # fmt: skip
 
     # ---- life cycle ---------------------------------------------------------------------------------------
@@ -298,13 +298,13 @@ class TeamService:
     def _count(self, result: TeamResult) -> None:
         m = self.metrics
         for role, u in result.usage.by_role.items():
-            m.tokens.inc(u.prompt_tokens, role=role, kind="prompt")
-            m.tokens.inc(u.completion_tokens, role=role, kind="completion")
+            m.tokens.labels(role=role, kind="prompt").inc(u.prompt_tokens)
+            m.tokens.labels(role=role, kind="completion").inc(u.completion_tokens)
         for d in result.tree.designs:
-            m.designs.inc(valid=str(d.valid).lower())
+            m.designs.labels(valid=str(d.valid).lower()).inc()
             for e in d.executions:
-                m.executions.inc(status=e.status)
+                m.executions.labels(status=e.status).inc()
                 if e.reward is not None and e.reward.error is not None:
                     m.reward_errors.inc()
         if result.selection is not None:
-            m.selections.inc(method=result.selection.method)
+            m.selections.labels(method=result.selection.method).inc()

@@ -19,8 +19,8 @@ produces is written to the run directory, identical for both backends::
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +40,8 @@ from metaagent.train.metrics import MetricsLogger
 
 ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
 
+
+log = logging.getLogger(__name__)
 
 class TrainError(MetaAgentError, RuntimeError):
     """The run cannot start or continue; the message says why and what to do."""
@@ -119,11 +121,10 @@ class TrainLoop:
             old_id = time.strftime("%Y%m%d-%H%M%S")
         backup = self.run_dir.with_name(f"{self.run_dir.name}.{old_id}")
         os.rename(self.run_dir, backup)
-        print(
-            f"{self.run_dir} held the earlier run {old_id}; moved it to {backup} "
-            "(pass --resume to continue a run instead)",
-            file=sys.stderr,
-        )
+        log.warning(
+            "%s held the earlier run %s; moved it to %s (pass --resume to continue a run instead)",
+            self.run_dir, old_id, backup,
+        )  # fmt: skip
 
     def _open_run(
         self, checkpoint: Path | None, *, designer: Any, executor: Any, observer: RolloutObserver | None
@@ -193,7 +194,7 @@ class TrainLoop:
         self.sampler.load_state_dict(state["sampler"])
         if state.get("config_hash") != config_hash(self.config):
             # the schedule and data order are only reproducible with the same config
-            print(f"warning: resuming {path} with a different config than it was saved with", file=sys.stderr)
+            log.warning("resuming %s with a different config than it was saved with", path)
         return int(state["next_step"])
 
     # ---- backend hooks -------------------------------------------------------------------------------------

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -68,6 +67,7 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.errors import MetaAgentError
+from metaagent.execution.process import kill_process
 from metaagent.policy.base import Policy, SamplingParams
 from metaagent.records import Execution, ScriptError
 
@@ -150,12 +150,7 @@ class _Worker:
         return self.proc.poll() is None
 
     def kill(self) -> int | None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-        code = self.proc.wait()
+        code = kill_process(self.proc, wait_s=None)
         self.channel.close()
         return code
 

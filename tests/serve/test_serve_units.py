@@ -13,7 +13,7 @@ from metaagent.serve import selection
 from metaagent.serve.config import ServeConfig, is_loopback
 from metaagent.serve.domain import guess_domain
 from metaagent.serve.errors import ServeError, error_body
-from metaagent.serve.metrics import Counter, Histogram, Metrics
+from metaagent.serve.metrics import Metrics
 from metaagent.serve.openai_compat import event_text, task_text
 from metaagent.serve.protocol import ChatCompletionRequest
 from metaagent.serve.request_policy import RequestBudget, RequestPolicy
@@ -61,34 +61,44 @@ SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\
 
 def test_metrics_text_format():
     m = Metrics()
-    m.requests.inc(route="/v1/teams", status="200")
-    m.requests.inc(2, route="/v1/teams", status="200")
-    m.latency.observe(0.3, route="/v1/teams")
-    m.latency.observe(7.0, route="/v1/teams")
-    m.tokens.inc(12, role='we"ird\nrole', kind="prompt")
+    m.requests.labels(route="/v1/teams", status="200").inc()
+    m.requests.labels(route="/v1/teams", status="200").inc(2)
+    m.latency.labels(route="/v1/teams").observe(0.3)
+    m.latency.labels(route="/v1/teams").observe(7.0)
+    m.tokens.labels(role='we"ird\nrole', kind="prompt").inc(12)
     text = m.render()
     assert text.endswith("\n")
     for line in text.splitlines():
         assert line.startswith(("# HELP ", "# TYPE ")) or SAMPLE.match(line), line
-    assert 'metaagent_serve_requests_total{route="/v1/teams",status="200"} 3' in text
-    assert 'metaagent_serve_request_duration_seconds_bucket{route="/v1/teams",le="0.25"} 0' in text
-    assert 'metaagent_serve_request_duration_seconds_bucket{route="/v1/teams",le="0.5"} 1' in text
-    assert 'metaagent_serve_request_duration_seconds_bucket{route="/v1/teams",le="+Inf"} 2' in text
-    assert 'metaagent_serve_request_duration_seconds_count{route="/v1/teams"} 2' in text
+    assert 'metaagent_serve_requests_total{route="/v1/teams",status="200"} 3.0' in text
+    assert 'metaagent_serve_request_duration_seconds_bucket{le="0.25",route="/v1/teams"} 0.0' in text
+    assert 'metaagent_serve_request_duration_seconds_bucket{le="0.5",route="/v1/teams"} 1.0' in text
+    assert 'metaagent_serve_request_duration_seconds_bucket{le="+Inf",route="/v1/teams"} 2.0' in text
+    assert 'metaagent_serve_request_duration_seconds_count{route="/v1/teams"} 2.0' in text
     assert 'metaagent_serve_request_duration_seconds_sum{route="/v1/teams"} 7.3' in text
     assert 'role="we\\"ird\\nrole"' in text
     assert "# TYPE metaagent_serve_request_duration_seconds histogram" in text
 
 
 def test_metric_misuse_is_an_error():
-    c = Counter("x_total", "x", ("a",))
-    with pytest.raises(ValueError, match="labels"):
-        c.inc(b="1")
-    with pytest.raises(ValueError, match="only increase"):
-        c.inc(-1, a="1")
-    h = Histogram("h", "h", buckets=(1.0,))
-    h.observe(5.0)
-    assert h.count() == 1
+    m = Metrics()
+    with pytest.raises(ValueError):
+        m.requests.labels(route="/x").inc()  # a label missing
+    with pytest.raises(ValueError):
+        m.requests.labels(route="/x", status="200").inc(-1)  # counters only increase
+
+
+def test_callback_metrics_are_read_at_scrape_time_and_replaced_by_name():
+    from metaagent.serve.metrics import CallbackMetric
+
+    m = Metrics()
+    state = {"v": 1.0}
+    m.add_callback(CallbackMetric("metaagent_serve_ready", "ready", (), lambda: {(): state["v"]}))
+    assert "metaagent_serve_ready 1.0" in m.render()
+    state["v"] = 0.0
+    assert "metaagent_serve_ready 0.0" in m.render()
+    m.add_callback(CallbackMetric("metaagent_serve_ready", "ready", (), lambda: {(): 5.0}))
+    assert m.render().count("# TYPE metaagent_serve_ready gauge") == 1 and "metaagent_serve_ready 5.0" in m.render()
 
 
 # ---- selection ----------------------------------------------------------------------------------------------
