@@ -76,6 +76,7 @@ class EvalConfig(BaseModel):
     bootstrap: int = Field(1000, ge=100, description="bootstrap resamples of each 95% CI")
     out: str = Field("eval_results", description="results directory (resumed when it holds the same config)")
     fresh: bool = Field(False, description="discard the records in --out instead of resuming")
+    report_only: bool = Field(False, description="only rewrite results.json, table.md and report.html from the records")
     html: bool = Field(True, description="write report.html")
     html_tasks: int = Field(20, ge=0, description="task replays in the HTML report")
 

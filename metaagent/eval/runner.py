@@ -167,7 +167,7 @@ class Evaluation:
         self._own: list[Policy] = []
         self._pool = pool
         self._own_pool = pool is None
-        if cfg.backend == "openai" and not policies:
+        if cfg.backend == "openai" and not policies and not cfg.report_only:
             probe_endpoint(str(cfg.base_url))
         self.tasks = {b.label: benchmark_tasks(b, limit=cfg.limit, task_ids=cfg.tasks) for b in self.benchmarks}
         if cfg.tasks and not any(self.tasks.values()):
@@ -242,9 +242,9 @@ class Evaluation:
         """Every (cell, benchmark, method) with its record file and the tasks already recorded there."""
         parts: list[Part] = []
         seen: set[Path] = set()
-        for designer, executor in self.cells:
-            for bench in self.benchmarks:
-                for method in self.methods:
+        for bench in self.benchmarks:  # every model of a (benchmark, method) before the next: partial runs compare
+            for method in self.methods:
+                for designer, executor in self.cells:
                     path = record_path(self.out, method, designer, executor, bench.label)
                     part = Part(designer, executor, bench, method, self.tasks[bench.label], path)
                     if path in seen:  # sa/fixed: cells with the same executor share records
@@ -270,8 +270,9 @@ class Evaluation:
         self._write_run_file()
         try:
             for part in unique.values():
-                if part.todo:
+                if part.todo and not self.config.report_only:
                     self._run_part(part)
+                    self.finish(parts)  # results so far: a run killed later still leaves its tables
         finally:
             self.observer.finish()
             self.close()
