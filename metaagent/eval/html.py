@@ -90,6 +90,8 @@ def benchmark_plot(
     if not benches:
         return None
     labels = list(dict.fromkeys(l for row in shares.values() for l in row))
+    if not labels:
+        return None
     fig, ax = figure((8.0, 0.5 + 0.45 * len(benches)))
     left = [0.0] * len(benches)
     for label in labels:
