@@ -43,7 +43,7 @@ from .analysis import design_stats, paired_comparison
 from .benchmarks import Benchmark, benchmark_tasks, parse_benchmark
 from .config import EvalConfig
 from .errors import EvalError
-from .methods import SA, Method, parse_method, rollout_tasks
+from .methods import SA, Method, parse_method, rollout_task
 from .scoring import TaskScore, check_budgets, score_task, summarize
 
 log = logging.getLogger(__name__)
@@ -167,6 +167,8 @@ class Evaluation:
         self._own: list[Policy] = []
         self._pool = pool
         self._own_pool = pool is None
+        self._engines: dict[tuple[str | None, str], RolloutEngine] = {}
+        self._writers: dict[Path, TreeWriter] = {}
         if cfg.backend == "openai" and not policies and not cfg.report_only:
             probe_endpoint(str(cfg.base_url))
         self.tasks = {b.label: benchmark_tasks(b, limit=cfg.limit, task_ids=cfg.tasks) for b in self.benchmarks}
@@ -261,63 +263,98 @@ class Evaluation:
     # ---- running --------------------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        """Run every task not recorded yet, then write and return the results."""
+        """Run every task not recorded yet, then write and return the results.
+
+        All parts' tasks form one queue, ordered task by task (task 1 of every benchmark, method and
+        model, then task 2, ...), with ``concurrency`` tasks in flight across parts (their model calls
+        meet in the batcher): whenever a run stops, every method and model has about as many tasks done.
+        ``results.json`` and the tables are rewritten every ``concurrency`` finished tasks.
+        """
         parts = self.plan()
-        unique = {p.path: p for p in parts}
-        total = sum(len(p.tasks) for p in unique.values())
-        self.observer.start(total, total - sum(len(p.todo) for p in unique.values()))
+        unique = list({p.path: p for p in parts}.values())
+        total = sum(len(p.tasks) for p in unique)
+        self.observer.start(total, total - sum(len(p.todo) for p in unique))
         self.out.mkdir(parents=True, exist_ok=True)
         self._write_run_file()
+        jobs = [] if self.config.report_only else self._jobs(unique)
         try:
-            for part in unique.values():
-                if part.todo and not self.config.report_only:
-                    self._run_part(part)
-                    self.finish(parts)  # results so far: a run killed later still leaves its tables
+            if jobs:
+                self._run_jobs(jobs, parts)
         finally:
             self.observer.finish()
+            for w in self._writers.values():
+                w.close()
             self.close()
         return self.finish(parts)
 
-    def _run_part(self, part: Part) -> None:
+    def _jobs(self, parts: Sequence[Part]) -> list[tuple[Part, Task]]:
+        todo = [(p, p.todo) for p in parts]
+        depth = max((len(t) for _, t in todo), default=0)
+        return [(p, t[i]) for i in range(depth) for p, t in todo if i < len(t)]
+
+    def _engine(self, part: Part) -> RolloutEngine:
+        key = (part.designer if part.method.uses_designer else None, part.executor)
+        if key not in self._engines:
+            rcfg = self.rollout_config()
+            if self._pool is None:
+                self._pool = make_pool(rcfg)
+            designer = self._policy(part.designer, "designer") if part.method.uses_designer else None
+            executor = self._policy(part.executor, "executor")
+            self._engines[key] = RolloutEngine(
+                designer=designer or executor,
+                executor=executor,
+                config=rcfg,
+                pool=self._pool,
+                run_id=self.run_id,
+                record_config={"eval": self.config.model_dump(), "rollout": {"limits": rcfg.limits}},
+                templates=self.templates,
+            )
+        return self._engines[key]
+
+    def _run_jobs(self, jobs: list[tuple[Part, Task]], parts: Sequence[Part]) -> None:
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
         cfg = self.config
         rcfg = self.rollout_config()
-        if self._pool is None:
-            self._pool = make_pool(rcfg)
-        designer = self._policy(part.designer, "designer") if part.method.uses_designer else None
-        executor = self._policy(part.executor, "executor")
-        record_config = {"eval": cfg.model_dump(), "rollout": {"limits": rcfg.limits}}
-        engine = RolloutEngine(
-            designer=designer or executor,
-            executor=executor,
-            config=rcfg,
-            pool=self._pool,
-            run_id=self.run_id,
-            record_config=record_config,
-            templates=self.templates,
-        )
-        self.observer.part(f"{cell_label(part.designer, part.executor)} | {part.bench.label} | {part.method.name}", len(part.todo))
+        for part, _ in jobs:  # load every model before the first task: a bad model fails before any work
+            self._engine(part)
         lock = threading.Lock()
-        info = {"benchmark": part.bench.label, "designer": part.designer, "executor": part.executor}
-        with TreeWriter(part.path) as writer:
+        finished = [0, 0]  # tasks finished, and at the last results write
 
-            def on_tree(tree: RolloutTree) -> None:
-                writer.write(tree)
-                with lock:
-                    part.done[tree.task_id] = tree
-                self.observer.task_done(tree)
-
-            rollout_tasks(
-                engine,
-                part.todo,
+        def one(part: Part, task: Task) -> None:
+            self.observer.part(f"{cell_label(part.designer, part.executor)} | {part.bench.label} | {part.method.name}", 0)
+            tree = rollout_task(
+                self._engine(part),
+                task,
                 part.method,
                 n=cfg.n,
                 seed=cfg.seed,
                 designer_sampling=rcfg.designer.params(),
                 executor_sampling=rcfg.executor.params(),
-                concurrency=cfg.concurrency,
-                info=info,
-                on_tree=on_tree,
+                info={"benchmark": part.bench.label, "designer": part.designer, "executor": part.executor},
             )
+            with lock:
+                writer = self._writers.get(part.path)
+                if writer is None:
+                    writer = self._writers[part.path] = TreeWriter(part.path)
+                writer.write(tree)
+                part.done[tree.task_id] = tree
+                finished[0] += 1
+            self.observer.task_done(tree)
+
+        queue = list(jobs)
+        with ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="eval") as ex:
+            running = set()
+            while queue or running:
+                while queue and len(running) < cfg.concurrency:
+                    running.add(ex.submit(one, *queue.pop(0)))
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for f in done:
+                    f.result()
+                if finished[0] - finished[1] >= cfg.concurrency and queue:
+                    finished[1] = finished[0]
+                    with lock:
+                        self.finish(parts)  # results so far: a run killed later still leaves its tables
 
     def close(self) -> None:
         for p in self._own:

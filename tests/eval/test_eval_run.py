@@ -187,3 +187,33 @@ def test_paired_comparison_splits_only_b_by_structure():
     assert cmp["only_b"] == 3 and cmp["only_b_same_structure"] == 1 and cmp["only_b_different_structure"] == 2
     assert cmp["only_a"] == 0 and cmp["neither"] == 1
     assert cmp["ci95"][0] <= cmp["diff"] <= cmp["ci95"][1]
+
+
+def test_co_evolution_grid_crosses_designers_and_executors(tmp_path, pool):
+    """Designer x executor checkpoints: 4 cells; the executor decides here (only one of them can solve)."""
+
+    def weak(request: ChatRequest) -> str:
+        return f"```python\n{DESIGN}```" if request.role == "designer" else "<delivery>\\boxed{0}</delivery>"
+
+    policies = {"sft": ScriptedPolicy(weak, model_id="sft"), "rl": ScriptedPolicy(reply, model_id="rl")}
+    cfg = _config(
+        tmp_path, models=["x"], grid_designers=["sft", "rl"], grid_executors=["sft", "rl"],
+        methods=["auto"], benchmarks=["bundled:test/math"], limit=1, html=False,
+    )  # fmt: skip
+    results = Evaluation(cfg, policies=policies, pool=pool).run()
+    assert list(results["cells"]) == ["sft", "sft -> rl", "rl -> sft", "rl"]
+    assert results["grid"]["benchmarks"]["bundled:test/math"] == [[0.0, 1.0], [0.0, 1.0]]
+    cmp = next(c for c in results["comparisons"] if c["a"][0] == "sft" and c["b"][0] == "rl")
+    assert cmp["only_b"] == 1 and cmp["only_b_same_structure"] == 1  # the same design: an executor gain
+
+
+def test_checkpoint_folders_resolve_to_the_role_model(tmp_path):
+    from metaagent.eval.runner import resolve_model
+
+    ckpt = tmp_path / "run" / "checkpoints" / "step_00000030"
+    (ckpt / "models" / "designer").mkdir(parents=True)
+    (ckpt / "meta.json").write_text(json.dumps({"models": {"designer": "models/designer", "executor": "models/executor"}}))
+    assert resolve_model(str(tmp_path / "run"), "designer") == str(ckpt / "models/designer")
+    assert resolve_model(str(ckpt), "executor") == str(ckpt / "models/executor")
+    assert resolve_model(str(ckpt) + "#designer", "executor") == str(ckpt / "models/designer")
+    assert resolve_model("embedded", "designer") == "embedded"
