@@ -31,7 +31,8 @@ TOP_ROLES = 10
 SOLVED_THRESHOLD = 0.5  # a task is solved under a method when its avg@k is at least this
 
 
-def _label(structure: Mapping[str, Any] | None, level: str) -> str:
+def structure_label(structure: Mapping[str, Any] | None, level: str) -> str:
+    """The label of an analysed design (``Design.structure``) at ``level``: family, structure or pattern."""
     s = structure or {}
     if level == "family":
         return str(s.get("family") or STRUCTURE_FAMILY.get(str(s.get("structure")), "other"))
@@ -55,7 +56,7 @@ def design_stats(trees: Sequence[RolloutTree], *, top_roles: int = TOP_ROLES) ->
     return {
         "workflows": len(designs),
         "structure_share": {
-            level: _shares(Counter(_label(d.structure, level) for d in designs), order)
+            level: _shares(Counter(structure_label(d.structure, level) for d in designs), order)
             for level, order in LEVELS.items()
         },
         "roles": {

@@ -217,3 +217,18 @@ def test_checkpoint_folders_resolve_to_the_role_model(tmp_path):
     assert resolve_model(str(ckpt), "executor") == str(ckpt / "models/executor")
     assert resolve_model(str(ckpt) + "#designer", "executor") == str(ckpt / "models/designer")
     assert resolve_model("embedded", "designer") == "embedded"
+
+
+def test_benchmark_specs_split_domain_limit_and_task_ids():
+    from metaagent.eval.benchmarks import benchmark_tasks, parse_benchmark
+
+    code = parse_benchmark("bundled:test/code")
+    assert code.label == "bundled:test/code"
+    assert {t.domain for t in benchmark_tasks(code)} == {"code"} and len(benchmark_tasks(code)) == 7
+    val = parse_benchmark("bundled", split="val")
+    assert val.label == "bundled:val" and {t.split for t in benchmark_tasks(val, limit=3)} == {"val"}
+    he = parse_benchmark("humaneval")
+    assert [t.id for t in benchmark_tasks(he, task_ids=["HumanEval/3", "HumanEval/1"])] == ["HumanEval/1", "HumanEval/3"]
+    assert len(benchmark_tasks(he, limit=4)) == 4
+    with pytest.raises(EvalError, match="does not exist"):
+        parse_benchmark("aime24@/nonexistent.jsonl")
