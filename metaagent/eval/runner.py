@@ -253,8 +253,11 @@ class Evaluation:
                         part.done = next(p.done for p in parts if p.path == path)
                     elif path.is_file():
                         trees, bad = read_trees(path)
-                        if bad:
-                            log.warning("%s: %d unreadable line(s) skipped (a killed run); they are re-run", path, len(bad))
+                        if bad or not path.read_bytes().endswith(b"\n"):
+                            log.warning("%s: %d unreadable line(s) dropped (a killed run); their tasks run again", path, len(bad))
+                            tmp = path.with_suffix(".tmp")
+                            tmp.write_text("".join(t.to_json() + "\n" for t in trees), encoding="utf-8")
+                            tmp.replace(path)  # appends start on a fresh line
                         part.done = {t.task_id: t for t in trees}
                     seen.add(path)
                     parts.append(part)

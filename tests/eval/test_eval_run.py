@@ -123,6 +123,9 @@ def test_deterministic_under_a_seed_and_killed_run_resumes(tmp_path, pool):
     c, policy = _run(tmp_path / "a", pool, methods=["auto"], benchmarks=["bundled:test/math"])
     assert len(policy.calls) == 2 + 2  # one task again: 2 designs + 2 agent calls
     assert strip(c) == strip(a)
+    d, policy = _run(tmp_path / "a", pool, methods=["auto"], benchmarks=["bundled:test/math"])
+    assert len(policy.calls) == 0 and strip(d) == strip(a)  # the re-run tree was kept on its own line
+    assert len(path.read_text().splitlines()) == 2
 
 
 def test_other_settings_in_the_same_dir_are_refused(tmp_path, pool):
