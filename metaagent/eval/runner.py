@@ -291,9 +291,8 @@ class Evaluation:
         return self.finish(parts)
 
     def _jobs(self, parts: Sequence[Part]) -> list[tuple[Part, Task]]:
-        todo = [(p, p.todo) for p in parts]
-        depth = max((len(t) for _, t in todo), default=0)
-        return [(p, t[i]) for i in range(depth) for p, t in todo if i < len(t)]
+        jobs = [(i, j, p, t) for j, p in enumerate(parts) for i, t in enumerate(p.tasks) if t.id not in p.done]
+        return [(p, t) for _, _, p, t in sorted(jobs, key=lambda x: (x[0], x[1]))]
 
     def _engine(self, part: Part) -> RolloutEngine:
         key = (part.designer if part.method.uses_designer else None, part.executor)
