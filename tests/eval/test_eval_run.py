@@ -44,18 +44,18 @@ def pool():
 
 
 def _config(out, **kw):
-    values = dict(
-        models=["scripted"],
-        methods=["sa", "fixed:single_math", "auto"],
-        benchmarks=["bundled:test/math", "bundled:test/code"],
-        limit=2,
-        n=2,
-        k=[1, 2],
-        out=str(out),
-        bootstrap=200,
-        concurrency=2,
-        html_tasks=5,
-    )
+    values = {
+        "models": ["scripted"],
+        "methods": ["sa", "fixed:single_math", "auto"],
+        "benchmarks": ["bundled:test/math", "bundled:test/code"],
+        "limit": 2,
+        "n": 2,
+        "k": [1, 2],
+        "out": str(out),
+        "bootstrap": 200,
+        "concurrency": 2,
+        "html_tasks": 5,
+    }
     values.update(kw)
     return make_config(**values)
 
@@ -114,7 +114,7 @@ def test_end_to_end_tables_json_replay_and_resume(tmp_path, pool):
 def test_deterministic_under_a_seed_and_killed_run_resumes(tmp_path, pool):
     a, _ = _run(tmp_path / "a", pool, methods=["auto"], benchmarks=["bundled:test/math"])
     b, _ = _run(tmp_path / "b", pool, methods=["auto"], benchmarks=["bundled:test/math"])
-    strip = lambda r: json.dumps(r["cells"]["scripted"]["benchmarks"], sort_keys=True)  # noqa: E731
+    strip = lambda r: json.dumps(r["cells"]["scripted"]["benchmarks"], sort_keys=True)
     assert re.sub(r'"records": "[^"]*"', "", strip(a)) == re.sub(r'"records": "[^"]*"', "", strip(b))
     # a killed run leaves a cut last line: it is skipped and its task re-run
     path = next((tmp_path / "a").rglob("auto.jsonl"))
@@ -235,3 +235,50 @@ def test_benchmark_specs_split_domain_limit_and_task_ids():
     assert len(benchmark_tasks(he, limit=4)) == 4
     with pytest.raises(EvalError, match="does not exist"):
         parse_benchmark("aime24@/nonexistent.jsonl")
+
+
+def test_openai_compatible_endpoint_as_the_model(tmp_path, pool):
+    """A served model (an OpenAI-compatible stub answering every chat with the first task's answer)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # quiet
+            pass
+
+        def _send(self, data: dict) -> None:
+            raw = json.dumps(data).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self):
+            self._send({"object": "list", "data": [{"id": "served", "object": "model"}]})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            text = f"<delivery>\\boxed{{{MATH[0].answer}}}</delivery>"
+            self._send(
+                {
+                    "id": "x", "object": "chat.completion", "model": body["model"], "created": 0,
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                }
+            )  # fmt: skip
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        cfg = _config(
+            tmp_path, backend="openai", base_url=url, models=["served"], methods=["sa"],
+            benchmarks=["bundled:test/math"], html=False,
+        )  # fmt: skip
+        results = Evaluation(cfg, pool=pool).run()
+    finally:
+        server.shutdown()
+    entry = _entry(results, "bundled:test/math", "sa", cell="served")
+    assert entry["tasks"] == 2 and entry["reward_errors"] == 0
+    assert entry["metrics"]["avg@2"]["mean"] == 0.5  # right on the first task only
