@@ -114,6 +114,8 @@ def render_table(results: dict[str, Any]) -> str:
                 f"| {en['budget']['tokens_per_task']:.0f} | {en['budget']['agent_calls_per_task']:.1f} "
                 f"| {'—' if valid is None else f'{100 * valid:.0f}%'} | {en['reward_errors']} |"
             )
+    out += _structure_section(results)
+    out += _grid_section(results)
     cmps = [c for c in results["comparisons"] if c.get("diff") is not None]
     if cmps:
         out += ["", f"## Paired comparisons (B - A, {cmps[0]['metric']}, paired bootstrap)", ""]
@@ -127,6 +129,49 @@ def render_table(results: dict[str, Any]) -> str:
                 f"| {c['only_b']}: {c['only_b_same_structure']} / {c['only_b_different_structure']} | {c['only_a']} |"
             )
     return "\n".join(out) + "\n"
+
+
+def _structure_section(results: dict[str, Any]) -> list[str]:
+    """Table 6 / 9 / App. C: what ``auto``'s designer built, per model and benchmark."""
+    rows = []
+    for cell, c in results["cells"].items():
+        for b, methods in c["benchmarks"].items():
+            d = (methods.get("auto") or {}).get("designs")
+            if not d or not d["workflows"]:
+                continue
+            fam = d["structure_share"]["family"]
+            u = d["system_prompts"]["unique_share"]
+            rows.append(
+                f"| {cell} | {b} | {d['workflows']} | "
+                + " | ".join(f"{100 * fam.get(x, 0.0):.1f}" for x in ("single", "reflection", "ensemble", "other"))
+                + f" | {d['roles']['distinct']} | {', '.join(n for n, _ in d['roles']['top'][:5]) or '—'} | "
+                + ("—" if u is None else f"{100 * u:.1f}")
+                + " |"
+            )
+    if not rows:
+        return []
+    return [
+        "",
+        "## Structures of auto's valid designs (Table 6 / 10: family share %; Table 9: roles; App. C: unique prompts %)",
+        "",
+        "| Model | Benchmark | workflows | single | reflection | ensemble | other | distinct roles | top roles | unique prompts |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+        *rows,
+    ]
+
+
+def _grid_section(results: dict[str, Any]) -> list[str]:
+    """The co-evolution grid: auto's avg@k, designer checkpoints (rows) x executor checkpoints (columns)."""
+    grid = results.get("grid")
+    if not grid:
+        return []
+    out = ["", f"## Co-evolution grid (auto, avg@{results['k_main']} %; rows: designer, columns: executor)"]
+    for bench, rows in grid["benchmarks"].items():
+        out += ["", f"### {bench}", "", "| designer \\ executor | " + " | ".join(grid["executors"]) + " |"]
+        out.append("|---|" + "---:|" * len(grid["executors"]))
+        for d, row in zip(grid["designers"], rows):
+            out.append(f"| {d} | " + " | ".join("—" if v is None else f"{100 * v:.2f}" for v in row) + " |")
+    return out
 
 
 # ---- HTML ------------------------------------------------------------------------------------------------

@@ -98,6 +98,7 @@ def test_end_to_end_tables_json_replay_and_resume(tmp_path, pool):
     assert saved["seeds"]["seed"] == 0
     table = (out / "table.md").read_text()
     assert "| Model | Method | bundled:test/math | bundled:test/code | Avg |" in table
+    assert "| scripted | bundled:test/math | 4 | 100.0 | 0.0 | 0.0 | 0.0 | 1 | MathSolver | 0.0 |" in table
     row = next(line for line in table.splitlines() if line.startswith("| scripted | auto |"))
     assert "50.00 (+0.00)" in row and "100.00 (+0.00)" in row
     html = (out / "report.html").read_text()
@@ -206,6 +207,8 @@ def test_co_evolution_grid_crosses_designers_and_executors(tmp_path, pool):
     results = Evaluation(cfg, policies=policies, pool=pool).run()
     assert list(results["cells"]) == ["sft", "sft -> rl", "rl -> sft", "rl"]
     assert results["grid"]["benchmarks"]["bundled:test/math"] == [[0.0, 1.0], [0.0, 1.0]]
+    table = (tmp_path / "table.md").read_text()
+    assert "## Co-evolution grid" in table and "| sft | 0.00 | 100.00 |" in table
     cmp = next(c for c in results["comparisons"] if c["a"][0] == "sft" and c["b"][0] == "rl")
     assert cmp["only_b"] == 1 and cmp["only_b_same_structure"] == 1  # the same design: an executor gain
 
