@@ -170,8 +170,10 @@ class Evaluation:
         if cfg.backend == "openai" and not policies and not cfg.report_only:
             probe_endpoint(str(cfg.base_url))
         self.tasks = {b.label: benchmark_tasks(b, limit=cfg.limit, task_ids=cfg.tasks) for b in self.benchmarks}
-        if cfg.tasks and not any(self.tasks.values()):
-            raise EvalError(f"none of --tasks {cfg.tasks[:3]} is in {[b.label for b in self.benchmarks]}")
+        if cfg.tasks:  # --tasks: the benchmarks that hold none of them are left out
+            if not any(self.tasks.values()):
+                raise EvalError(f"none of --tasks {cfg.tasks[:3]} is in {[b.label for b in self.benchmarks]}")
+            self.benchmarks = [b for b in self.benchmarks if self.tasks[b.label]]
         self._check_resume()
 
     # ---- set-up ---------------------------------------------------------------------------------------------
