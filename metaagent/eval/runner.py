@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -488,5 +488,3 @@ def evaluate(config: EvalConfig, **kwargs: Any) -> dict[str, Any]:
     """Run an evaluation and return its results (see :class:`Evaluation`)."""
     return Evaluation(config, **kwargs).run()
 
-
-Callback = Callable[[RolloutTree], None]
