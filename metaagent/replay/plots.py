@@ -10,10 +10,13 @@ Each returns None when there is nothing to draw.
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from metaagent.eval.html import FAMILY_COLORS, SIZE, benchmark_plot  # noqa: F401 - re-exported
+from metaagent.eval.html import figure as _figure
+from metaagent.eval.html import png as _png
 
 #: metrics.jsonl keys (written by metaagent.rollout.metrics and the trainer)
 REWARD_KEYS = {"designer": "rollout/reward/designer", "executor": "rollout/reward/executor"}
@@ -24,26 +27,6 @@ VAL_PREFIX = "val/"
 #: shading of the active role's stages and line colours per role
 STAGE_COLORS = {"executor": "#dbeafe", "designer": "#fde6cc", "both": "#e5e7eb"}
 ROLE_COLORS = {"designer": "#d97706", "executor": "#2563eb"}
-FAMILY_COLORS = {"single": "#60a5fa", "reflection": "#34d399", "ensemble": "#f59e0b", "other": "#9ca3af"}
-SIZE = (8.0, 3.2)
-DPI = 100
-
-
-def _figure(size: tuple[float, float] = SIZE):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=size, dpi=DPI)
-    return fig, fig.add_subplot(1, 1, 1)
-
-
-def _png(fig: Any) -> bytes:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
 
 
 def _number(v: Any) -> float | None:
@@ -146,30 +129,5 @@ def structure_plot(rows: Sequence[Mapping[str, Any]]) -> bytes | None:
     ax.set_xlabel("training step")
     ax.set_ylabel("share of valid designs")
     ax.set_title("structure shares over training")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _png(fig)
-
-
-def benchmark_plot(
-    shares: Mapping[str, Mapping[str, float]], title: str = "structure share per benchmark"
-) -> bytes | None:
-    """Stacked horizontal bars: the family share (single / reflection / ensemble / other) per benchmark."""
-    benches = list(shares)
-    if not benches:
-        return None
-    labels = list(dict.fromkeys(l for row in shares.values() for l in row))
-    fig, ax = _figure((8.0, 0.5 + 0.45 * len(benches)))
-    left = [0.0] * len(benches)
-    for label in labels:
-        widths = [float(shares[b].get(label, 0.0)) for b in benches]
-        ax.barh(benches, widths, left=left, label=label, color=FAMILY_COLORS.get(label))
-        for i, w in enumerate(widths):
-            if w >= 0.08:
-                ax.text(left[i] + w / 2, i, f"{100 * w:.0f}%", ha="center", va="center", fontsize=7)
-        left = [a + w for a, w in zip(left, widths)]
-    ax.set_xlim(0, 1)
-    ax.invert_yaxis()
-    ax.set_xlabel("share of workflows")
-    ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _png(fig)

@@ -11,13 +11,16 @@ over steps, structure share per benchmark), statistics (as ``--stats``), the com
 
 from __future__ import annotations
 
-import base64
-import html
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from metaagent.eval.html import CSS
+from metaagent.eval.html import escape as _e
+from metaagent.eval.html import highlight_python as _highlight
+from metaagent.eval.html import img as _img
+from metaagent.eval.html import table as _table
 from metaagent.records import Design, Execution
 
 from .comparison import Comparison, TaskSide, compare
@@ -29,40 +32,6 @@ from .text import num, one_line, pct, reference_text
 MAX_TASKS = 50
 MAX_TEXT_CHARS = 20_000
 
-CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
-       margin: 24px; color: #111827; background: #ffffff; max-width: 1200px; }
-h1 { font-size: 22px; } h2 { font-size: 18px; border-bottom: 1px solid #e5e7eb; padding-bottom: 4px; margin-top: 28px; }
-h3 { font-size: 15px; margin-bottom: 6px; }
-table { border-collapse: collapse; margin: 8px 0 14px 0; font-size: 13px; }
-th, td { border: 1px solid #e5e7eb; padding: 3px 8px; text-align: left; vertical-align: top; }
-th { background: #f3f4f6; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
-pre, code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
-pre.text { white-space: pre-wrap; word-break: break-word; background: #f9fafb; padding: 6px; border: 1px solid #e5e7eb; margin: 4px 0; }
-details { margin: 4px 0 4px 8px; } summary { cursor: pointer; }
-.turn { border-left: 3px solid #3b82f6; padding-left: 8px; margin: 8px 0; }
-.tool { border-left: 3px solid #a855f7; padding-left: 8px; margin: 8px 0; }
-.bad { color: #b91c1c; } .good { color: #047857; } .warn { color: #b45309; } .dim { color: #6b7280; }
-img.plot { max-width: 100%; border: 1px solid #e5e7eb; margin: 6px 0; }
-.highlight pre { padding: 6px; border: 1px solid #e5e7eb; overflow-x: auto; }
-"""
-
-
-def _e(x: Any) -> str:
-    return html.escape("" if x is None else str(x))
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = ()) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>"
-        + "".join(f'<td class="n">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _text_block(label: str, text: str | None, open_: bool = False) -> str:
     if text is None:
         return f'<div><b>{_e(label)}</b>: <span class="dim">—</span></div>'
@@ -73,20 +42,6 @@ def _text_block(label: str, text: str | None, open_: bool = False) -> str:
         f'<details{" open" if open_ else ""}><summary><b>{_e(label)}</b> <span class="dim">{_e(first)}</span></summary>'
         f'<pre class="text">{_e(cut + more)}</pre></details>'
     )
-
-
-def _img(png: bytes | None, alt: str) -> str:
-    if png is None:
-        return f'<p class="dim">{_e(alt)}: no data to plot.</p>'
-    return f'<img class="plot" alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
-
-
-def _highlight(script: str) -> str:
-    from pygments import highlight
-    from pygments.formatters import HtmlFormatter
-    from pygments.lexers import PythonLexer
-
-    return highlight(script, PythonLexer(), HtmlFormatter(noclasses=True, linenos="inline"))
 
 
 # ---- sections ----------------------------------------------------------------------------------------------

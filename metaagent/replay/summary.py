@@ -28,32 +28,21 @@ from collections.abc import Iterable
 from statistics import fmean
 from typing import Any
 
+from metaagent.eval.analysis import LEVELS, TOP_ROLES, UNKNOWN_TEXT, structure_label
 from metaagent.records import EXECUTION_STATUSES, Design
-from metaagent.workflow.analysis import PATTERNS, STRUCTURE_FAMILY, STRUCTURES
 
 from .errors import ReplayError
 from .run import Run, TreeRef, load_run
 
-#: the three levels of structure labels, each with its labels in display order
-LEVELS: dict[str, tuple[str, ...]] = {
-    "family": tuple(dict.fromkeys(STRUCTURE_FAMILY.values())),
-    "structure": STRUCTURES,
-    "pattern": PATTERNS,
-}
 ALL = "ALL"
 SOURCES = ("auto", "designer", "frozen", "all")
-UNKNOWN_TEXT = "?"  # what workflow.analysis records for a role name or prompt that is not a literal
-TOP_ROLES = 10
 
 
 def design_label(design: Design, level: str) -> str:
     """The structure label of a valid design at ``level`` (family / structure / pattern)."""
     if level not in LEVELS:
         raise ReplayError(f"structure level must be one of {tuple(LEVELS)}, got {level!r}")
-    s = design.structure or {}
-    if level == "family":
-        return str(s.get("family") or STRUCTURE_FAMILY.get(str(s.get("structure")), "other"))
-    return str(s.get(level) or "other")
+    return structure_label(design.structure, level)
 
 
 def _is_frozen(design: Design) -> bool:

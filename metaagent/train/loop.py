@@ -289,16 +289,21 @@ class TrainLoop:
         return StepResult(step, metrics, trees)
 
     def validate(self, step: int) -> dict[str, Any]:
-        """One design per task (greedy by default), ``val_repeats`` repeats; metrics under ``val/``."""
+        """``val_repeats`` samples per task (greedy by default) by :mod:`metaagent.eval`'s ``auto`` method,
+        the code behind ``metaagent-eval``; metrics under ``val/`` (the rollout metrics and avg@k/pass@k)."""
+        from metaagent.eval import AUTO, Method, rollout_tasks, tree_metrics
+
         cfg = self.config
         greedy = cfg.trainer.val_greedy
-        trees = self.engine.rollout(
+        n = cfg.trainer.val_repeats
+        seed = derive_seed(cfg.trainer.seed, "val")
+        trees = rollout_tasks(
+            self.engine,
             self.val_tasks,
+            Method(AUTO, AUTO),
+            n=n,
+            seed=seed,
             step=step,
-            seed=derive_seed(cfg.trainer.seed, "val"),
-            mode="eval",
-            m_designs=cfg.trainer.val_repeats,
-            n_executions=1,
             designer_sampling=cfg.rollout.designer.params().replace(temperature=0.0) if greedy else None,
             executor_sampling=cfg.rollout.executor.params().replace(temperature=0.0) if greedy else None,
         )
@@ -306,6 +311,7 @@ class TrainLoop:
             for tree in trees:
                 w.write(tree)
         metrics = {"val/" + k.split("/", 1)[1]: v for k, v in rollout_metrics(trees).items()}
+        metrics.update(tree_metrics(trees, sorted({1, n}), prefix="val/", seed=seed))
         self.logger.log(step, metrics)
         return metrics
 

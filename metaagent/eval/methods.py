@@ -1,0 +1,172 @@
+"""The evaluated methods and how each one samples a task (paper §4.1, Tables 1/2).
+
+- ``sa``: the single-agent baseline: the bare model answers the task once per sample, with a minimal
+  format instruction and no role or method (:data:`SA_SCRIPTS`, one frozen script per domain);
+- ``fixed:<template>``: a template of the bank as a frozen design (every fixed multi-agent baseline). A
+  template written for the other domain is swapped for its twin of :data:`DOMAIN_TWINS` on each task
+  (``fixed:single_math`` runs ``single_code`` on code tasks), so one method covers a math+code benchmark;
+- ``auto``: the designer writes a team per sample and the executor runs it (the paper's method).
+
+One *sample* of a task is one (design, execution) outcome: ``sa`` and ``fixed:`` run their frozen design
+``n`` times (1 design x n executions), ``auto`` samples ``n`` designs and runs each once (n x 1), so an
+invalid design is a sample with correctness 0 (Eq. 4). Every task's rollout is seeded by
+``derive_seed(seed, method, task id)`` alone, so a task's samples do not depend on which other tasks are
+evaluated, in which order, or whether the run was resumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from metaagent.data.tasks import Task
+from metaagent.policy.base import SamplingParams
+from metaagent.records import RolloutTree
+from metaagent.rollout.engine import FrozenDesign, RolloutEngine, derive_seed
+
+from .errors import EvalError
+
+SA, AUTO, FIXED_PREFIX = "sa", "auto", "fixed:"
+EVAL_MODE = "eval"  # RolloutTree.mode of every evaluation tree
+EVAL_KEY = "eval"  # tree.config[EVAL_KEY]: method, benchmark, n, seed of the tree
+
+#: the single-agent baseline's frozen script per task domain
+SA_SCRIPTS = {
+    "math": 'solver = Agent("Assistant", "Answer the question. Put the final answer in \\\\boxed{}.")\n'
+    "submit(solver(task))\n",
+    "code": 'solver = Agent("Assistant", "Answer with a complete Python program in one ```python block.")\n'
+    "submit(solver(task))\n",
+}
+
+#: the same structure written for the other domain (both directions)
+DOMAIN_TWINS = {"single_math": "single_code", "reflection": "reflection_code", "ensemble_judge": "ensemble_code"}
+DOMAIN_TWINS.update({v: k for k, v in list(DOMAIN_TWINS.items())})
+
+
+@dataclass(frozen=True)
+class Method:
+    """A parsed method spec: ``name`` as given (``sa``, ``fixed:reflection``, ``auto``)."""
+
+    name: str
+    kind: str  # sa | fixed | auto
+    template: str | None = None
+
+    @property
+    def uses_designer(self) -> bool:
+        return self.kind == AUTO
+
+
+def method_names(templates: Sequence[Any]) -> list[str]:
+    """Every valid method spec, for error messages and ``--help``."""
+    return [SA, AUTO] + [FIXED_PREFIX + t.name for t in templates]
+
+
+def parse_method(spec: str, templates: Sequence[Any]) -> Method:
+    """``sa`` | ``auto`` | ``fixed:<template>``; anything else is an error listing the valid specs."""
+    spec = spec.strip()
+    if spec in (SA, AUTO):
+        return Method(spec, spec)
+    names = {t.name for t in templates}
+    if spec.startswith(FIXED_PREFIX):
+        template = spec[len(FIXED_PREFIX) :]
+        if template in names:
+            return Method(spec, "fixed", template)
+        raise EvalError(f"unknown template {template!r} in method {spec!r}; valid templates: {', '.join(sorted(names))}")
+    raise EvalError(f"unknown method {spec!r}; valid methods: {', '.join(method_names(templates))}")
+
+
+def frozen_for(method: Method, task: Task, templates: Sequence[Any]) -> FrozenDesign | None:
+    """The frozen design a method runs on a task (None for ``auto``)."""
+    if method.kind == SA:
+        return FrozenDesign(name=SA, script=SA_SCRIPTS[task.domain])
+    if method.kind == "fixed":
+        return FrozenDesign.resolve(template_for(str(method.template), task.domain, templates), templates)
+    return None
+
+
+def template_for(name: str, domain: str, templates: Sequence[Any]) -> str:
+    """``name``, or its twin of :data:`DOMAIN_TWINS` when ``name`` is written for another domain."""
+    bank = {t.name: t for t in templates}
+    own = bank.get(name)
+    twin = DOMAIN_TWINS.get(name)
+    if own is not None and domain not in own.domains and twin in bank and domain in bank[twin].domains:
+        return twin
+    return name
+
+
+def task_seed(seed: int, method: str, task_id: str) -> int:
+    """The rollout seed of one task under one method: independent of the other tasks evaluated."""
+    return derive_seed(seed, EVAL_MODE, method, task_id)
+
+
+def rollout_task(
+    engine: RolloutEngine,
+    task: Task,
+    method: Method,
+    *,
+    n: int,
+    seed: int,
+    step: int | None = None,
+    designer_sampling: SamplingParams | None = None,
+    executor_sampling: SamplingParams | None = None,
+    info: dict[str, Any] | None = None,
+) -> RolloutTree:
+    """``n`` samples of one task under one method, as one :class:`RolloutTree` (mode ``eval``)."""
+    if n < 1:
+        raise EvalError(f"samples per task must be >= 1, got {n}")
+    frozen = frozen_for(method, task, engine.templates or []) or engine.frozen  # a fixed-MAS training run
+    (tree,) = engine.rollout(
+        [task],
+        step=step,
+        seed=task_seed(seed, method.name, task.id),
+        mode=EVAL_MODE,
+        m_designs=1 if frozen else n,
+        n_executions=n if frozen else 1,
+        designer_sampling=designer_sampling,
+        executor_sampling=executor_sampling,
+        frozen=frozen,
+    )
+    tree.config = {**tree.config, EVAL_KEY: {"method": method.name, "n": n, "seed": seed, **(info or {})}}
+    return tree
+
+
+def rollout_tasks(
+    engine: RolloutEngine,
+    tasks: Sequence[Task],
+    method: Method,
+    *,
+    n: int,
+    seed: int,
+    step: int | None = None,
+    designer_sampling: SamplingParams | None = None,
+    executor_sampling: SamplingParams | None = None,
+    concurrency: int = 1,
+    info: dict[str, Any] | None = None,
+    on_tree: Callable[[RolloutTree], None] | None = None,
+) -> list[RolloutTree]:
+    """:func:`rollout_task` for many tasks, ``concurrency`` tasks in flight (their agent calls meet in
+    the policy's batcher); trees in input order. ``on_tree`` is called as each tree finishes."""
+
+    def one(task: Task) -> RolloutTree:
+        tree = rollout_task(
+            engine,
+            task,
+            method,
+            n=n,
+            seed=seed,
+            step=step,
+            designer_sampling=designer_sampling,
+            executor_sampling=executor_sampling,
+            info=info,
+        )
+        if on_tree is not None:
+            on_tree(tree)
+        return tree
+
+    tasks = [Task.coerce(t) for t in tasks]
+    if concurrency <= 1 or len(tasks) <= 1:
+        return [one(t) for t in tasks]
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(tasks)), thread_name_prefix="eval") as ex:
+        return list(ex.map(one, tasks))

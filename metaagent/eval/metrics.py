@@ -1,0 +1,129 @@
+"""Evaluation metrics over per-task samples: avg@k, unbiased pass@k, maj@k and bootstrap intervals.
+
+Every function is pure: the inputs are per-task numbers, the outputs floats. Shapes are given per task
+(``n`` samples of one task) or per benchmark (``T`` tasks); the benchmark score is the mean over tasks.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from statistics import fmean
+
+from .errors import EvalError
+
+#: metric name -> what its number is (the one list of metrics the harness reports)
+METRICS = {
+    "avg": "avg@k: mean correctness of the k samples of a task (paper: AIME averaged over 3 runs)",
+    "pass": "pass@k: probability that at least one of k samples is correct (unbiased estimator, n >= k)",
+    "maj": "maj@k: correctness of the most frequent answer among k samples (math only)",
+}
+DEFAULT_BOOTSTRAP = 1000
+DEFAULT_ALPHA = 0.05
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one task (Chen et al. 2021, Eq. 1): ``1 - C(n - c, k) / C(n, k)``.
+
+    Args:
+        n: samples drawn for the task (n >= k).
+        c: correct samples among them (0 <= c <= n).
+        k: the budget.
+
+    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)`` (numerically stable, no large binomials).
+    """
+    if k < 1:
+        raise EvalError(f"pass@k needs k >= 1, got k={k}")
+    if n < k:
+        raise EvalError(f"pass@k needs n >= k samples per task, got n={n} < k={k}; draw more samples or lower k")
+    if not 0 <= c <= n:
+        raise EvalError(f"pass@k needs 0 <= c <= n, got c={c}, n={n}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def avg_at_k(correct: Sequence[float]) -> float:
+    """avg@k of one task: the mean of its samples' correctness (each in [0, 1]); shape (n,) -> scalar."""
+    if not correct:
+        raise EvalError("avg@k of a task with no scored sample is undefined")
+    return fmean(correct)
+
+
+def maj_at_k(answers: Sequence[str | None], correct: Sequence[float], k: int | None = None) -> float:
+    """maj@k of one task: the correctness of the most frequent answer among the first ``k`` samples.
+
+    Args:
+        answers: the normalised answer of each sample (None: no answer; never a vote), shape (n,).
+        correct: each sample's correctness in {0, 1}, shape (n,).
+        k: votes counted (default: all n).
+
+    Ties go to the answer seen first. No answer at all -> 0. Samples with the same answer share its
+    correctness (the first one's is used).
+    """
+    if len(answers) != len(correct):
+        raise EvalError(f"maj@k: {len(answers)} answers but {len(correct)} correctness values")
+    k = len(answers) if k is None else k
+    if k < 1 or k > len(answers):
+        raise EvalError(f"maj@k needs 1 <= k <= n, got k={k}, n={len(answers)}")
+    votes: dict[str, int] = {}
+    first: dict[str, float] = {}
+    for a, c in zip(answers[:k], correct[:k]):
+        if a is None:
+            continue
+        votes[a] = votes.get(a, 0) + 1
+        first.setdefault(a, float(c))
+    if not votes:
+        return 0.0
+    best = max(votes, key=lambda a: (votes[a], -list(votes).index(a)))
+    return first[best]
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    *,
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+    stat: Callable[[Sequence[float]], float] = fmean,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``stat`` over tasks: resample the T per-task values with
+    replacement ``n_boot`` times; shape (T,) -> (low, high). A single task (or identical values) gives a
+    zero-width interval; no tasks is an error."""
+    if not values:
+        raise EvalError("a confidence interval over zero tasks is undefined")
+    if not 0 < alpha < 1:
+        raise EvalError(f"alpha must be in (0, 1), got {alpha}")
+    rng = random.Random(seed)
+    n = len(values)
+    stats = sorted(stat([values[rng.randrange(n)] for _ in range(n)]) for _ in range(n_boot))
+    return _percentile(stats, alpha / 2), _percentile(stats, 1 - alpha / 2)
+
+
+def paired_bootstrap_ci(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    alpha: float = DEFAULT_ALPHA,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Mean difference ``b - a`` over the same T tasks and its paired bootstrap interval (tasks resampled
+    together, so per-task difficulty cancels); shapes (T,), (T,) -> (diff, low, high)."""
+    if len(a) != len(b):
+        raise EvalError(f"a paired comparison needs the same tasks on both sides, got {len(a)} and {len(b)}")
+    diffs = [y - x for x, y in zip(a, b)]
+    low, high = bootstrap_ci(diffs, n_boot=n_boot, alpha=alpha, seed=seed)
+    return fmean(diffs), low, high
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile ``q`` in [0, 1] of sorted values."""
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)

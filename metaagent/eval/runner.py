@@ -1,0 +1,490 @@
+"""One evaluation run: model cells x benchmarks x methods, records on disk, resumable, then the results.
+
+Layout of a results directory (``--out``)::
+
+    OUT/rollouts/<cell>/<benchmark>/<method>.jsonl   one RolloutTree per task (mode "eval"), appended as
+                                                    each task finishes: a killed run keeps them
+    OUT/run.json                                    run id, seed, models, versions (read by the replay tool)
+    OUT/results.json                                every number, the config, models, seeds, versions
+    OUT/table.md                                    Table 1 layout: methods x benchmarks + average
+    OUT/report.html                                 self-contained report with plots
+
+``<cell>`` is ``d=<designer>__e=<executor>`` for ``auto`` and ``e=<executor>`` for ``sa`` / ``fixed:``
+(those never call the designer, so cells sharing an executor share their records). A run with an
+``OUT`` that holds records of the same settings (:data:`~metaagent.eval.config.IDENTITY_FIELDS`) skips
+the tasks already recorded; another limit, more methods, benchmarks or models simply add records.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import re
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metaagent import __version__
+from metaagent.data.tasks import Task
+from metaagent.policy.base import Policy
+from metaagent.records import SCHEMA_VERSION, RolloutTree, TreeWriter, read_trees
+from metaagent.rollout.config import RolloutConfig, SamplingConfig
+from metaagent.rollout.engine import RolloutEngine, make_pool
+from metaagent.workflow.protocol import DELIVERY_CLOSE
+
+from .analysis import design_stats, paired_comparison
+from .benchmarks import Benchmark, benchmark_tasks, parse_benchmark
+from .config import EvalConfig
+from .errors import EvalError
+from .methods import SA, Method, parse_method, rollout_task
+from .scoring import TaskScore, check_budgets, score_task, summarize
+
+log = logging.getLogger(__name__)
+
+ROLLOUTS_DIR = "rollouts"
+RESULTS_FILE = "results.json"
+RUN_FILE = "run.json"
+TABLE_FILE = "table.md"
+REPORT_FILE = "report.html"
+PROBE_TIMEOUT_S = 5.0
+
+
+class EvalObserver:
+    """Progress hooks (the CLI's rich bar implements them); called from many threads."""
+
+    def start(self, total: int, done: int) -> None: ...
+    def part(self, label: str, todo: int) -> None: ...
+    def task_done(self, tree: RolloutTree) -> None: ...
+    def finish(self) -> None: ...
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+=-]+", "_", name).strip("_") or "_"
+
+
+def cell_label(designer: str, executor: str) -> str:
+    return designer if designer == executor else f"{designer} -> {executor}"
+
+
+def record_path(out: Path, method: Method, designer: str, executor: str, bench: str) -> Path:
+    cell = f"d={_safe(designer)}__e={_safe(executor)}" if method.uses_designer else f"e={_safe(executor)}"
+    return out / ROLLOUTS_DIR / cell / _safe(bench) / f"{_safe(method.name)}.jsonl"
+
+
+def resolve_model(spec: str, role: str) -> str:
+    """A model argument as a policy model name: an alias or HF folder as is; a training checkpoint
+    (``RUN/checkpoints/step_*``, or a run directory: its latest) to the folder of the role's model in it
+    (``PATH#key`` picks a model key)."""
+    spec, _, key = spec.partition("#")
+    path = Path(spec)
+    ckpts = path / "checkpoints"
+    if ckpts.is_dir() and not (path / "config.json").is_file():
+        found = sorted(p for p in ckpts.glob("step_*") if (p / "meta.json").is_file())
+        if not found:
+            raise EvalError(f"{path} has a checkpoints/ folder but no complete checkpoint (no meta.json)")
+        path = found[-1]
+    if (path / "meta.json").is_file():
+        try:
+            models = json.loads((path / "meta.json").read_text())["models"]
+        except (OSError, ValueError, KeyError) as e:
+            raise EvalError(f"checkpoint {path}: unreadable meta.json ({e})") from None
+        key = key or (role if role in models else next(iter(models)) if len(models) == 1 else "")
+        if key not in models:
+            raise EvalError(f"checkpoint {path} holds models {sorted(models)}; pick one with {spec}#<key>")
+        return str(path / models[key])
+    return spec
+
+
+def probe_endpoint(base_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Fail fast (before any work) when an OpenAI-compatible endpoint does not answer ``GET /models``."""
+    url = base_url.rstrip("/") + "/models"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            r.read(1)
+    except urllib.error.HTTPError as e:  # it answers (the key and the routes are checked by the first request)
+        log.warning("endpoint %s answered GET /models with HTTP %s", base_url, e.code)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        raise EvalError(
+            f"endpoint {base_url} is unreachable ({reason}); start the server or fix --base-url"
+        ) from None
+
+
+@dataclass
+class Part:
+    """One (cell, benchmark, method) of the run: its tasks and record file."""
+
+    designer: str
+    executor: str
+    bench: Benchmark
+    method: Method
+    tasks: list[Task]
+    path: Path
+    done: dict[str, RolloutTree] = field(default_factory=dict)
+
+    @property
+    def todo(self) -> list[Task]:
+        return [t for t in self.tasks if t.id not in self.done]
+
+
+class Evaluation:
+    """Plan, run and summarise an evaluation (see the module docstring).
+
+    Args:
+        config: the evaluation settings.
+        policies: model name -> ready policy (tests, or a caller that holds the models); others are built.
+        observer: progress hooks.
+    """
+
+    def __init__(
+        self,
+        config: EvalConfig,
+        *,
+        policies: dict[str, Policy] | None = None,
+        observer: EvalObserver | None = None,
+        pool: Any = None,
+    ) -> None:
+        from metaagent.workflow import load_templates
+
+        self.config = cfg = config
+        self.observer = observer or EvalObserver()
+        self.templates = load_templates()
+        self.ks = check_budgets(cfg.k or [1, cfg.n], cfg.n)
+        self.methods = [parse_method(m, self.templates) for m in dict.fromkeys(cfg.methods)]
+        self.benchmarks = [parse_benchmark(b, split=cfg.split) for b in dict.fromkeys(cfg.benchmarks)]
+        self.cells = list(dict.fromkeys(cfg.cells()))
+        self.out = Path(cfg.out)
+        self._policies: dict[str, Policy] = dict(policies or {})
+        self._own: list[Policy] = []
+        self._pool = pool
+        self._own_pool = pool is None
+        self._engines: dict[tuple[str | None, str], RolloutEngine] = {}
+        self._writers: dict[Path, TreeWriter] = {}
+        if cfg.backend == "openai" and not policies and not cfg.report_only:
+            probe_endpoint(str(cfg.base_url))
+        self.tasks = {b.label: benchmark_tasks(b, limit=cfg.limit, task_ids=cfg.tasks) for b in self.benchmarks}
+        if cfg.tasks:  # --tasks: the benchmarks that hold none of them are left out
+            if not any(self.tasks.values()):
+                raise EvalError(f"none of --tasks {cfg.tasks[:3]} is in {[b.label for b in self.benchmarks]}")
+            self.benchmarks = [b for b in self.benchmarks if self.tasks[b.label]]
+        self._check_resume()
+
+    # ---- set-up ---------------------------------------------------------------------------------------------
+
+    def _check_resume(self) -> None:
+        run_file = self.out / RUN_FILE
+        if self.config.fresh and self.out.exists():
+            shutil.rmtree(self.out / ROLLOUTS_DIR, ignore_errors=True)
+            run_file.unlink(missing_ok=True)
+        if run_file.is_file():
+            try:
+                old = json.loads(run_file.read_text()).get("identity", {})
+            except (OSError, ValueError):
+                old = {}
+            new = self.config.identity()
+            diff = sorted(k for k in new if k in old and old[k] != new[k])
+            if diff:
+                raise EvalError(
+                    f"{self.out} holds results of other settings ({', '.join(f'{k}: {old[k]!r} != {new[k]!r}' for k in diff)}); "
+                    "use another --out, the same settings to resume, or --fresh to discard them"
+                )
+            self.run_id = json.loads(run_file.read_text()).get("run_id") or self._new_run_id()
+        else:
+            self.run_id = self._new_run_id()
+
+    @staticmethod
+    def _new_run_id() -> str:
+        return "eval-" + time.strftime("%Y%m%d-%H%M%S")
+
+    def _policy(self, name: str, role: str) -> Policy:
+        key = resolve_model(name, role)
+        if key not in self._policies:
+            from metaagent.policy.factory import build_policy
+
+            cfg = self.config
+            try:
+                if cfg.backend == "openai":
+                    policy = build_policy("openai", key, base_url=cfg.base_url, api_key_env=cfg.api_key_env)
+                elif cfg.backend == "vllm":
+                    policy = build_policy("vllm", key)
+                else:
+                    policy = build_policy(
+                        "hf", key, device=cfg.device, dtype=cfg.dtype, max_batch_size=cfg.max_batch_size, batching=True
+                    )
+            except (OSError, ValueError) as e:
+                raise EvalError(f"cannot load model {name!r} with the {cfg.backend} backend: {e}") from None
+            self._policies[key] = policy
+            self._own.append(policy)
+        return self._policies[key]
+
+    def rollout_config(self) -> RolloutConfig:
+        cfg = self.config
+        return RolloutConfig(
+            m_designs=cfg.n,
+            n_executions=cfg.n,
+            k_templates=cfg.k_templates,
+            template_selection=cfg.template_selection,
+            designer=SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.designer_max_tokens),
+            executor=SamplingConfig(
+                temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.executor_max_tokens, stop=[DELIVERY_CLOSE]
+            ),
+            limits={"timeout_s": cfg.timeout_s},
+            sandbox_workers=cfg.sandbox_workers,
+            max_inflight=max(8, cfg.sandbox_workers * 2),
+        )
+
+    def plan(self) -> list[Part]:
+        """Every (cell, benchmark, method) with its record file and the tasks already recorded there."""
+        parts: list[Part] = []
+        seen: set[Path] = set()
+        for bench in self.benchmarks:  # every model of a (benchmark, method) before the next: partial runs compare
+            for method in self.methods:
+                for designer, executor in self.cells:
+                    path = record_path(self.out, method, designer, executor, bench.label)
+                    part = Part(designer, executor, bench, method, self.tasks[bench.label], path)
+                    if path in seen:  # sa/fixed: cells with the same executor share records
+                        part.done = next(p.done for p in parts if p.path == path)
+                    elif path.is_file():
+                        trees, bad = read_trees(path)
+                        if bad or not path.read_bytes().endswith(b"\n"):
+                            log.warning("%s: %d unreadable line(s) dropped (a killed run); their tasks run again", path, len(bad))
+                            tmp = path.with_suffix(".tmp")
+                            tmp.write_text("".join(t.to_json() + "\n" for t in trees), encoding="utf-8")
+                            tmp.replace(path)  # appends start on a fresh line
+                        part.done = {t.task_id: t for t in trees}
+                    seen.add(path)
+                    parts.append(part)
+        return parts
+
+    # ---- running --------------------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Run every task not recorded yet, then write and return the results.
+
+        All parts' tasks form one queue, ordered task by task (task 1 of every benchmark, method and
+        model, then task 2, ...), with ``concurrency`` tasks in flight across parts (their model calls
+        meet in the batcher): whenever a run stops, every method and model has about as many tasks done.
+        ``results.json`` and the tables are rewritten every ``concurrency`` finished tasks.
+        """
+        parts = self.plan()
+        unique = list({p.path: p for p in parts}.values())
+        total = sum(len(p.tasks) for p in unique)
+        self.observer.start(total, total - sum(len(p.todo) for p in unique))
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._write_run_file()
+        jobs = [] if self.config.report_only else self._jobs(unique)
+        try:
+            if jobs:
+                self._run_jobs(jobs, parts)
+        finally:
+            self.observer.finish()
+            for w in self._writers.values():
+                w.close()
+            self.close()
+        return self.finish(parts)
+
+    def _jobs(self, parts: Sequence[Part]) -> list[tuple[Part, Task]]:
+        jobs = [(i, j, p, t) for j, p in enumerate(parts) for i, t in enumerate(p.tasks) if t.id not in p.done]
+        return [(p, t) for _, _, p, t in sorted(jobs, key=lambda x: (x[0], x[1]))]
+
+    def _engine(self, part: Part) -> RolloutEngine:
+        key = (part.designer if part.method.uses_designer else None, part.executor)
+        if key not in self._engines:
+            rcfg = self.rollout_config()
+            if self._pool is None:
+                self._pool = make_pool(rcfg)
+            designer = self._policy(part.designer, "designer") if part.method.uses_designer else None
+            executor = self._policy(part.executor, "executor")
+            self._engines[key] = RolloutEngine(
+                designer=designer or executor,
+                executor=executor,
+                config=rcfg,
+                pool=self._pool,
+                run_id=self.run_id,
+                record_config={"eval": self.config.model_dump(), "rollout": {"limits": rcfg.limits}},
+                templates=self.templates,
+            )
+        return self._engines[key]
+
+    def _run_jobs(self, jobs: list[tuple[Part, Task]], parts: Sequence[Part]) -> None:
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        cfg = self.config
+        rcfg = self.rollout_config()
+        for part, _ in jobs:  # load every model before the first task: a bad model fails before any work
+            self._engine(part)
+        lock = threading.Lock()
+        finished = [0, 0]  # tasks finished, and at the last results write
+
+        def one(part: Part, task: Task) -> None:
+            self.observer.part(f"{cell_label(part.designer, part.executor)} | {part.bench.label} | {part.method.name}", 0)
+            tree = rollout_task(
+                self._engine(part),
+                task,
+                part.method,
+                n=cfg.n,
+                seed=cfg.seed,
+                designer_sampling=rcfg.designer.params(),
+                executor_sampling=rcfg.executor.params(),
+                info={"benchmark": part.bench.label, "designer": part.designer, "executor": part.executor},
+            )
+            with lock:
+                writer = self._writers.get(part.path)
+                if writer is None:
+                    writer = self._writers[part.path] = TreeWriter(part.path)
+                writer.write(tree)
+                part.done[tree.task_id] = tree
+                finished[0] += 1
+            self.observer.task_done(tree)
+
+        queue = list(jobs)
+        with ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="eval") as ex:
+            running = set()
+            while queue or running:
+                while queue and len(running) < cfg.concurrency:
+                    running.add(ex.submit(one, *queue.pop(0)))
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for f in done:
+                    f.result()
+                if finished[0] - finished[1] >= cfg.concurrency and queue:
+                    finished[1] = finished[0]
+                    with lock:
+                        self.finish(parts)  # results so far: a run killed later still leaves its tables
+
+    def close(self) -> None:
+        for p in self._own:
+            p.close()
+        self._own.clear()
+        if self._own_pool and self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def _write_run_file(self) -> None:
+        info = {
+            "run_id": self.run_id,
+            "kind": "eval",
+            "seed": self.config.seed,
+            "models": {cell_label(d, e): {"designer": d, "executor": e} for d, e in self.cells},
+            "identity": self.config.identity(),
+            "metaagent_version": __version__,
+            "created_at": time.time(),
+        }
+        (self.out / RUN_FILE).write_text(json.dumps(info, indent=2))
+
+    # ---- results --------------------------------------------------------------------------------------------
+
+    def finish(self, parts: Sequence[Part]) -> dict[str, Any]:
+        """Score the recorded trees of the requested tasks and write results.json, table.md, report.html."""
+        from .report import render_html, render_table
+
+        results = build_results(self.config, parts, self.ks, run_id=self.run_id)
+        (self.out / RESULTS_FILE).write_text(json.dumps(results, indent=1, default=str))
+        (self.out / TABLE_FILE).write_text(render_table(results))
+        if self.config.html:
+            trees = [t for p in parts for t in p.done.values()]
+            render_html(results, trees, self.out / REPORT_FILE, max_tasks=self.config.html_tasks)
+        return results
+
+
+def versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"metaagent": __version__, "python": platform.python_version(), "records_schema": str(SCHEMA_VERSION)}
+    for pkg in ("torch", "transformers", "vllm", "openai"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def build_results(
+    config: EvalConfig, parts: Sequence[Part], ks: Sequence[int], *, run_id: str = ""
+) -> dict[str, Any]:
+    """Every number of the run as JSON data (see :mod:`metaagent.eval.report` for the table)."""
+    k_main = max(ks)
+    cells: dict[str, Any] = {}
+    scores: dict[tuple[str, str, str], list[TaskScore]] = {}
+    complete = True
+    for p in parts:
+        cell = cell_label(p.designer, p.executor)
+        trees = [p.done[t.id] for t in p.tasks if t.id in p.done]
+        complete = complete and len(trees) == len(p.tasks)
+        task_scores = [score_task(t, ks) for t in trees]
+        scores[(cell, p.bench.label, p.method.name)] = task_scores
+        entry = summarize(task_scores, ks, n_boot=config.bootstrap, seed=config.seed)
+        entry["tasks_planned"] = len(p.tasks)
+        entry["complete"] = len(trees) == len(p.tasks)
+        entry["designs"] = design_stats(trees)
+        entry["records"] = str(p.path)
+        entry["per_task"] = [s.to_dict() for s in task_scores]
+        cells.setdefault(cell, {"designer": p.designer, "executor": p.executor, "benchmarks": {}})
+        cells[cell]["benchmarks"].setdefault(p.bench.label, {})[p.method.name] = entry
+
+    comparisons: list[dict[str, Any]] = []
+    methods = list(dict.fromkeys(p.method.name for p in parts))
+    benches = list(dict.fromkeys(p.bench.label for p in parts))
+    cell_names = list(cells)
+    for cell in cell_names:  # every method vs sa, same cell
+        for bench in benches:
+            for m in methods:
+                if m != SA and (cell, bench, SA) in scores:
+                    cmp = paired_comparison(
+                        scores[(cell, bench, SA)], scores[(cell, bench, m)], k=k_main, n_boot=config.bootstrap, seed=config.seed
+                    )
+                    comparisons.append({"a": [cell, bench, SA], "b": [cell, bench, m], **cmp})
+    for i, ca in enumerate(cell_names):  # the same method across cells (e.g. SFT -> RL; App. C split)
+        for cb in cell_names[i + 1 :]:
+            for bench in benches:
+                for m in methods:
+                    if (ca, bench, m) in scores and (cb, bench, m) in scores:
+                        cmp = paired_comparison(
+                            scores[(ca, bench, m)], scores[(cb, bench, m)], k=k_main, n_boot=config.bootstrap, seed=config.seed
+                        )
+                        comparisons.append({"a": [ca, bench, m], "b": [cb, bench, m], **cmp})
+
+    return {
+        "run_id": run_id,
+        "complete": complete,
+        "config": config.model_dump(),
+        "ks": list(ks),
+        "k_main": k_main,
+        "methods": methods,
+        "benchmarks": benches,
+        "cells": cells,
+        "grid": _grid(config, cells, benches, k_main),
+        "comparisons": comparisons,
+        "seeds": {"seed": config.seed, "task_seed": "derive_seed(seed, 'eval', method, task_id)"},
+        "versions": versions(),
+        "created_at": time.time(),
+    }
+
+
+def _grid(config: EvalConfig, cells: dict[str, Any], benches: Sequence[str], k: int) -> dict[str, Any] | None:
+    """The co-evolution grid: auto's avg@k per (designer, executor) on each benchmark."""
+    if not config.grid_designers:
+        return None
+    out: dict[str, Any] = {"designers": config.grid_designers, "executors": config.grid_executors, "benchmarks": {}}
+    for bench in benches:
+        rows = []
+        for d in config.grid_designers:
+            row = []
+            for e in config.grid_executors:
+                entry = cells.get(cell_label(d, e), {}).get("benchmarks", {}).get(bench, {}).get("auto")
+                row.append(entry["metrics"].get(f"avg@{k}", {}).get("mean") if entry else None)
+            rows.append(row)
+        out["benchmarks"][bench] = rows
+    return out
+
+
+def evaluate(config: EvalConfig, **kwargs: Any) -> dict[str, Any]:
+    """Run an evaluation and return its results (see :class:`Evaluation`)."""
+    return Evaluation(config, **kwargs).run()
+

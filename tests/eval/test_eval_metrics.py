@@ -1,0 +1,90 @@
+"""pass@k, maj@k, avg@k and the bootstrap against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from metaagent.eval import EvalError, avg_at_k, bootstrap_ci, maj_at_k, paired_bootstrap_ci, pass_at_k
+from metaagent.eval.metrics import _percentile
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (3, 0, 1, 0.0),  # none correct
+        (3, 3, 1, 1.0),  # all correct
+        (3, 3, 3, 1.0),
+        (3, 1, 1, 1 / 3),  # k = 1: the fraction correct
+        (5, 2, 1, 2 / 5),
+        (3, 1, 3, 1.0),  # n = k: 1 if any correct
+        (3, 0, 3, 0.0),  # n = k, none correct
+        (4, 1, 2, 1 - math.comb(3, 2) / math.comb(4, 2)),  # 1 - 3/6 = 0.5
+        (5, 2, 3, 1 - math.comb(3, 3) / math.comb(5, 3)),  # 1 - 1/10 = 0.9
+        (10, 3, 5, 1 - math.comb(7, 5) / math.comb(10, 5)),  # 1 - 21/252
+    ],
+)
+def test_pass_at_k_hand_values(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_rejects_k_above_n_and_bad_counts():
+    with pytest.raises(EvalError, match="n >= k"):
+        pass_at_k(2, 1, 3)
+    with pytest.raises(EvalError):
+        pass_at_k(3, 4, 1)
+    with pytest.raises(EvalError):
+        pass_at_k(3, 1, 0)
+
+
+def test_avg_at_k():
+    assert avg_at_k([1.0, 0.0, 1.0]) == pytest.approx(2 / 3)
+    assert avg_at_k([0.0]) == 0.0
+    with pytest.raises(EvalError):
+        avg_at_k([])
+
+
+def test_maj_at_k_hand_values():
+    # majority "5" (2 votes) is correct
+    assert maj_at_k(["5", "7", "5"], [1, 0, 1]) == 1.0
+    # majority "7" is wrong although one sample was right
+    assert maj_at_k(["7", "5", "7"], [0, 1, 0]) == 0.0
+    # k = 1: the first answer decides
+    assert maj_at_k(["5", "7", "7"], [1, 0, 0], k=1) == 1.0
+    # tie 1-1 within k = 2: the answer seen first wins
+    assert maj_at_k(["7", "5", "5"], [0, 1, 1], k=2) == 0.0
+    # all correct / none correct / no answers at all
+    assert maj_at_k(["5", "5", "5"], [1, 1, 1]) == 1.0
+    assert maj_at_k(["1", "2", "3"], [0, 0, 0]) == 0.0
+    assert maj_at_k([None, None], [0, 0]) == 0.0
+    # missing answers do not vote
+    assert maj_at_k([None, None, "5"], [0, 0, 1]) == 1.0
+    with pytest.raises(EvalError):
+        maj_at_k(["5"], [1], k=2)
+
+
+def test_bootstrap_ci_degenerate_cases_and_coverage():
+    assert bootstrap_ci([1.0, 1.0, 1.0]) == (1.0, 1.0)  # all correct
+    assert bootstrap_ci([0.0, 0.0]) == (0.0, 0.0)  # none correct
+    assert bootstrap_ci([0.5]) == (0.5, 0.5)  # one task
+    lo, hi = bootstrap_ci([0.0, 1.0] * 50, n_boot=2000, seed=1)
+    # mean 0.5, standard error 0.05: the 95% interval is about 0.5 +- 0.098
+    assert 0.38 < lo < 0.45 and 0.55 < hi < 0.62
+    assert bootstrap_ci([0.0, 1.0] * 50, seed=3) == bootstrap_ci([0.0, 1.0] * 50, seed=3)  # seeded
+    with pytest.raises(EvalError):
+        bootstrap_ci([])
+
+
+def test_percentile_interpolates():
+    assert _percentile([0.0, 1.0, 2.0, 3.0, 4.0], 0.5) == 2.0
+    assert _percentile([0.0, 10.0], 0.25) == 2.5
+
+
+def test_paired_bootstrap_identical_and_shifted():
+    a = [0.0, 1.0, 0.5, 1.0]
+    assert paired_bootstrap_ci(a, a) == (0.0, 0.0, 0.0)
+    diff, lo, hi = paired_bootstrap_ci(a, [x + 0.25 for x in a])  # the same shift on every task
+    assert diff == pytest.approx(0.25) and lo == pytest.approx(0.25) and hi == pytest.approx(0.25)
+    with pytest.raises(EvalError):
+        paired_bootstrap_ci([1.0], [1.0, 0.0])
