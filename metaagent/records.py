@@ -187,20 +187,6 @@ class TurnGroup(_Record):
 
 
 @dataclass
-class Counterfactual(_Record):
-    """A re-execution of the same script with the agents outside ``members`` answered by a baseline."""
-
-    members: list[str]  # role names that kept their policy
-    baseline: str  # noop | mask | reference | forced:<k>
-    seed: int | None
-    status: str
-    reward: RewardRecord | None = None
-    n_calls: int = 0
-    turns: list[AgentTurn] = field(default_factory=list)
-    _nested: ClassVar[dict[str, type]] = {"turns": AgentTurn}
-
-
-@dataclass
 class FirstError(_Record):
     """The first erroneous turn t* (1-based) of a failed execution, and the judge queries that found it."""
 
@@ -261,6 +247,20 @@ class RewardRecord(_Record):
     components: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Counterfactual(_Record):
+    """A re-execution of the same script with the agents outside ``members`` answered by a baseline."""
+
+    members: list[str]  # role names that kept their policy
+    baseline: str  # noop | mask | reference | forced:<k>
+    seed: int | None
+    status: str
+    reward: RewardRecord | None = None
+    n_calls: int = 0
+    turns: list[AgentTurn] = field(default_factory=list)
+    _nested: ClassVar[dict[str, type]] = {"turns": AgentTurn, "reward": RewardRecord}
 
 
 @dataclass

@@ -202,6 +202,40 @@ def _comparison(cmp: Comparison) -> str:
     )
 
 
+def _turn_credit(t: Any) -> str:
+    """Per-turn reward, labels and advantage (records v2), when set."""
+    bits = []
+    if t.reward is not None:
+        r = t.reward
+        value = f'<span class="bad">not computable ({_e(r.error)})</span>' if r.total is None else f"<b>{num(r.total)}</b>"
+        bits.append(f"turn reward ({_e(r.source)}) {value}")
+    if t.labels:
+        bits.append("labels " + _e(", ".join(f"{k}={num(v)}" for k, v in t.labels.items())))
+    if t.advantage is not None:
+        bits.append(f"turn advantage <b>{num(t.advantage)}</b>")
+    if t.synthetic:
+        bits.append('<span class="warn">synthetic (not sampled; never trained)</span>')
+    return f"<div>{' · '.join(bits)}</div>" if bits else ""
+
+
+def _group(g: Any) -> str:
+    """A call's candidates (tree sampling), the selected one marked."""
+    rows = []
+    for c, (cand, reward) in enumerate(zip(g.candidates, g.rewards)):
+        adv = g.advantages[c] if c < len(g.advantages) else None
+        mark = "▶ selected" if c == g.selected else ""
+        rows.append(
+            f"<li>{mark} candidate {c}: reward {num(reward)}"
+            + (f", advantage {num(adv)}" if adv is not None else "")
+            + f"{_text_block('response', cand.response)}</li>"
+        )
+    return (
+        f'<div class="turn"><b>candidates of {_e(g.role)} turn {g.role_turn} (call {g.call_index})</b><ul>'
+        + "".join(rows)
+        + "</ul></div>"
+    )
+
+
 def _execution(e: Execution, task: dict[str, Any], open_: bool = False) -> str:
     calls = sorted(e.tool_calls, key=lambda c: (c.after_turn, c.index))
     parts = []
@@ -227,9 +261,26 @@ def _execution(e: Execution, task: dict[str, Any], open_: bool = False) -> str:
             + _text_block("system prompt", t.system_prompt)
             + _text_block("prompt", prompt)
             + _text_block("response", t.response, open_=True)
-            + f"<div><b>delivery</b>: {delivery}</div></div>"
+            + f"<div><b>delivery</b>: {delivery}</div>"
+            + _turn_credit(t)
+            + "</div>"
         )
     parts += [tool(c) for c in calls if c.after_turn >= len(e.turns)]
+    parts += [_group(g) for g in e.groups]
+    for cf in e.counterfactuals:
+        cr = cf.reward
+        value = "not scored" if cr is None else (num(cr.total) if cr.total is not None else f"error ({cr.error})")
+        parts.append(
+            f'<p class="dim">counterfactual: keep {_e(", ".join(cf.members) or "—")}, others → {_e(cf.baseline)}: '
+            f"{_e(cf.status)}, {cf.n_calls} calls, reward {_e(value)}</p>"
+        )
+    if e.first_error is not None:
+        fe = e.first_error
+        parts.append(f'<p class="bad">first error: turn {fe.turn} ({_e(fe.role)}), {len(fe.queries)} judge queries</p>')
+    for pair in e.preferences:
+        parts.append(
+            f'<p class="dim">preference pair ({_e(pair.source)}, weight {num(pair.weight)}): turn {pair.turn} rejected</p>'
+        )
     if e.error is not None:
         parts.append(
             f'<p class="bad">script error {_e(e.error.type)} (line {_e(e.error.line)}): {_e(e.error.message)}</p>'

@@ -77,7 +77,10 @@ def test_v2_round_trips_with_every_new_record(tmp_path):
     write_trees(path, [tree])
     (back,) = list(iter_trees(path))
     assert back.to_dict() == tree.to_dict()
-    assert back.designs[0].executions[0].groups[0].candidates[1].response == "another reply"
+    back_execution = next(e for _, e in back.executions() if e.turns)
+    assert back_execution.groups[0].candidates[1].response == "another reply"
+    assert isinstance(back_execution.counterfactuals[0].reward, RewardRecord)
+    assert isinstance(back_execution.turns[0].reward, TurnReward)
 
 
 @pytest.mark.parametrize(
@@ -116,3 +119,23 @@ def test_v1_files_replay_exactly_like_their_v2_rewrite(tmp_path):
     assert '"schema_version":2' in (v2_run / "rollouts" / "step_000001.jsonl").read_text()
     assert _render(V1_RUN) == _render(v2_run)
     assert "turn 0 ·" in _render(V1_RUN)
+
+
+def test_the_html_report_shows_per_turn_credit_candidates_and_counterfactuals(tmp_path):
+    from metaagent.replay import load_run
+    from metaagent.replay.report import render_html
+
+    tree = tree_with_turns()
+    _, execution = next((d, e) for d, e in tree.executions() if e.turns)
+    turn = execution.turns[0]
+    turn.reward = TurnReward(0.5, "judge", components={"score": 5.0})
+    turn.advantage = -0.25
+    cand = AgentTurn.from_dict({**turn.to_dict(), "response": "the other candidate"})
+    execution.groups = [TurnGroup("k", turn.role, 0, 0, [turn, cand], 1, [0.5, 0.9], [0.1, 0.2])]
+    execution.counterfactuals = [Counterfactual([turn.role], "noop", 7, "ok", RewardRecord(1.0, 1.0, 0.0))]
+    run_dir = tmp_path / "run"
+    write_trees(run_dir / "rollouts" / "step_000000.jsonl", [tree])
+    html = render_html(load_run(run_dir), tmp_path / "report.html").read_text()
+    assert "turn reward (judge) <b>0.500</b>" in html and "turn advantage <b>-0.250</b>" in html
+    assert "▶ selected candidate 1" in html and "the other candidate" in html
+    assert "counterfactual: keep" in html and "others → noop" in html
