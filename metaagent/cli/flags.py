@@ -157,6 +157,8 @@ def add_config_flags(
             a in (str, int, float, Ellipsis) for a in typing.get_args(inner)
         ):
             kwargs.update(nargs="+", metavar="ITEM")
+        elif typing.get_origin(inner) is list and typing.get_args(inner) in ((Any,), ()):
+            kwargs.update(nargs="+", metavar="ITEM", type=_yaml_value)  # each item as YAML
         elif typing.get_origin(inner) in (list, tuple, dict, Mapping) or dataclasses.is_dataclass(inner):
             kwargs.update(metavar="YAML", type=_yaml_value)
         else:
