@@ -152,6 +152,10 @@ class OptimConfig:
     policy_loss: str = "vanilla"  # any name in verl's policy-loss registry (vanilla, gspo, cispo, ...)
     loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 2's 1/|G| sum over trajectories; verl: token-mean
     stage_switch: str = "keep"  # "keep" | "reset": clear AdamW moments at each stage boundary (Eq. 9)
+    # train on the preference pairs the records carry (evaluation-aligned credit's failure route) with the DPO
+    # loss, beside PPO-clip; loads a frozen reference model
+    dpo: bool = False
+    dpo_beta: float = 0.1
     kl_coef: float = 0.0
     entropy_coef: float = 0.0  # entropy bonus (verl: entropy_coeff); 0 as in the paper
     micro_batch_tokens: int = 4096

@@ -208,7 +208,7 @@ class TrainLoop:
     def save(self, next_step: int) -> Path:
         raise NotImplementedError
 
-    def _update(self, samples: Any, step: int, active: frozenset[str]) -> dict[str, Any]:
+    def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
         raise NotImplementedError
 
     def _reset_optimizer_moments(self) -> None:
@@ -239,7 +239,7 @@ class TrainLoop:
     def train_step(self, step: int) -> StepResult:
         from metaagent.credit import assign_credit
         from metaagent.train.models import temperatures
-        from metaagent.train.samples import build_samples
+        from metaagent.train.samples import build_pair_samples, build_samples
 
         cfg = self.config
         t_start = time.perf_counter()
@@ -267,7 +267,11 @@ class TrainLoop:
         switched = step > 0 and self.schedule.stage(step - 1).index != stage.index
         if switched and cfg.optim.stage_switch == "reset":
             self._reset_optimizer_moments()
-        update_metrics = self._update(samples, step, active)
+        pairs = build_pair_samples(trees, active_roles=active)
+        if pairs and not cfg.optim.dpo:
+            samples.metrics["samples/preference_pairs_unused"] = float(len(pairs))  # optim.dpo=true trains on them
+            pairs = []
+        update_metrics = self._update(samples, step, active, pairs)
         t_end = time.perf_counter()
 
         metrics: dict[str, Any] = {

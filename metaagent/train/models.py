@@ -143,7 +143,7 @@ def make_updaters(models: ModelSet, optim: OptimConfig) -> dict[str, Any]:
             pad_id=pad_id,
         )
         ref = None
-        if optim.kl_coef > 0:
+        if optim.kl_coef > 0 or optim.dpo:
             from metaagent.policy.models import load_model_and_tokenizer
 
             ref, _ = load_model_and_tokenizer(models.paths[key], dtype="float32", device=str(model.device))

@@ -76,6 +76,10 @@ class PairSample:
     agent: str = ""
     key: tuple[int, ...] = ()
 
+    @property
+    def route_name(self) -> str:
+        return self.role if self.role == DESIGNER else f"{self.role}:{self.agent}"
+
     def sides(self) -> tuple[Sample, Sample]:
         """The chosen and the rejected side as :class:`Sample` rows (for log-prob passes; no advantage)."""
 
@@ -289,6 +293,26 @@ def build_samples(
                             counts["samples/candidates"] += 1
                             out.append(sample)
     return SampleSet(out, {k: float(v) for k, v in sorted(counts.items())})
+
+
+def build_pair_samples(trees: Sequence[RolloutTree], *, active_roles: Iterable[str]) -> list[PairSample]:
+    """One :class:`PairSample` per ``Execution.preferences`` entry of an active role (executor pairs: the
+    agent is the role of the rejected turn), key ``(tree, design, execution, pair)``."""
+    active = active_role_set(active_roles, SampleError)
+    out: list[PairSample] = []
+    if EXECUTOR not in active:
+        return out
+    for t, tree in enumerate(trees):
+        for i, d in enumerate(tree.designs):
+            for j, e in enumerate(d.executions):
+                for p, pair in enumerate(e.preferences):
+                    agent = e.turns[pair.turn].role if 0 <= pair.turn < len(e.turns) else ""
+                    temp = e.turns[pair.turn].temperature if 0 <= pair.turn < len(e.turns) else None
+                    out.append(
+                        PairSample(EXECUTOR, list(pair.prompt_ids), list(pair.chosen_ids), list(pair.rejected_ids),
+                                   pair.weight, _record_temperature(temp, 1.0), agent, (t, i, j, p))
+                    )  # fmt: skip
+    return out
 
 
 RoleToModel = Mapping[str, str] | Callable[[Sample], str]

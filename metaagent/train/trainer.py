@@ -66,10 +66,13 @@ class Trainer(TrainLoop):
         for updater in self.updaters.values():
             updater.reset_moments()
 
-    def _update(self, samples: Any, step: int, active: frozenset[str]) -> dict[str, Any]:
+    def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
         from metaagent.train.update import update_routed
 
-        return update_routed(self.updaters, samples, self.models.role_to_key, active_roles=active)
+        return update_routed(
+            self.updaters, samples, self.models.role_to_key, active_roles=active, pairs=pairs,
+            dpo_beta=self.config.optim.dpo_beta,
+        )  # fmt: skip
 
     def close(self) -> None:
         super().close()

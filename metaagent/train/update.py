@@ -357,11 +357,19 @@ class PolicyUpdater:
         return metrics
 
     def update(
-        self, samples: Iterable[Sample], *, active_roles: Iterable[str] | None = None
+        self,
+        samples: Iterable[Sample],
+        *,
+        active_roles: Iterable[str] | None = None,
+        pairs: Sequence[PairSample] = (),
+        dpo_beta: float = 0.1,
     ) -> dict[str, float]:
-        """``accumulate`` + ``step``: one optimizer step on these samples. Returns ``train/*`` metrics."""
+        """``accumulate`` (+ ``accumulate_pairs`` when ``pairs``) + ``step``: one optimizer step on these
+        samples, the DPO loss of the preference pairs added to the policy loss. Returns ``train/*`` metrics."""
         t0 = time.perf_counter()
         metrics = self.accumulate(samples, active_roles=active_roles)
+        if pairs:
+            metrics.update(self.accumulate_pairs(pairs, beta=dpo_beta))
         metrics.update(self.step())
         elapsed = time.perf_counter() - t0
         metrics["train/update_s"] = elapsed
@@ -388,8 +396,11 @@ def update_routed(
     role_to_model_key: RoleToModel,
     *,
     active_roles: Iterable[str] | None = None,
+    pairs: Sequence[PairSample] = (),
+    dpo_beta: float = 0.1,
 ) -> dict[str, float]:
-    """One step of every physical model: route samples by role (:func:`route_samples`) and update each.
+    """One step of every physical model: route samples (and preference pairs) by role
+    (:func:`route_samples`) and update each.
 
     Every updater is called, also without samples (its step is then skipped and reported), so each model's
     metrics appear every step. With one model the metrics keep their ``train/...`` names; with several they
@@ -401,9 +412,12 @@ def update_routed(
         raise UpdateError(
             f"samples routed to model key(s) {unknown} that have no updater; updaters: {sorted(updaters)}"
         )
+    routed_pairs = route_samples(pairs, role_to_model_key) if pairs else {}
     metrics: dict[str, float] = {}
     for key, updater in updaters.items():
-        m = updater.update(routed.get(key, []), active_roles=active_roles)
+        m = updater.update(
+            routed.get(key, []), active_roles=active_roles, pairs=routed_pairs.get(key, []), dpo_beta=dpo_beta
+        )
         if len(updaters) == 1:
             metrics.update(m)
         else:

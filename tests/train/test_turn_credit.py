@@ -8,7 +8,6 @@ import json
 
 import pytest
 import torch
-from conftest import token_tree
 
 from metaagent.credit import TreeCredit, assign_credit, register_estimator
 from metaagent.records import AgentTurn, TurnGroup
@@ -31,8 +30,8 @@ def toy_last_turn(trees, *, bonus: float = 1.0):
     return out
 
 
-def test_a_registered_per_turn_estimator_writes_turn_advantages_and_samples_use_them():
-    tree = token_tree([[1.0, 0.0]], seed=3)  # two turns (Solver, Verifier) per execution
+def test_a_registered_per_turn_estimator_writes_turn_advantages_and_samples_use_them(make_token_tree):
+    tree = make_token_tree([[1.0, 0.0]], seed=3)  # two turns (Solver, Verifier) per execution
     result = assign_credit([tree], "toy_last_turn", bonus=0.5)
     turns = [t for e in tree.designs[0].executions for t in e.turns]
     assert [t.advantage for t in turns] == [-0.5, 0.5, -0.5, 0.5]
@@ -43,8 +42,8 @@ def test_a_registered_per_turn_estimator_writes_turn_advantages_and_samples_use_
     assert all(t.advantage is None for t in turns)
 
 
-def test_synthetic_turns_are_never_samples_and_candidates_are():
-    tree = token_tree([[1.0, 0.0]], seed=4)
+def test_synthetic_turns_are_never_samples_and_candidates_are(make_token_tree):
+    tree = make_token_tree([[1.0, 0.0]], seed=4)
     e0, e1 = tree.designs[0].executions
     e1.turns[0].synthetic = True
     first = e0.turns[0]
@@ -66,8 +65,8 @@ def test_synthetic_turns_are_never_samples_and_candidates_are():
     assert samples.metrics["samples/synthetic_turns"] == 1 and samples.metrics["samples/candidates"] == 2
 
 
-def test_token_advantages_override_the_scalar_in_collate():
-    tree = token_tree([[1.0, 0.0]], seed=5)
+def test_token_advantages_override_the_scalar_in_collate(make_token_tree):
+    tree = make_token_tree([[1.0, 0.0]], seed=5)
     assign_credit([tree])
     s = build_samples([tree], active_roles={"executor"}, temperatures=TEMPS)[0]
     s.token_advantages = [float(i) for i in range(len(s.response_ids))]
@@ -119,3 +118,22 @@ def test_a_tiny_run_trains_end_to_end_with_a_per_turn_estimator(tmp_path):
     rows = (tmp_path / "run" / "rollouts" / "step_000001.jsonl").read_text().splitlines()
     turns = [t for d in json.loads(rows[0])["designs"] for e in d["executions"] for t in e["turns"]]
     assert turns and all(t["advantage"] == 0.25 for t in turns)  # one turn per execution: the last
+
+
+def test_preference_pairs_in_the_records_become_dpo_pairs_routed_to_their_model(make_model, make_token_tree):
+    from metaagent.records import PreferencePair
+    from metaagent.train.samples import build_pair_samples
+    from metaagent.train.update import PolicyUpdater, update_routed
+
+    tree = make_token_tree([[1.0, 0.0]], seed=6)
+    e = tree.designs[0].executions[1]
+    e.preferences = [PreferencePair(1, e.turns[1].messages, e.turns[1].prompt_ids, [5, 6], e.turns[1].response_ids, "resample")]
+    assert build_pair_samples([tree], active_roles={"designer"}) == []  # executor pairs, designer stage
+    (pair,) = build_pair_samples([tree], active_roles={"executor"})
+    assert pair.key == (0, 0, 1, 0) and pair.agent == e.turns[1].role and pair.route_name == f"executor:{pair.agent}"
+    assign_credit([tree])
+    samples = build_samples([tree], active_roles={"executor"}, temperatures=TEMPS)
+    updater = PolicyUpdater(make_model(), ref_model=make_model(), lr=1e-3)
+    m = update_routed({"policy": updater}, samples, {"*": "policy"}, active_roles={"executor"}, pairs=[pair], dpo_beta=0.5)
+    assert m["train/dpo_pairs"] == 1.0 and m["train/dpo_loss"] == pytest.approx(0.6931, abs=1e-3)
+    assert m["train/skipped_step"] == 0.0

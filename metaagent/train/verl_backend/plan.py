@@ -133,6 +133,8 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
             "optim.stage_switch=reset is not supported by the verl backend yet (the optimizer state lives in the "
             "FSDP workers); use optim.stage_switch=keep or --backend local"
         )
+    if cfg.optim.dpo:
+        raise ConfigError("optim.dpo (the DPO loss on preference pairs) runs on the local backend only for now")
     paths, route, designer_key, executor_keys = model_plan(cfg.policy)
     keys = list(paths)
     resources = _resources(cfg, verl, keys)

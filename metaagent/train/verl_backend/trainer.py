@@ -154,7 +154,12 @@ class VerlTrainer(TrainLoop):
             "credit/verl_estimator_max_abs_diff": check_sample_advantages(samples, member),
         }
 
-    def _update(self, samples: Any, step: int, active: frozenset[str]) -> dict[str, Any]:
+    def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
+        if pairs:
+            raise VerlBackendError(
+                "the DPO loss on preference pairs (optim.dpo) runs on the local backend only for now; "
+                "set optim.dpo=false or trainer.backend=local"
+            )
         from metaagent.train.samples import route_samples
         from metaagent.train.schedule import ROLES
 
