@@ -179,9 +179,13 @@ def enter_namespaces(scratch=None, scratch_mb=0, network=True, readonly_rest=Fal
     flags = CLONE_NEWNS | (CLONE_NEWNET if network else 0) | (CLONE_NEWUSER if uid != 0 else 0)
     _check(_syscall("unshare", ctypes.c_int(flags)), "unshare")
     if uid != 0:  # keep our own uid inside the user namespace
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        _libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: after a uid switch /proc/self is root's until then
+        try:
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", f"{uid} {uid} 1")
+            _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        finally:
+            _libc.prctl(4, 0, 0, 0, 0)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     if readonly_rest:
         with open("/proc/self/mountinfo") as f:

@@ -54,6 +54,7 @@ What is NOT covered:
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import socket
 import subprocess
@@ -67,6 +68,7 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.errors import MetaAgentError
+from metaagent.execution import isolation
 from metaagent.execution.process import kill_process
 from metaagent.policy.base import Policy, SamplingParams
 from metaagent.records import Execution, ScriptError
@@ -78,6 +80,8 @@ from .session import Session, executor_sampling
 
 #: the package root, put on the worker's PYTHONPATH so it imports the same code as the host
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+#: the only part of it a confined worker may read (never the repository around it: runs, notes, .git)
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -110,6 +114,9 @@ class _Worker:
         argv = [python, "-s", "-m", "metaagent.workflow.worker", str(worker_end.fileno())]
         if not drop_privileges:
             argv.append("--no-drop-privileges")
+        confine = isolation.active().child_spec(None, extra_read=(_PACKAGE_DIR,))
+        if confine is not None:
+            argv.append("--isolation=" + json.dumps(confine))
         try:
             self.proc = subprocess.Popen(
                 argv,
