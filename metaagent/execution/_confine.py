@@ -8,8 +8,8 @@ is :mod:`metaagent.execution.isolation`.
 :func:`confine` applies, in this order (each step needs the previous one's privileges):
 
 1. ``namespaces``: a private mount namespace (plus a user namespace when not root) in which the scratch
-   directory becomes a size-limited tmpfs, and a fresh network namespace (only a down loopback);
-   in the ``namespaces`` layer every other mount is also remounted read-only;
+   directory becomes a size-limited tmpfs, and (``network_ns``) a fresh network namespace (only a down
+   loopback); in the ``namespaces`` layer every other mount is also remounted read-only;
 2. ``no_new_privs``;
 3. Landlock (``landlock`` layer): reads only beneath the listed read-only paths, every file-system right
    only beneath the scratch directory, no TCP bind/connect (ABI >= 4), no signals to processes outside
@@ -25,10 +25,9 @@ Every refusal is an ``OSError`` with ``EPERM`` (Landlock file access: ``EACCES``
 
 import ctypes
 import os
-import platform
 
 # ---- syscall numbers --------------------------------------------------------------------------------
-_MACHINE = platform.machine()
+_MACHINE = os.uname().machine  # not `platform`: its import costs ~2 ms per test program
 if _MACHINE in ("x86_64", "AMD64"):
     AUDIT_ARCH = 0xC000003E
     NR = {
