@@ -190,7 +190,9 @@ def enter_namespaces(scratch=None, scratch_mb=0, network=True, readonly_rest=Fal
         with open("/proc/self/mountinfo") as f:
             mounts = [line.split() for line in f]
         for fields in mounts:
-            target = fields[4].encode().decode("unicode_escape")
+            target = fields[4]
+            for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+                target = target.replace(code, char)  # mountinfo's octal escapes (no codec lookups here)
             keep = 0
             for opt in fields[5].split(","):
                 keep |= _MOUNT_FLAGS.get(opt, 0)
