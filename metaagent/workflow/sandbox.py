@@ -28,6 +28,11 @@ What is covered (each is a test in ``tests/workflow``):
 - process escapes: no module can be imported, there is no ``fork``; when the host runs as root the
   worker switches to ``nobody`` so that RLIMIT_NPROC = 0 also makes fork fail at the OS level; no file
   writes (RLIMIT_FSIZE = 0) and no core dumps;
+- the kernel layer (:mod:`metaagent.execution.isolation`, ``execution.isolation``): after the uid switch
+  each worker confines itself: Landlock reads only of the Python installation and the ``metaagent``
+  package, no writes, no TCP, no signals out (or read-only mounts + an empty network namespace under the
+  ``namespaces`` layer), no capabilities, and a seccomp filter (no new processes, no execve, no socket());
+  the layer is in the worker's ``ready`` message (``worker_info()``);
 - host safety: the host never unpickles or executes anything from a worker (JSON frames with a size
   cap); a worker that dies, hangs or talks nonsense is killed and replaced; other executions continue.
 
@@ -42,8 +47,8 @@ What is NOT covered:
 
 - this is not a security boundary against a determined attacker with a CPython or RestrictedPython
   exploit (a bug in the interpreter's C code, or in RestrictedPython's transformer). Workers run without
-  privileges only when the host is root; they share the host's kernel, filesystem view (read-only in
-  effect) and network namespace. Run training in a container or VM that holds nothing you could not lose;
+  privileges only when the host is root; they share the host's kernel (a kernel exploit is not
+  covered). Run training in a container or VM that holds nothing you could not lose;
 - side channels (timing, CPU contention between scripts);
 - memory limits are address-space limits (RLIMIT_AS), not cgroup limits; the pool's total memory is
   ``workers x memory_mb`` at worst;
