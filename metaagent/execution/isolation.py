@@ -71,8 +71,8 @@ class ExecutionConfig:
     when it is a tmpfs (mount namespaces available); writing more fails with ENOSPC.
     """
 
-    isolation: str = "auto"
-    scratch_mb: int = 64
+    isolation: str = "auto"  # kernel isolation of model-written code: auto | landlock | namespaces | none
+    scratch_mb: int = 64  # size of each test program's temporary directory (a tmpfs) in MB
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
