@@ -114,8 +114,9 @@ def _fs_handled(abi):
 
 
 def apply_landlock(read_paths, write_paths, abi=None):
-    """Restrict this process (and anything it could start) with one Landlock domain. Returns what was
-    enforced: {"abi", "fs", "net", "scope"}."""
+    """Restrict this process (and anything it could start) with one Landlock domain. A path may also be
+    an open file descriptor (an int: e.g. 0 so that ``open("/dev/stdin")`` reaches the test input file).
+    Returns what was enforced: {"abi", "fs", "net", "scope"}."""
     abi = landlock_abi() if abi is None else abi
     if abi < 1:
         raise ConfineError(95, "Landlock is not available in this kernel")
@@ -131,16 +132,21 @@ def apply_landlock(read_paths, write_paths, abi=None):
         for paths, access in ((read_paths, read), (write_paths, write)):
             for path in paths:
                 try:
-                    pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                    pfd = path if isinstance(path, int) else os.open(path, os.O_PATH | os.O_CLOEXEC)
+                    kind = os.fstat(pfd).st_mode & 0o170000
+                    is_dir = kind == 0o040000
+                    if isinstance(path, int) and kind != 0o100000:
+                        continue  # a pipe, socket or tty: not a Landlock object (and not restricted by it)
                 except OSError:
-                    continue  # a listed path that does not exist grants nothing
+                    continue  # a listed path that does not exist (or a closed descriptor) grants nothing
                 try:
-                    allowed = access if os.path.isdir(path) else access & _FILE_RIGHTS
+                    allowed = access if is_dir else access & _FILE_RIGHTS
                     rule = _PathBeneathAttr(allowed & handled, pfd)
                     _check(_syscall("landlock_add_rule", ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(rule),
                                     ctypes.c_uint32(0)), f"landlock_add_rule({path})")  # fmt: skip
                 finally:
-                    os.close(pfd)
+                    if not isinstance(path, int):
+                        os.close(pfd)
         _check(_libc.prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
         _check(_syscall("landlock_restrict_self", ctypes.c_int(fd), ctypes.c_uint32(0)), "landlock_restrict_self")
     finally:
@@ -290,8 +296,10 @@ def confine(layer, read_paths=(), scratch=None, scratch_mb=0, namespaces=False, 
                                      readonly_rest=layer == "namespaces"))  # fmt: skip
     if layer == "landlock":
         writable = [scratch] if scratch else []
-        done["landlock"] = apply_landlock(list(read_paths) + ["/dev/null", "/dev/zero", "/dev/urandom"],
-                                          writable + ["/dev/null"])  # fmt: skip
+        # descriptors 0-2 as files: ``open("/dev/stdin")`` / ``open("/dev/stdout", "w")`` reach the files the
+        # parent opened for them (pipes and ttys are not subject to Landlock anyway)
+        done["landlock"] = apply_landlock(list(read_paths) + ["/dev/null", "/dev/zero", "/dev/urandom", 0],
+                                          writable + ["/dev/null", 1, 2])  # fmt: skip
     else:
         _check(_libc.prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     drop_capabilities()

@@ -182,7 +182,8 @@ def _probe_child(layer: str, namespaces: bool) -> tuple[bool, str]:
         code = _PROBE.format(dir=CHILD_DIR, layer=layer, read=list(read_paths()), ns=namespaces, scratch=scratch)
         try:
             proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
-                                  timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd=scratch)  # fmt: skip
+                                  timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd=scratch,
+                                  stdin=subprocess.DEVNULL)  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as e:
             return False, str(e)
     tail = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]

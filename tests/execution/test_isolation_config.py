@@ -41,6 +41,8 @@ def test_auto_picks_the_strongest_available_layer():
     p = isolation.probe()
     expected = "landlock" if p["landlock"] else "namespaces" if p["namespaces"] else "none"
     assert resolve("auto").layer == expected
+    if isolation._landlock_abi() >= isolation.MIN_LANDLOCK_ABI:  # the kernel offers it: applying it must work
+        assert p["landlock"], p["landlock_error"]
 
 
 def test_training_on_code_refuses_without_a_layer_and_says_how_to_proceed(bare_machine):
