@@ -11,10 +11,12 @@ stdout/stderr redirected to files. It
 3. confines itself with the isolation layer the parent chose (``spec["isolation"]``, the keyword
    arguments of :func:`_confine.confine`: Landlock / namespaces, no capabilities, a seccomp filter; see
    :mod:`metaagent.execution.isolation`); if that fails the program is not run (status ``isolation``),
-4. disables process creation, signalling and destructive file-system calls at the Python level too
-   (``os.fork``, ``os.system``, the ``fork_exec`` behind ``subprocess``, ``os.kill``, ``os.remove`` ...),
-   which gives clear errors for the common accidents; the kernel layer is what holds when a program goes
-   around them (``ctypes``). The parent also kills the whole process group,
+4. disables process creation and signalling at the Python level too (``os.fork``, ``os.system``, the
+   ``fork_exec`` behind ``subprocess``, ``os.kill`` ...), which gives clear errors for the common
+   accidents; the kernel layer is what holds when a program goes around them (``ctypes``). Without a
+   kernel layer, destructive file-system calls (``os.remove``, ``os.rename`` ... which also stops
+   ``shutil.rmtree``) are disabled too; under one they work inside the program's own temporary directory
+   only. The parent also kills the whole process group,
 5. runs the program (stdio: as ``__main__``; call: calls ``fn_name``; assert: runs the test source),
 6. writes ``result.txt`` (a literal with the nonce), so a program that exits early cannot pass.
 
@@ -90,6 +92,11 @@ GUARDED_OS = (
     "setsid",
     "setpgid",
     "setpgrp",
+)
+
+#: file-system calls refused at the Python level only when no kernel layer confines the program (under
+#: Landlock / namespaces they work inside the program's own temporary directory: tempfile, shutil)
+GUARDED_FILES = (
     "remove",
     "unlink",
     "rmdir",
@@ -108,6 +115,9 @@ GUARDED_OS = (
     "chdir",
     "fchdir",
     "chroot",
+)
+
+GUARDED_IDS = (
     "setuid",
     "setgid",
     "seteuid",
@@ -135,10 +145,10 @@ def _set_limits(spec):
         resource.setrlimit(which, (soft, hard))
 
 
-def _guard():
+def _guard(confined):
     import _posixsubprocess  # built in: what subprocess and multiprocessing use to start processes
 
-    for name in GUARDED_OS:
+    for name in GUARDED_OS + GUARDED_IDS + (() if confined else GUARDED_FILES):
         if hasattr(os, name):
             setattr(os, name, _disabled("os." + name))
     _posixsubprocess.fork_exec = _disabled("starting a process")
@@ -257,7 +267,7 @@ def main():
             write(result_fd, payload.encode("utf-8", "replace"))
             exit_(0)
         del applied
-    _guard()
+    _guard(confined=confine is not None)
 
     error, value = "", None
     try:
