@@ -23,8 +23,8 @@ ROW = {
     "time_limit": {"seconds": 2, "nanos": 0},
     "memory_limit_bytes": 512 << 20,
 }
-#: burns ~1.3 s of CPU, then answers
-BURN = "import time\nwhile time.process_time() < 1.3:\n    pass\na, b = map(int, input().split())\nprint(a + b)\n"
+#: burns ~1 s of CPU, then answers
+BURN = "import time\nwhile time.process_time() < 1.0:\n    pass\na, b = map(int, input().split())\nprint(a + b)\n"
 
 
 @pytest.fixture
@@ -62,13 +62,12 @@ def test_a_code_contests_task_with_a_2s_limit_gets_2s(task, monkeypatch):
 
 
 def test_the_limit_is_cpu_time_of_the_task(task):
-    # 1.3 s of CPU fits the task's 2 s ...
-    assert score_execution(task, answer(BURN), RewardConfig(time_limit_s=1.0)).correct == 1.0
-    # ... and not a flat 1 s limit (a task without its own limit)
+    # 1 s of CPU fits the task's 2 s (the wall clock allows 6 s: a busy machine does not fail it) ...
+    assert score_execution(task, answer(BURN), RewardConfig(time_limit_s=0.5)).correct == 1.0
+    # ... and not a flat 0.5 s limit (a task without its own limit): CPU or, on a busy machine, wall clock
     untimed = Task(id="t", domain="code", question="q", tests=task.tests)
-    record = score_execution(untimed, answer(BURN), RewardConfig(time_limit_s=1.0))
+    record = score_execution(untimed, answer(BURN), RewardConfig(time_limit_s=0.5, time_limit_floor_s=0.5))
     assert record.correct == 0.0 and record.details["code"]["first_failure"]["status"] == "timeout"
-    assert "CPU time limit of 1s" in record.details["code"]["first_failure"]["error"]
 
 
 def test_limit_options_are_validated():
