@@ -75,3 +75,15 @@ def test_limit_options_are_validated():
         RewardConfig(time_limit_multiplier=0)
     with pytest.raises(ValueError, match="memory_floor_mb"):
         RewardConfig(memory_floor_mb=10)
+
+
+def test_time_spent_waiting_is_not_counted_against_the_limit():
+    """1.5 s of wall clock (waiting, as a program does on a busy machine) under a 1 s limit passes: the limit
+    is CPU time; the wall clock (3x) only stops programs that never finish."""
+    from metaagent.execution.code import run_code_tests
+
+    result = run_code_tests("import time\ntime.sleep(1.5)\nprint(5)\n", {"inputs": [""], "outputs": ["5"]},
+                            time_limit_s=1.0)  # fmt: skip
+    assert result.all_passed, result.summary()
+    outcome = result.tests[0]
+    assert outcome.elapsed_s >= 1.5 and outcome.cpu_s < 1.0
