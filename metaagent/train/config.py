@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.config import ConfigError, load_config, to_dict
+from metaagent.execution.isolation import ExecutionConfig
 from metaagent.rollout.config import RolloutConfig
 
 BACKENDS = ("hf", "vllm", "openai")
@@ -219,6 +220,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     verl: dict[str, Any] = field(default_factory=dict)  # GPU backend settings (see metaagent.train.verl_backend)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)  # isolation of model-written code
 
     def __post_init__(self) -> None:
         self.reward_config()  # validate now, not at step 1

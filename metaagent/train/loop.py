@@ -105,6 +105,7 @@ class TrainLoop:
         self.train_tasks = load_tasks(cfg.data.train)
         if not self.train_tasks:
             raise TrainError("data.train yielded no tasks; check the dataset specs in the config")
+        self.isolation = _isolation_for_training(cfg, self.train_tasks)
         self.val_tasks = load_tasks(cfg.data.val)[: cfg.trainer.val_tasks] if cfg.trainer.val_every else []
         ratio = {"math": cfg.data.math_fraction, "code": 1.0 - cfg.data.math_fraction}
         present = {t.domain for t in self.train_tasks}
@@ -163,6 +164,7 @@ class TrainLoop:
             "metaagent_version": __version__,
             "created_at": time.time(),
             "backend": self.backend,
+            "isolation": self.isolation.describe(),
         }
 
     def _find_checkpoint(self, resume: str | bool | None) -> Path | None:
@@ -354,3 +356,15 @@ class TrainLoop:
 
     def _rollout_path(self, step: int, prefix: str = "") -> Path:
         return self.run_dir / "rollouts" / f"{prefix}step_{step:06d}.jsonl"
+
+
+def _isolation_for_training(cfg: TrainConfig, tasks: list[Any]) -> Any:
+    """The isolation layer of this run's model-written code (``execution.isolation``); training on code
+    tasks refuses to start without one unless the config accepts that with ``execution.isolation=none``."""
+    from metaagent.execution.isolation import IsolationError, for_config
+
+    code = any(getattr(t, "domain", None) == "code" for t in tasks) and cfg.data.math_fraction < 1.0
+    try:
+        return for_config(cfg.execution, purpose="train", code_tasks=code)
+    except IsolationError as e:
+        raise TrainError(str(e)) from None
