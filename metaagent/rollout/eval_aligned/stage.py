@@ -239,13 +239,14 @@ class EvalAlignedStage:
 
     def _mc(self, task, script, e, recorded, t, replace, budget, counts, lock) -> str | None:
         """OK iff one of ``mc_continuations`` runs with the first ``t`` calls forced succeeds (fresh seeds
-        after the prefix); None when the budget refuses or no continuation could be scored."""
+        after the prefix; stops at the first success); None when the budget refuses a run before a verdict or
+        no continuation could be scored."""
         k = self.config.mc_continuations
-        if not budget.take("runs", k):
-            return None
         texts = {p: turn.response for p, turn in (replace or {}).items()}
         scored = False
         for c in range(k):
+            if not budget.take("runs"):
+                return None  # too few continuations to call it ERR
             seed = derive_seed(e.seed, "eval_aligned/mc", t, sorted(texts.items()), c)
             policy = ForcedPrefixPolicy(recorded, t, self.engine.executor, replace=texts)
             cf = self._run(task, script, policy, seed, counts, lock)
@@ -290,8 +291,11 @@ class EvalAlignedStage:
                     if c.text == bad.response:
                         continue
                     candidate = AgentTurn.from_dict({**bad.to_dict(), "response": c.text, "response_ids": list(c.response_ids)})
-                    if judge(t_star, {t_star - 1: candidate}) == OK:
+                    verdict = judge(t_star, {t_star - 1: candidate})
+                    if verdict == OK:
                         return c.text, list(c.response_ids), c.logprobs, "resample"
+                    if verdict is None:
+                        break  # budget or judge failure: no candidate can be checked
         return None
 
     # ---- one re-run ---------------------------------------------------------------------------------------
