@@ -28,17 +28,17 @@ class EvalAlignedConfig:
     ``mc_continuations`` forced-prefix continuations succeeds, OmegaPRM's criterion).
     """
 
-    baseline: str = "noop"
-    helpful_judge: str = "rule:gold"
+    baseline: str = "noop"  # replaces agents outside a coalition (Eq. 1): noop | mask | reference
+    helpful_judge: str = "rule:gold"  # Eq. 5 labels: rule:<name> | policy (the executor model) | none (uniform)
     helpful_labels: str = "binary"  # binary: q = 1 iff the judge's [0, 1] score >= 0.5; soft: q = the score
-    prefix_judge: str = "mc"
-    mc_continuations: int = 4
+    prefix_judge: str = "mc"  # Eq. 8 J_Omega: mc (forced-prefix continuations) | rule:<name> | policy
+    mc_continuations: int = 4  # mc: OK iff one of this many continuations succeeds
     nbest: int = 4  # N-best resampling of the failing turn for the preferred reply (Eq. 10, source iii)
     pair_sources: list[str] = field(default_factory=lambda: ["success_episode", "resample"])
     correction_check: bool = True  # re-run with the failing reply replaced by the preferred one (§5)
     max_runs_per_step: int = 512  # counterfactual + prefix + correction re-executions per training step
     max_judge_calls_per_step: int = 1024  # judge-model calls per training step
-    judge_max_tokens: int = 256
+    judge_max_tokens: int = 256  # reply length of a model judge
 
     def __post_init__(self) -> None:
         if self.baseline not in COALITION_BASELINES:
