@@ -90,7 +90,9 @@ def test_the_mc_prefix_judge_runs_forced_continuations(rolled):
     bad = trees[1].designs[0].executions[0]
     # query H_1: 2 continuations (checker repeats the wrong 3) -> ERR; the resample (4) passes on its 1st run
     forced = [cf for cf in bad.counterfactuals if cf.baseline == "forced:1"]
-    assert len(forced) == 3 and bad.first_error.turn == 1 and len(bad.preferences) == 1
+    checks = [cf for cf in bad.counterfactuals if cf.baseline == "resample:1"]
+    assert (len(forced), len(checks)) == (2, 1) and bad.first_error.turn == 1 and len(bad.preferences) == 1
+    assert [c.reward.correct for c in forced + checks] == [0.0, 0.0, 1.0]
     P = "credit/eval_aligned/"
     assert (m[P + "prefix_runs"], m[P + "judge_calls"], m[P + "runs"]) == (3, 0, 3 + 3 + 1)
     assert all(not t.labels for t in trees[0].designs[0].executions[0].turns)  # no helpfulness judge: uniform

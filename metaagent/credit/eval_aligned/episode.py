@@ -16,7 +16,7 @@ from .shapley import ShapleyPlan, contribution_rewards, helpfulness_weights, sha
 
 SCORES = ("total", "correct")
 #: the baselines a coalition run may use (records' ``Counterfactual.baseline``); other baselines
-#: (``forced:<t>``, ``correction:<t>``) are prefix-judge and correction runs, never coalition values
+#: (``forced:<t>``, ``resample:<t>``, ``correction:<t>``) are prefix-judge and correction runs, never coalition values
 COALITION_BASELINES = ("noop", "mask", "reference")
 HELPFUL = "helpful"  # AgentTurn.labels key of Eq. 5's q_{i,t}
 HELPFUL_ERROR = "helpful_error"  # set to 1.0 when the helpfulness judge could not label the turn

@@ -5,7 +5,8 @@
 - ``loo_gap``: mean ``|(v(A) - v(A \\ {i})) - phi_i|`` (leave-one-agent-out vs Shapley; 0 for n = 1 and for
   additive games), over agents whose ``v(A \\ {i})`` was run;
 - ``helpful_fraction``: share of labelled success-episode turns with ``helpful >= 0.5``;
-- ``localisation_queries`` / ``localisation_runs``: mean judge queries and prefix re-runs per located first error;
+- ``localisation_queries`` / ``localisation_runs``: mean judge queries and prefix re-runs (``forced:<t>``; the
+  N-best checks are ``resample:<t>``) per located first error;
 - ``correction_efficiency``: share of correction re-runs (the failing reply replaced by the preferred one,
   ``Counterfactual.baseline = "correction:<t>"``) that succeed.
 """

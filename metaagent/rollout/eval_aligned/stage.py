@@ -11,8 +11,8 @@ For every execution of the step, after its reward (``R_sys``) is known:
 - failure (``R_sys = 0``): first-error bisection with the prefix judge (``Execution.first_error``; ``mc``
   queries re-run forced prefixes, stored as ``forced:<t>`` counterfactuals), then the preferred reply for the
   failing turn — from a successful execution of the same task that saw the same context, else the first of
-  ``nbest`` resamples that passes the prefix judge — as a ``PreferencePair`` (rejected = the failing reply),
-  and a correction re-run (``correction:<t>``) with the failing reply replaced. No pair found: counted.
+  ``nbest`` resamples that passes the prefix judge (``mc``: its continuations are ``resample:<t>`` runs) —
+  as a ``PreferencePair`` (rejected = the failing reply), and a correction re-run (``correction:<t>``) with the failing reply replaced. No pair found: counted.
 
 Every re-run and judge call is counted against the step's budget; what the budget refuses is counted, not
 silently skipped (the estimator then counts the episode as ``missing_coalitions``).
@@ -250,7 +250,7 @@ class EvalAlignedStage:
             seed = derive_seed(e.seed, "eval_aligned/mc", t, sorted(texts.items()), c)
             policy = ForcedPrefixPolicy(recorded, t, self.engine.executor, replace=texts)
             cf = self._run(task, script, policy, seed, counts, lock)
-            cf.members, cf.baseline = players(e), f"forced:{t}"
+            cf.members, cf.baseline = players(e), (f"resample:{t}" if texts else f"forced:{t}")
             with lock:
                 counts["prefix_runs"] += 1
                 e.counterfactuals.append(cf)
