@@ -118,3 +118,18 @@ def test_a_judge_budget_leaves_the_pair_unfound_and_counted(rolled):
     bad = trees[1].designs[0].executions[0]
     assert bad.first_error.turn == 1 and bad.preferences == []
     assert assign_credit(trees, "eval_aligned").metrics[P + "no_pair"] == 1
+
+
+def test_config_errors_name_the_fix():
+    from metaagent.config import ConfigError
+    from metaagent.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="set optim.dpo=true"):
+        TrainConfig.load(None, ["algo.estimator=eval_aligned"])
+    with pytest.raises(ConfigError, match=r"unknown rule 'nope'; known: \['gold'\]"):
+        EvalAlignedConfig(prefix_judge="rule:nope")
+    with pytest.raises(ConfigError, match="baseline must be one of"):
+        EvalAlignedConfig(baseline="zero")
+    cfg = TrainConfig.load(None, ["algo.estimator=eval_aligned", "optim.dpo=true", "algo.options={pg_baseline: agent_batch}",
+                                  "eval_aligned.baseline=mask"])  # fmt: skip
+    assert cfg.eval_aligned.baseline == "mask" and cfg.algo.options == {"pg_baseline": "agent_batch"}

@@ -50,6 +50,11 @@ class EvalAlignedConfig:
             ok = value in ("policy", "none", "mc") or value.startswith("rule:")
             if not ok or (name == "helpful_judge" and value == "mc") or (name == "prefix_judge" and value == "none"):
                 raise ConfigError(f"eval_aligned.{name}: unknown judge {value!r}; see the EvalAlignedConfig docstring")
+            if value.startswith("rule:"):
+                from .judges import RULES
+
+                if value[5:] not in RULES:
+                    raise ConfigError(f"eval_aligned.{name}: unknown rule {value[5:]!r}; known: {sorted(RULES)}")
         bad = sorted(set(self.pair_sources) - set(PAIR_SOURCES))
         if bad:
             raise ConfigError(f"eval_aligned.pair_sources: unknown {bad}; allowed: {list(PAIR_SOURCES)}")

@@ -77,10 +77,6 @@ def make_judge(spec: str, template: JudgeTemplate, policy: Policy, max_tokens: i
         return None
     if spec.startswith("rule:"):
         name = spec.split(":", 1)[1]
-        if name not in RULES:
-            from .config import ConfigError
-
-            raise ConfigError(f"unknown rule judge {name!r}; known: {sorted(RULES)}")
         backend = rule_judge(RULES[name], name=spec)
     else:
         backend = policy

@@ -12,7 +12,8 @@ For every execution of the step, after its reward (``R_sys``) is known:
   queries re-run forced prefixes, stored as ``forced:<t>`` counterfactuals), then the preferred reply for the
   failing turn — from a successful execution of the same task that saw the same context, else the first of
   ``nbest`` resamples that passes the prefix judge (``mc``: its continuations are ``resample:<t>`` runs) —
-  as a ``PreferencePair`` (rejected = the failing reply), and a correction re-run (``correction:<t>``) with the failing reply replaced. No pair found: counted.
+  as a ``PreferencePair`` (rejected = the failing reply), and a correction re-run (``correction:<t>``) with
+  the failing reply replaced. No pair found: counted.
 
 Every re-run and judge call is counted against the step's budget; what the budget refuses is counted, not
 silently skipped (the estimator then counts the episode as ``missing_coalitions``).
