@@ -224,8 +224,10 @@ def test_failure_missing_and_uncomputable_episodes_get_no_policy_gradient_and_ar
     missing.counterfactuals = missing.counterfactuals[:1]  # budget ran out
     broken = success_episode()
     broken.counterfactuals[0].reward = RewardRecord(None, None, None, error="scorer crashed")
-    result = assign_credit([tree_of(failed, no_pair, missing, broken)], "eval_aligned")
+    lonely = Execution(3, "ok", turns=[], reward=reward(1.0), seed=8)  # the script answered without agents
+    result = assign_credit([tree_of(failed, no_pair, missing, broken, lonely)], "eval_aligned")
     assert all(t.advantage is None for e in (failed, no_pair, missing, broken) for t in e.turns)
+    assert result.metrics["credit/eval_aligned/no_agents"] == 1
     m = result.metrics
     assert (m["credit/eval_aligned/failure_episodes"], m["credit/eval_aligned/pairs"], m["credit/eval_aligned/no_pair"]) == (2, 1, 1)
     assert m["credit/eval_aligned/missing_coalitions"] == 1 and m["credit/eval_aligned/not_computable"] == 1

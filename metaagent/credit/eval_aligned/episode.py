@@ -53,7 +53,8 @@ def plan_for(execution: Execution, *, exact_max_agents: int, permutations: int) 
 
 @dataclass
 class EpisodeCredit:
-    """``status``: ``ok``; ``failure`` (R_sys = 0: the preference route); ``not_computable`` (the
+    """``status``: ``ok``; ``failure`` (R_sys = 0: the preference route); ``no_agents`` (a success without
+    agent turns); ``not_computable`` (the
     episode's own reward, or a needed coalition's, could not be computed); ``missing_coalitions`` (the
     post-rollout stage did not run them, e.g. budget). ``turn_rewards`` maps a turn position to r_{i,t};
     turns of agents whose helpfulness labels failed are absent (``unlabelled_agents``)."""
@@ -85,8 +86,10 @@ def episode_credit(
     r_sys = evaluator_score(execution.reward, score=score, success_threshold=success_threshold)
     if r_sys is None:
         return EpisodeCredit("not_computable")
-    if r_sys <= 0 or not execution.turns:
+    if r_sys <= 0:
         return EpisodeCredit("failure", r_sys)  # success(0) goes the failure route too
+    if not players(execution):
+        return EpisodeCredit("no_agents", r_sys)  # the script succeeded without an agent: nobody to credit
     plan = plan_for(execution, exact_max_agents=exact_max_agents, permutations=permutations)
     values: dict[frozenset[str], float] = {frozenset(plan.players): r_sys}  # v(A): the recorded run
     stored = {}

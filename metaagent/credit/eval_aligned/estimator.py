@@ -38,6 +38,7 @@ COUNTERS = (
     "failure_episodes",
     "not_computable",
     "missing_coalitions",
+    "no_agents",
     "negative_shapley",
     "degenerate",
     "unlabelled_agents",

@@ -137,9 +137,9 @@ class EvalAlignedStage:
                 r = evaluator_score(e.reward, score=self.options["score"], success_threshold=self.options["success_threshold"])
                 if r is None:
                     counts["skipped_unscored"] += 1
-                elif r > 0:
+                elif r > 0 and players(e):
                     jobs.append((self._success, (tree, task, d.script, e, budget, counts, lock)))
-                elif e.turns:
+                elif r <= 0 and e.turns:
                     jobs.append((self._failure, (tree, task, d.script, e, budget, counts, lock)))
         # successes first: a failure may take its preferred reply from a success with the same context
         for phase in (self._success, self._failure):
