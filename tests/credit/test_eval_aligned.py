@@ -275,3 +275,19 @@ def test_dpo_loss_of_weighted_pairs_by_hand():
     loss, metrics = dpo_loss(chosen, rejected, ref_c, ref_r, beta=beta, weights=torch.tensor([2.0, 1.0]))
     assert float(loss) == pytest.approx(by_hand, rel=1e-6)
     assert metrics["train/dpo_accuracy"] == 0.5
+
+
+def test_six_agents_use_the_sampled_plan_the_stage_would_run():
+    roles = [f"A{i}" for i in range(6)]
+    w = dict(zip(roles, [0.3, 0.25, 0.05, 0.2, 0.1, 0.1]))  # additive game: v(A) = 1.0, phi_i = w_i exactly
+    e = Execution(0, "ok", turns=[turn(k, r, 1.0) for k, r in enumerate(roles)], reward=reward(1.0), seed=11)
+    plan = plan_for(e, exact_max_agents=5, permutations=3)
+    assert plan.method == "sampled" and len(plan.coalitions) < 2**6 - 1
+    e.counterfactuals = [  # a success worth v(S) (correct 1, total v) for every non-empty coalition
+        Counterfactual(sorted(s), "noop", 1, "ok", RewardRecord(sum(w[p] for p in s), float(bool(s)), 0.0))
+        for s in plan.coalitions
+    ]
+    assign_credit([tree_of(e)], "eval_aligned", permutations=3, pg_baseline="none")
+    assert [t.advantage for t in e.turns] == pytest.approx([w[r] for r in roles])
+    # the estimator asking for more orderings than were run finds coalitions missing: counted, no credit
+    assert assign_credit([tree_of(e)], "eval_aligned", permutations=40).metrics["credit/eval_aligned/missing_coalitions"] == 1

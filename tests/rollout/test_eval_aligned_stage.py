@@ -133,3 +133,12 @@ def test_config_errors_name_the_fix():
     cfg = TrainConfig.load(None, ["algo.estimator=eval_aligned", "optim.dpo=true", "algo.options={pg_baseline: agent_batch}",
                                   "eval_aligned.baseline=mask"])  # fmt: skip
     assert cfg.eval_aligned.baseline == "mask" and cfg.algo.options == {"pg_baseline": "agent_batch"}
+
+
+def test_the_mask_baseline_echoes_each_replaced_agents_input(rolled):
+    engine, trees = rolled
+    _stage(engine, baseline="mask", helpful_judge="none").annotate(trees)
+    good = trees[0].designs[0].executions[0]
+    (only_checker,) = [cf for cf in good.counterfactuals if cf.members == ["Checker"]]
+    solver = only_checker.turns[0]
+    assert only_checker.baseline == "mask" and solver.synthetic and solver.response == solver.messages[-1]["content"]
