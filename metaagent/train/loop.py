@@ -238,6 +238,26 @@ class TrainLoop:
         }
         return {**{k: v for k, v in common.items() if k in known}, **dict(a.options)}
 
+    def _post_rollout(self, trees: list[RolloutTree]) -> dict[str, Any]:
+        """Work the estimator needs written into the records before it runs (a pure function over them):
+        evaluation-aligned credit's coalition re-runs, judges, bisection and pairs, then its protocol metrics."""
+        if self.config.algo.estimator != "eval_aligned":
+            return {}
+        from metaagent.credit.eval_aligned import protocol_metrics
+        from metaagent.rollout.eval_aligned import EvalAlignedStage
+
+        stage = getattr(self, "_eval_aligned_stage", None)
+        if stage is None:
+            reference = None
+            if self.config.eval_aligned.baseline == "reference":
+                from metaagent.policy.factory import build_policy
+
+                reference = build_policy(self.config.policy.backend, self.config.policy.model_for(EXECUTOR))
+            stage = self._eval_aligned_stage = EvalAlignedStage(
+                self.engine, self.config.eval_aligned, self._credit_options(), reference=reference
+            )
+        return {**stage.annotate(trees), **protocol_metrics(trees, **self._credit_options())}
+
     def train_step(self, step: int) -> StepResult:
         from metaagent.credit import assign_credit
         from metaagent.train.models import temperatures
@@ -251,6 +271,7 @@ class TrainLoop:
 
         trees = self.engine.rollout(tasks, step=step, seed=derive_seed(cfg.trainer.seed, step, "rollout"))
         t_rollout = time.perf_counter() - t_start
+        post_metrics = self._post_rollout(trees)
 
         credit = assign_credit(trees, cfg.algo.estimator, **self._credit_options())
         with TreeWriter(self._rollout_path(step), truncate=True) as w:
@@ -282,6 +303,7 @@ class TrainLoop:
             "schedule/switched": float(switched),
             **rollout_metrics(trees),
             **credit.metrics,
+            **post_metrics,
             **checks,
             **samples.metrics,
             **update_metrics,
