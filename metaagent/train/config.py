@@ -198,7 +198,11 @@ class TrainerConfig:
     val_tasks: int = 16
     val_repeats: int = 1
     val_greedy: bool = True
-    tensorboard: bool = True
+    tensorboard: bool = True  # false drops tensorboard from loggers
+    # metric destinations (metaagent.train.trackers): jsonl (required), tensorboard, wandb, mlflow (verl's
+    # trainer.logger, OpenRLHF's --use_wandb / --use_tensorboard); wandb and mlflow need their pip extras
+    loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    tracker_project: str = "metaagent"  # wandb project and MLflow experiment name
     show_samples: bool = True  # print a designer script and an agent reply each step
 
     def __post_init__(self) -> None:
@@ -208,6 +212,19 @@ class TrainerConfig:
             raise ConfigError(f"trainer.backend must be one of {TRAIN_BACKENDS}, got {self.backend!r}")
         if self.save_every < 0 or self.val_every < 0:
             raise ConfigError("trainer.save_every and trainer.val_every must be >= 0 (0 disables)")
+        from metaagent.train.trackers import LOGGERS
+
+        bad = [n for n in self.loggers if n not in LOGGERS]
+        if bad or "jsonl" not in self.loggers:
+            raise ConfigError(
+                f"trainer.loggers must include 'jsonl' (resume and metaagent-replay read metrics.jsonl) and name only "
+                f"{LOGGERS}, got {self.loggers!r}"
+            )
+
+    def active_loggers(self) -> list[str]:
+        """``loggers`` in order, without tensorboard when ``tensorboard`` is false, each once."""
+        names = [n for n in self.loggers if self.tensorboard or n != "tensorboard"]
+        return list(dict.fromkeys(names))
 
 
 @dataclass

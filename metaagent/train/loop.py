@@ -37,6 +37,7 @@ from metaagent.rollout.metrics import rollout_metrics
 from metaagent.seeding import derive_seed
 from metaagent.train.config import TrainConfig
 from metaagent.train.metrics import MetricsLogger
+from metaagent.train.trackers import step_samples
 
 ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
 
@@ -152,8 +153,11 @@ class TrainLoop:
         )
         self.logger = MetricsLogger(
             self.run_dir,
-            tensorboard=cfg.trainer.tensorboard,
+            loggers=cfg.trainer.active_loggers(),
             resume_step=self.start_step - 1 if checkpoint is not None else None,
+            run_id=self.run_id,
+            project=cfg.trainer.tracker_project,
+            config=None if checkpoint is not None else {**cfg.to_dict(), "run": run_info},
         )
 
     def _run_info(self) -> dict[str, Any]:
@@ -314,6 +318,7 @@ class TrainLoop:
             "time/step_s": t_end - t_start,
         }
         self.logger.log(step, metrics)
+        self.logger.log_samples(step, step_samples(trees))
         return StepResult(step, metrics, trees)
 
     def validate(self, step: int) -> dict[str, Any]:
