@@ -97,6 +97,21 @@ class DataConfig:
 
 
 @dataclass
+class DynamicSamplingConfig:
+    """DAPO's dynamic sampling (metaagent.train.dynamic_sampling): drop trees without an informative group
+    of a trained role and draw fresh tasks until the batch holds the full number of informative groups per
+    role, at most ``max_extra_tasks`` extra tasks (full M x N trees) per step. Off: zero-variance groups stay
+    in the batch with advantage 0 (masked with ``algo.filter_zero_var``)."""
+
+    enabled: bool = False
+    max_extra_tasks: int = 16
+
+    def __post_init__(self) -> None:
+        if self.max_extra_tasks < 0:
+            raise ConfigError(f"algo.dynamic_sampling.max_extra_tasks must be >= 0, got {self.max_extra_tasks}")
+
+
+@dataclass
 class AlgoConfig:
     """Credit assignment (paper Eq. 4–7)."""
 
@@ -107,6 +122,7 @@ class AlgoConfig:
     executor_unit: str = "call"  # "call" (Eq. 6-7: each agent call is a group member) | "execution"
     norm_by_std: bool = True
     filter_zero_var: bool = False
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
 
     def __post_init__(self) -> None:
         if self.executor_unit not in ("call", "execution"):

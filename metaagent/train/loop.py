@@ -262,6 +262,30 @@ class TrainLoop:
             )
         return {**stage.annotate(trees), **protocol_metrics(trees, **self._credit_options())}
 
+    def _dynamic_sampling(self, trees: list[RolloutTree], step: int, active: frozenset[str]):
+        """DAPO's dynamic sampling per role (:mod:`metaagent.train.dynamic_sampling`): the kept trees and
+        ``rollout/dynamic_sampling/*``. Extra draws come from the same sampler (its checkpointed state
+        advances) with a seed per round, so a resumed run draws the same tasks."""
+        from metaagent.train.dynamic_sampling import group_targets, sample_informative
+
+        cfg = self.config
+
+        def draw(round_: int, n: int) -> list[RolloutTree]:
+            tasks = self.sampler.next_batch()[:n]
+            seed = derive_seed(cfg.trainer.seed, step, "rollout", "dynamic", round_)
+            return self.engine.rollout(tasks, step=step, seed=seed)
+
+        return sample_informative(
+            trees,
+            draw,
+            roles=active,
+            targets=group_targets(cfg.data.batch_size, cfg.rollout.m_designs, cfg.algo.executor_group),
+            max_extra_tasks=cfg.algo.dynamic_sampling.max_extra_tasks,
+            batch_size=cfg.data.batch_size,
+            executor_group=cfg.algo.executor_group,
+            executor_unit=cfg.algo.executor_unit,
+        )
+
     def train_step(self, step: int) -> StepResult:
         from metaagent.credit import assign_credit
         from metaagent.train.models import temperatures
@@ -274,6 +298,9 @@ class TrainLoop:
         tasks = self.sampler.next_batch()
 
         trees = self.engine.rollout(tasks, step=step, seed=derive_seed(cfg.trainer.seed, step, "rollout"))
+        sampling_metrics: dict[str, Any] = {}
+        if cfg.algo.dynamic_sampling.enabled:
+            trees, sampling_metrics = self._dynamic_sampling(trees, step, active)
         t_rollout = time.perf_counter() - t_start
         post_metrics = self._post_rollout(trees)
 
@@ -306,6 +333,7 @@ class TrainLoop:
             "schedule/stage": stage.index,
             "schedule/switched": float(switched),
             **rollout_metrics(trees),
+            **sampling_metrics,
             **credit.metrics,
             **post_metrics,
             **checks,
