@@ -97,7 +97,10 @@ class TrainLoop:
         from metaagent.data import MixtureSampler
         from metaagent.train.schedule import StageSchedule
 
+        from metaagent.train.trackers import check_available
+
         self.config = cfg = config
+        check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
         self.run_dir = Path(cfg.trainer.out)
         if not resume and (self.run_dir / "run.json").is_file():
             self._move_aside_previous_run()

@@ -101,15 +101,15 @@ class WandbTracker(Tracker):
             dir=str(run_dir),
             reinit="create_new",
         )
-        self._rows: list[list[Any]] = []
 
     def log(self, step: int, metrics: Mapping[str, float]) -> None:
         self._run.log(dict(metrics), step=step)
 
     def log_samples(self, step: int, samples: Mapping[str, str]) -> None:
-        # a wandb Table is immutable once logged: the growing table is logged again (W&B's own recipe)
-        self._rows.append([step, samples.get("designer", ""), samples.get("agent", "")])
-        table = self._wandb.Table(columns=["step", "designer", "agent"], data=list(self._rows))
+        # one small table per step under one key (the W&B UI steps through them), not a growing table
+        # re-logged every step, which would store O(steps^2) rows
+        row = [step, samples.get("designer", ""), samples.get("agent", "")]
+        table = self._wandb.Table(columns=["step", "designer", "agent"], data=[row])
         self._run.log({"rollout/sample_table": table}, step=step)
 
     def close(self) -> None:
@@ -164,6 +164,13 @@ def mlflow_key(key: str, parents: set[str] | frozenset[str] = frozenset()) -> st
 
 def _wandb_id(run_id: str) -> str:
     return re.sub(r"[^\w-]", "-", run_id)
+
+
+def check_available(names: list[str] | tuple[str, ...]) -> None:
+    """Import the packages of the named trackers now, before a run writes anything (TrackerError if missing)."""
+    for name in names:
+        if name in EXTRAS:
+            _require(name, name)
 
 
 def open_trackers(

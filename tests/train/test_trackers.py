@@ -4,8 +4,8 @@ table; a tracker whose package is missing is a one-line error naming the extra t
 
 from __future__ import annotations
 
-import builtins
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,27 +71,28 @@ def test_tiny_run_logs_the_jsonl_metrics_to_mlflow_and_wandb(tmp_path, monkeypat
     for h, n in zip(hist, numeric, strict=True):
         metrics = {k: v for k, v in h.items() if not k.startswith(("_", "rollout/sample_table"))}
         assert metrics == pytest.approx(n), set(metrics) ^ set(n)
-        # the table's reference (the table itself is a file of the run): one row per step so far
-        assert h["rollout/sample_table/_type"] == "table-file" and h["rollout/sample_table/nrows"] == h["_step"] + 1
+        # the table's reference (the table itself is a file of the run): this step's row
+        assert h["rollout/sample_table/_type"] == "table-file" and h["rollout/sample_table/nrows"] == 1
     conf = wandb_config(out / "wandb")
     assert conf["run"]["run_id"] == run_id and conf["rollout"]["m_designs"] == 2
 
 
 def test_a_missing_tracker_package_is_one_line_naming_the_extra(tmp_path, monkeypatch):
-    real_import = builtins.__import__
-
-    def no_wandb(name, *args, **kwargs):
-        if name == "wandb" or name.startswith("wandb."):
-            raise ImportError(f"No module named {name!r}")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_wandb)
-    monkeypatch.delitem(__import__("sys").modules, "wandb", raising=False)
+    monkeypatch.setitem(sys.modules, "wandb", None)  # how Python marks a module that cannot be imported
     with pytest.raises(TrackerError) as e:
         MetricsLogger(tmp_path, loggers=["jsonl", "wandb"], run_id="r1")
     msg = str(e.value)
     assert isinstance(e.value, MetaAgentError) and "\n" not in msg
     assert "pip install 'metaagent[wandb]'" in msg and "trainer.loggers" in msg
+
+    # the trainer checks before it creates the run directory or loads a model
+    from metaagent.train.trainer import Trainer
+
+    out = tmp_path / "run"
+    cfg = TrainConfig.load(str(TINY), [f"trainer.out={out}", "trainer.loggers=[jsonl,wandb]"])
+    with pytest.raises(TrackerError, match=r"metaagent\[wandb\]"):
+        Trainer(cfg)
+    assert not out.exists()
 
 
 def test_loggers_config_is_validated_and_tensorboard_false_drops_it():
