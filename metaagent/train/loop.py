@@ -74,7 +74,8 @@ def config_hash(cfg: TrainConfig) -> str:
     from metaagent.records import config_hash as record_hash
 
     d = cfg.to_dict()
-    d["trainer"] = {k: v for k, v in d["trainer"].items() if k not in ("steps", "out")}
+    # where metrics go does not decide anything either: a resumed run may add or drop a tracker
+    d["trainer"] = {k: v for k, v in d["trainer"].items() if k not in ("steps", "out", "loggers", "tracker_project")}
     return record_hash(d)
 
 
