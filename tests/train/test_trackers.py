@@ -76,6 +76,20 @@ def test_tiny_run_logs_the_jsonl_metrics_to_mlflow_and_wandb(tmp_path, monkeypat
     conf = wandb_config(out / "wandb")
     assert conf["run"]["run_id"] == run_id and conf["rollout"]["m_designs"] == 2
 
+    # --resume (here with wandb dropped, which the config hash allows) continues the same MLflow run
+    cfg = TrainConfig.load(
+        str(TINY),
+        [f"trainer.out={out}", "trainer.steps=3", "trainer.save_every=0", "trainer.loggers=[jsonl,mlflow]",
+         "trainer.tracker_project=recipes-test"],
+    )  # fmt: skip
+    with Trainer(cfg, resume=True) as trainer:
+        assert trainer.start_step == 2 and trainer.run_id == run_id
+        trainer.train()
+    (again,) = client.search_runs([exp.experiment_id])
+    assert again.info.run_id == run.info.run_id and again.info.status == "FINISHED"
+    steps = {m.step for m in client.get_metric_history(run.info.run_id, "rollout/reward/executor")}
+    assert steps == {0, 1, 2}
+
 
 def test_a_missing_tracker_package_is_one_line_naming_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # how Python marks a module that cannot be imported
