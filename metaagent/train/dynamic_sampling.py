@@ -14,7 +14,8 @@ separately, and only the roles the stage trains count::
 
 An informative group has >= 2 members and unequal rewards; the counts come from the paper's grouping
 (:func:`metaagent.credit.hierarchical_credit`), the same function that masks them. Trees that add no
-informative group of an active role are dropped (not trained on, not written). When the cap stops the
+informative group of an active role are dropped (not trained on, not written; the step's ``rollout/``
+metrics describe the kept trees). When the cap stops the
 search short, the step trains on what it kept (``rollout/dynamic_sampling/filled`` is 0). With
 ``algo.dynamic_sampling.enabled: false`` (the default) nothing is dropped: zero-variance groups only get
 advantage 0 (or are masked with ``algo.filter_zero_var``).
