@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.config import ConfigError, load_config, to_dict
+from metaagent.rewards.coach import CoachConfig
 from metaagent.rollout.config import RolloutConfig
 
 BACKENDS = ("hf", "vllm", "openai")
@@ -219,9 +220,16 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     verl: dict[str, Any] = field(default_factory=dict)  # GPU backend settings (see metaagent.train.verl_backend)
+    # MAPPA's coach: a judge that scores every agent action after each training execution (metaagent.rewards.coach)
+    coach: CoachConfig = field(default_factory=CoachConfig)
 
     def __post_init__(self) -> None:
         self.reward_config()  # validate now, not at step 1
+        if self.algo.estimator == "mappa" and self.coach.backend is None:
+            raise ConfigError(
+                "algo.estimator=mappa trains on coach scores: set coach.backend (openai, hf or rule; see "
+                "configs/mappa_mathchat.yaml and configs/mappa_tiny.yaml)"
+            )
         if self.rollout.frozen_designer and self.schedule.mode in ("designer_only",):
             raise ConfigError(
                 "rollout.frozen_designer leaves no designer samples to train; use schedule.mode=executor_only"
