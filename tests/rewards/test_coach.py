@@ -214,3 +214,26 @@ def test_coach_config_errors_name_the_key():
         CoachConfig(backend="rule", model="nope")
     with pytest.raises(CoachError, match="on_failure"):
         CoachConfig(backend="rule", model="mappa_format", on_failure="zero")
+
+
+def test_a_local_model_coach_that_answers_garbage_is_counted_not_scored():
+    """The ``hf`` backend (a local transformers model; here the random tiny one, which never writes the format)."""
+    coach = Coach(CoachConfig(backend="hf", model="tiny", max_tokens=6, max_concurrency=4))
+    execution = mathchat_execution()
+    try:
+        coach.score_execution(TASK, execution)
+    finally:
+        coach.close()
+    assert all(t.reward.total is None for t in execution.turns)
+    m = coach.take_metrics()
+    assert (m["judge/calls"], m["judge/errors"], m["judge/format_retries"]) == (4.0, 4.0, 4.0)
+
+
+def test_the_mappa_estimator_needs_a_coach_in_the_config():
+    from metaagent.config import ConfigError
+    from metaagent.train.config import TrainConfig
+
+    with pytest.raises(ConfigError, match="coach.backend"):
+        TrainConfig.load(None, ["algo.estimator=mappa"])
+    cfg = TrainConfig.load(None, ["algo.estimator=mappa", "coach.backend=rule", "coach.model=mappa_format"])
+    assert cfg.coach.on_failure == "error" and cfg.coach.fallback_score == 5.0
