@@ -86,6 +86,7 @@ class TrainLoop:
     """
 
     backend = "local"
+    supports_token_advantages = False  # the update trains on Sample.token_advantages (token-stage estimators)
     config: TrainConfig
     engine: RolloutEngine
     logger: MetricsLogger
@@ -131,6 +132,13 @@ class TrainLoop:
     ) -> None:
         """Restore ``checkpoint`` (or write run.json and config.yaml), then start the engine and the log."""
         cfg = self.config
+        from metaagent.credit import get_token_stage
+
+        if get_token_stage(cfg.algo.estimator) is not None and not self.supports_token_advantages:
+            raise TrainError(
+                f"algo.estimator={cfg.algo.estimator} computes per-token advantages, which the {self.backend} backend "
+                "does not train on yet; use trainer.backend=local"
+            )
         self.start_step = 0
         if checkpoint is not None:
             self.start_step = self._restore(checkpoint)

@@ -31,6 +31,7 @@ class Trainer(TrainLoop):
     """
 
     backend = "local"
+    supports_token_advantages = True
 
     def __init__(self, config: TrainConfig, *, resume: str | bool | None = None, observer: RolloutObserver | None = None):
         from metaagent.train.models import load_models, make_updaters
