@@ -375,8 +375,8 @@ def coach_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
                 if r is not None and r.source == "judge":
                     if r.total is None:
                         excluded += 1
-                    else:
-                        scores[turn.role].append(float(r.components.get("score", r.total * 10)))
+                    elif "score" in r.components:
+                        scores[turn.role].append(float(r.components["score"]))
     out: dict[str, float] = {"judge/excluded_turns": float(excluded)}
     every = [s for v in scores.values() for s in v]
     if every:

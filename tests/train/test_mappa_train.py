@@ -72,7 +72,8 @@ def test_the_token_stage_sets_per_token_advantages_drops_truncated_and_leaves_th
 
 
 @pytest.mark.slow
-def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path):
+@pytest.mark.parametrize("models", ["shared", "verifier_own_model"])
+def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, models):
     from warm_tiny import warm_tiny
 
     from metaagent.train.config import TrainConfig
@@ -89,6 +90,11 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path):
             f"trainer.out={tmp_path / 'run'}",
             "data.batch_size=1",
             "rollout.executor.max_tokens=16",
+            *(
+                [f"policy.role_models={{Verifier: {model}}}", "algo.options={norm_scope: model}"]
+                if models == "verifier_own_model"
+                else []
+            ),
         ],
     )
     with Trainer(cfg) as trainer:
@@ -102,7 +108,14 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path):
     assert m["credit/mappa_actions"] == m["samples/token_stage_actions"] > 0
     assert m.get("credit/mappa_truncated", 0) + m["credit/mappa_actions"] == 6
     assert abs(m["credit/ref_kl_mean"]) < 1e-3  # step 0: the policy is the reference
-    assert m["train/skipped_step"] == 0.0
+    if models == "shared":
+        assert m["train/skipped_step"] == 0.0
+    else:  # the Verifier's own model (role0) gets the Verifier's samples, normalised on their own
+        trained = [t.role for e in result.trees[0].designs[0].executions for t in e.turns if t.advantage is not None]
+        assert m["train/role0/samples/executor"] == trained.count("Verifier") > 0
+        assert m["train/policy/samples/executor"] == len(trained) - trained.count("Verifier")
+        assert m["train/role0/skipped_step"] == 0.0
+        assert trainer.updaters["role0"].ref_model is not None
     assert any(not torch.equal(before[n], after[n].detach()) for n in before)
     rows = [r for r in result.trees[0].designs[0].executions[0].turns]
     assert [t.role for t in rows] == ["ProblemSolver", "CodeExecutor", "Verifier"]
