@@ -237,3 +237,36 @@ def test_the_mappa_estimator_needs_a_coach_in_the_config():
         TrainConfig.load(None, ["algo.estimator=mappa"])
     cfg = TrainConfig.load(None, ["algo.estimator=mappa", "coach.backend=rule", "coach.model=mappa_format"])
     assert cfg.coach.on_failure == "error" and cfg.coach.fallback_score == 5.0
+
+
+def test_the_mathchat_template_runs_the_coders_program_and_the_coach_sees_its_output():
+    """The ``mappa_mathchat`` template in the sandbox with a scripted team, the real ``run_program`` tool and the
+    rule coach as the engine's turn scorer."""
+    from metaagent.policy import ScriptedPolicy
+    from metaagent.rollout.config import RolloutConfig
+    from metaagent.rollout.engine import RolloutEngine
+
+    def team(request) -> str:
+        system, user = request.messages[0]["content"], request.messages[-1]["content"]
+        if system.startswith("You are Problem Solver"):
+            return "<delivery>Add 4000 and 242.</delivery>"
+        if system.startswith("You are Code Executor"):
+            if user.startswith("Execution result:"):
+                return f"<delivery>The program printed {user.split(chr(10))[1]}</delivery>"
+            return "<delivery>```python\nprint(4000 + 242)\n```</delivery>"
+        return "<delivery>\\boxed{4242}</delivery>"
+
+    coach = Coach(CoachConfig(backend="rule", model="mappa_format"))
+    config = RolloutConfig(m_designs=1, n_executions=1, frozen_designer="mappa_mathchat", sandbox_workers=1)
+    engine = RolloutEngine(None, ScriptedPolicy(team), config, turn_scorer=coach.score_execution)
+    try:
+        (tree,) = engine.rollout([TASK], seed=0)
+    finally:
+        engine.close()
+    (execution,) = tree.designs[0].executions
+    assert [t.role for t in execution.turns] == ["ProblemSolver", "CodeExecutor", "CodeExecutor", "Verifier"]
+    assert execution.turns[2].messages[-1]["content"] == "Execution result:\n4242\n"  # the observation is the next prompt
+    assert [c.name for c in execution.tool_calls] == ["run_program"]
+    assert dict(coach_items(TASK, execution))[1]["tool_observation"] == "run_program -> 4242\n"
+    assert [t.reward.components["score"] for t in execution.turns] == [5.0, 5.0, 5.0, 10.0]
+    assert tree.timings["judge_s"] >= 0 and coach_metrics([tree])["rollout/tool_success_rate/CodeExecutor"] == 1.0
