@@ -91,7 +91,7 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, model
             "data.batch_size=1",
             "rollout.executor.max_tokens=16",
             *(
-                [f"policy.role_models={{Verifier: {model}}}", "algo.options={norm_scope: model}"]
+                [f"policy.role_models={{Verifier: {model}}}", "algo.options={norm_scope: model, mask_truncated: false}"]
                 if models == "verifier_own_model"
                 else []
             ),
@@ -107,14 +107,15 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, model
     assert {f"judge/score_mean/{r}" for r in ("ProblemSolver", "CodeExecutor", "Verifier")} <= set(m)
     assert m["credit/mappa_actions"] == m["samples/token_stage_actions"] > 0
     assert m.get("credit/mappa_truncated", 0) + m["credit/mappa_actions"] == 6
+    if models != "shared":
+        assert m["credit/mappa_actions"] == 6
     assert abs(m["credit/ref_kl_mean"]) < 1e-3  # step 0: the policy is the reference
     if models == "shared":
         assert m["train/skipped_step"] == 0.0
     else:  # the Verifier's own model (role0) gets the Verifier's samples, normalised on their own
-        trained = [t.role for e in result.trees[0].designs[0].executions for t in e.turns if t.advantage is not None]
-        assert m["train/role0/samples/executor"] == trained.count("Verifier") > 0
-        assert m["train/policy/samples/executor"] == len(trained) - trained.count("Verifier")
-        assert m["train/role0/skipped_step"] == 0.0
+        # (truncated replies kept here: which replies hit max_tokens depends on how the batcher grouped them)
+        assert m["train/role0/samples/executor"] == 2.0 and m["train/policy/samples/executor"] == 4.0
+        assert m["train/role0/tokens"] > 0  # the Verifier samples went through the Verifier model
         assert trainer.updaters["role0"].ref_model is not None
     assert any(not torch.equal(before[n], after[n].detach()) for n in before)
     rows = [r for r in result.trees[0].designs[0].executions[0].turns]
