@@ -109,6 +109,9 @@ class RolloutEngine:
     templates: Sequence | None = None
     observer: RolloutObserver = field(default_factory=RolloutObserver)
     tools_factory: Callable[[Task], Mapping[str, Callable[..., str]]] | None = None
+    # per-turn rewards written after each training execution, in its thread (overlapping the other executions),
+    # e.g. MAPPA's coach (metaagent.rewards.coach.Coach.score_execution); must not raise for its own failures
+    turn_scorer: Callable[[Task, Execution], None] | None = None
 
     def __post_init__(self) -> None:
         from metaagent.workflow import load_templates
@@ -187,7 +190,7 @@ class RolloutEngine:
             for task, ds in zip(tasks, designs)
         ]
         if execute:
-            self._execute(trees, tasks, n, step, seed, executor_sampling)
+            self._execute(trees, tasks, n, step, seed, executor_sampling, score_turns=mode == "train")
         for tree in trees:
             fill_design_rewards(tree)
             tree.timings["total_s"] = time.perf_counter() - t0
@@ -278,6 +281,7 @@ class RolloutEngine:
         step: int | None,
         seed: int,
         sampling: SamplingParams | None,
+        score_turns: bool = True,
     ) -> None:
         jobs = [
             _Job(t, d, tasks[t], j, derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute"))
@@ -292,6 +296,8 @@ class RolloutEngine:
         params = sampling or self.config.executor.params()
         lock = threading.Lock()
         reward_s = [0.0] * len(trees)
+        judge_s = [0.0] * len(trees)
+        scorer = self.turn_scorer if score_turns else None
         spans: list[list[float]] = [[float("inf"), 0.0] for _ in trees]
 
         def run(job: _Job) -> None:
@@ -299,10 +305,14 @@ class RolloutEngine:
             execution = self._run_one(job, params)
             t_reward = time.perf_counter()
             execution.reward = self._score(job.task, execution)
+            t_judge = time.perf_counter()
+            if scorer is not None:
+                scorer(job.task, execution)
             end = time.perf_counter()
             with lock:
                 job.design.executions.append(execution)
-                reward_s[job.tree_idx] += end - t_reward
+                reward_s[job.tree_idx] += t_judge - t_reward
+                judge_s[job.tree_idx] += end - t_judge
                 span = spans[job.tree_idx]
                 span[0], span[1] = min(span[0], start), max(span[1], end)
             self.observer.execution_done(execution)
@@ -316,6 +326,8 @@ class RolloutEngine:
                 d.executions.sort(key=lambda e: e.index)
             tree.timings["execute_s"] = max(0.0, spans[t][1] - spans[t][0]) if spans[t][1] else 0.0
             tree.timings["reward_s"] = reward_s[t]
+            if scorer is not None:
+                tree.timings["judge_s"] = judge_s[t]
 
     def _run_one(self, job: _Job, params: SamplingParams) -> Execution:
         """One sandboxed execution. A failure of the host side (policy down) is recorded, not raised."""

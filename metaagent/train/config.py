@@ -11,6 +11,7 @@ from typing import Any
 
 from metaagent.config import ConfigError, load_config, to_dict
 from metaagent.execution.isolation import ExecutionConfig
+from metaagent.rewards.coach import CoachConfig
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
 
@@ -224,9 +225,16 @@ class TrainConfig:
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)  # isolation of model-written code
     # evaluation-aligned credit's post-rollout stage (seed 002); used when algo.estimator is eval_aligned
     eval_aligned: EvalAlignedConfig = field(default_factory=EvalAlignedConfig)
+    # MAPPA's coach: a judge that scores every agent action after each training execution (metaagent.rewards.coach)
+    coach: CoachConfig = field(default_factory=CoachConfig)
 
     def __post_init__(self) -> None:
         self.reward_config()  # validate now, not at step 1
+        if self.algo.estimator == "mappa" and self.coach.backend is None:
+            raise ConfigError(
+                "algo.estimator=mappa trains on coach scores: set coach.backend (openai, hf or rule; see "
+                "configs/mappa_mathchat.yaml and configs/mappa_tiny.yaml)"
+            )
         if self.rollout.frozen_designer and self.schedule.mode in ("designer_only",):
             raise ConfigError(
                 "rollout.frozen_designer leaves no designer samples to train; use schedule.mode=executor_only"

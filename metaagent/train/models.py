@@ -117,8 +117,9 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
     return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys)
 
 
-def make_updaters(models: ModelSet, optim: OptimConfig) -> dict[str, Any]:
-    """One PolicyUpdater (own AdamW) per physical model."""
+def make_updaters(models: ModelSet, optim: OptimConfig, *, need_ref: bool = False) -> dict[str, Any]:
+    """One PolicyUpdater (own AdamW) per physical model; each gets a frozen reference copy when the loss needs
+    one (``kl_coef > 0``, DPO) or ``need_ref`` (a token stage that puts the KL into the reward)."""
     from metaagent.train.update import PolicyUpdater, UpdateConfig
 
     updaters = {}
@@ -143,7 +144,7 @@ def make_updaters(models: ModelSet, optim: OptimConfig) -> dict[str, Any]:
             pad_id=pad_id,
         )
         ref = None
-        if optim.kl_coef > 0 or optim.dpo:
+        if optim.kl_coef > 0 or optim.dpo or need_ref:
             from metaagent.policy.models import load_model_and_tokenizer
 
             ref, _ = load_model_and_tokenizer(models.paths[key], dtype="float32", device=str(model.device))

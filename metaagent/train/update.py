@@ -302,6 +302,25 @@ class PolicyUpdater:
         loss.backward()
         return m, float(data["response_mask"].sum()), float(data["input_ids"].numel())
 
+    @torch.no_grad()
+    def ref_logprobs(self, samples: Sequence[Sample]) -> list[list[float]]:
+        """The reference pre-pass: ``log pi_ref`` of every response token of ``samples`` (at each sample's
+        temperature, like the rollout log-probs), forward-only and micro-batched, before any loss. Token
+        stages that put the KL into the reward (MAPPA) need the whole batch's values before the advantages."""
+        if self.ref_model is None:
+            raise UpdateError("reference log-probs need ref_model (a frozen copy of the initial policy)")
+        c = self.config
+        out: dict[int, list[float]] = {}
+        index = {id(s): n for n, s in enumerate(samples)}
+        for mb in micro_batches(list(samples), c.micro_batch_tokens):
+            data = self._device_batch(mb)
+            with self._autocast():
+                ref, _ = response_logprobs(self.ref_model, data, chunk_size=c.logprob_chunk_size)  # (B, R)
+            ref = ref.float().cpu()
+            for row, s in enumerate(mb):
+                out[index[id(s)]] = ref[row, : len(s.response_ids)].tolist()
+        return [out[n] for n in range(len(samples))]
+
     def accumulate_pairs(self, pairs: Sequence[PairSample], *, beta: float = 0.1) -> dict[str, float]:
         """Forward and backward the DPO loss of ``pairs`` (:func:`metaagent.train.losses.dpo_loss`) against
         ``ref_model``, adding to the accumulated gradient; :meth:`step` applies it."""
@@ -423,3 +442,17 @@ def update_routed(
         else:
             metrics.update({f"train/{key}/{k.removeprefix('train/')}": v for k, v in m.items()})
     return metrics
+
+
+def ref_logprobs_routed(
+    updaters: dict[str, PolicyUpdater], samples: Sequence[Sample], role_to_model_key: RoleToModel
+) -> list[list[float]]:
+    """:meth:`PolicyUpdater.ref_logprobs` of every sample under its own model's reference, in input order."""
+    out: dict[int, list[float]] = {}
+    index = {id(s): n for n, s in enumerate(samples)}
+    for key, group in route_samples(samples, role_to_model_key).items():
+        if key not in updaters:
+            raise UpdateError(f"samples routed to model key {key!r} that has no updater; updaters: {sorted(updaters)}")
+        for s, ref in zip(group, updaters[key].ref_logprobs(group)):
+            out[index[id(s)]] = ref
+    return [out[n] for n in range(len(samples))]
