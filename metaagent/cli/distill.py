@@ -62,7 +62,6 @@ def build_parser() -> argparse.ArgumentParser:
         DistillConfig,
         aliases=ALIASES,
         exclude=("rollout", "command", "vary", "save_trees"),
-        choices={"domain": ("math", "code")},
         title="DistillConfig fields",
     )
     return p

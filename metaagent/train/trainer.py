@@ -38,7 +38,7 @@ class Trainer(TrainLoop):
         self._init_data(config, resume)
         checkpoint = self._find_checkpoint(resume)
         self.models = load_models(config.policy)
-        self.updaters = make_updaters(self.models, config.optim)
+        self.updaters = make_updaters(self.models, config.optim, total_steps=config.trainer.steps)
         self._open_run(checkpoint, designer=self.models.designer, executor=self.models.executor(), observer=observer)
 
     def _model_ids(self) -> dict[str, str]:
