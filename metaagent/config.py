@@ -135,6 +135,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
         return cls(**kwargs)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}" if where else str(e)) from None
+    except MetaAgentError:  # a domain error of the class (e.g. EvalError): already one clear line
+        raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where or cls.__name__}: {e}") from None
 

@@ -194,6 +194,8 @@ def add_config_flags(
             kwargs.update(metavar="YAML", type=_yaml_value)
         else:
             kwargs["metavar"] = _type_name(tp)
+            if inner in (int, float):  # numbers as numbers (errors then show 10, not '10'); the rest as given
+                kwargs["type"] = _number(inner)
         if allowed is not None:
             kwargs["choices"] = list(allowed)
             kwargs.pop("metavar", None)
@@ -211,6 +213,17 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: type) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            return text  # the config loader names the field, the value and what is allowed
+
+    convert.__name__ = kind.__name__
+    return convert
 
 
 def _yaml_value(text: str) -> Any:
