@@ -27,6 +27,10 @@ from metaagent.records import (
 
 VOCAB = 61
 PAD = 0
+#: what a loaded 2-core machine may add to a limit (process start, a worker restart, scheduling) before a
+#: result that late means the limit did not work: wall-clock assertions check "stopped by the mechanism,
+#: not hung" as ``elapsed < limit + HANG_MARGIN_S``, never a speed
+HANG_MARGIN_S = 10.0
 ERR = "ERR"  # an execution whose reward could not be computed (None works too)
 MISSING = "MISSING"  # an execution without a reward record
 NO_TURNS = "no-turns"  # an execution whose script made no agent call (reward 1.0)
