@@ -88,6 +88,7 @@ YAML = {
     "sft": ("data: [x.jsonl]\nepochs: many\n", "epochs", "data: [x.jsonl]\nepoch: 2\n", "epoch"),
     "serve": ("port: http\n", "port", "prot: 8000\n", "prot"),
     "eval": ("n: many\n", "n = 'many'", "samples: 3\n", "samples"),
+    "distill": ("out: x\nteacher: {max_retries: lots}\n", "teacher.max_retries", "out: x\nmax_task: 3\n", "max_task"),
 }
 
 
