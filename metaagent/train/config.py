@@ -13,7 +13,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError, load_config, to_dict
 from metaagent.rollout.config import RolloutConfig
-from metaagent.train.optim import LOSS_AGG_MODES, POLICY_LOSSES, LossConfig, OptimizerConfig
+from metaagent.train.optim import LOSS_AGG_MODES, POLICY_LOSSES, LossConfig, OptimizerConfig  # noqa: F401
 
 BACKENDS = ("hf", "vllm", "openai")
 WEIGHTS = ("shared", "separate")
@@ -22,7 +22,7 @@ SCHEDULE_MODES = ("stagewise", "coupled", "designer_only", "executor_only")
 EXECUTOR_GROUPS = ("question", "design")
 EXECUTOR_UNITS = ("call", "execution")
 STAGE_SWITCHES = ("keep", "reset")
-__all__ = ["LOSS_AGG_MODES", "POLICY_LOSSES"]  # re-exported: their home is metaagent.train.optim
+# LOSS_AGG_MODES and POLICY_LOSSES are re-exported for older imports; their home is metaagent.train.optim
 
 
 @dataclass
