@@ -31,15 +31,7 @@ ALIASES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from metaagent.train.config import (
-        BACKENDS,
-        LOSS_AGG_MODES,
-        POLICY_LOSSES,
-        SCHEDULE_MODES,
-        TRAIN_BACKENDS,
-        WEIGHTS,
-        TrainConfig,
-    )
+    from metaagent.train.config import TrainConfig
 
     p = Parser(
         prog="train-metaagent",
@@ -62,16 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
         TrainConfig,
         aliases=ALIASES,
         exclude=("verl",),
-        choices={
-            "schedule.mode": SCHEDULE_MODES,
-            "trainer.backend": TRAIN_BACKENDS,
-            "policy.backend": BACKENDS,
-            "policy.weights": WEIGHTS,
-            "optim.loss_agg_mode": LOSS_AGG_MODES,
-            "optim.policy_loss": POLICY_LOSSES,
-            "optim.stage_switch": ("keep", "reset"),
-            "algo.executor_unit": ("call", "execution"),
-        },
     )
     return p
 

@@ -39,7 +39,9 @@ class Trainer(TrainLoop):
         self._init_data(config, resume)
         checkpoint = self._find_checkpoint(resume)
         self.models = load_models(config.policy)
-        self.updaters = make_updaters(self.models, config.optim, need_ref=self._token_stage_needs_ref())
+        self.updaters = make_updaters(
+            self.models, config.optim, total_steps=config.trainer.steps, need_ref=self._token_stage_needs_ref()
+        )
         self._open_run(checkpoint, designer=self.models.designer, executor=self.models.executor(), observer=observer)
 
     def _model_ids(self) -> dict[str, str]:

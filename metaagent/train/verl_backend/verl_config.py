@@ -95,8 +95,12 @@ def metaagent_settings(
         f"{ar}.actor.optim.betas": list(o.betas),
         f"{ar}.actor.optim.weight_decay": o.weight_decay,
         f"{ar}.actor.optim.clip_grad": o.grad_clip,
-        f"{ar}.actor.optim.lr_scheduler_type": "constant",
+        # the one optimizer config (metaagent.train.optim): verl's warmup starts at 0, ours at lr / warmup_steps
+        f"{ar}.actor.optim.lr_scheduler_type": o.schedule,
+        f"{ar}.actor.optim.lr_warmup_steps": o.warmup_steps,
         f"{ar}.actor.optim.lr_warmup_steps_ratio": 0.0,
+        f"{ar}.actor.optim.min_lr_ratio": o.min_lr_ratio,
+        f"{ar}.actor.optim.override_optimizer_config": {"eps": o.adam_eps},
         f"{ar}.actor.optim.total_training_steps": max(1, plan.steps),
         f"{ar}.actor.grad_clip": o.grad_clip,
         f"{ar}.actor.clip_ratio": o.clip_low,
