@@ -30,6 +30,7 @@ from .matrix import (
     hierarchical_advantages,
     hierarchical_credit,
 )
+from . import at_grpo as _at_grpo  # noqa: F401  (registers the "at_grpo" estimator)
 from .registry import check_options, estimator_options, get_estimator, list_estimators, register_estimator
 
 __all__ = [

@@ -9,6 +9,8 @@ from metaagent.config import ConfigError
 from metaagent.policy.base import SamplingParams
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
+from .branching import BranchingConfig
+
 TEMPLATE_SELECTIONS = ("domain", "uniform")
 
 
@@ -62,6 +64,7 @@ class RolloutConfig:
         sandbox_workers: sandbox worker processes (each runs one execution at a time).
         max_inflight: executions in flight at once (threads waiting on agent calls).
         ray_address: run sandbox workers as Ray actors at this address ("local" starts a local Ray).
+        branching: tree sampling inside executions (AT-GRPO, seed 003); ``k = 1`` is off.
     """
 
     m_designs: int = 4
@@ -75,6 +78,7 @@ class RolloutConfig:
     sandbox_workers: int = 8
     max_inflight: int = 64
     ray_address: str | None = None
+    branching: BranchingConfig = field(default_factory=BranchingConfig)
 
     def __post_init__(self) -> None:
         if self.m_designs < 1:
@@ -91,3 +95,7 @@ class RolloutConfig:
             raise ConfigError(f"rollout.sandbox_workers must be >= 1, got {self.sandbox_workers}")
         if self.max_inflight < 1:
             raise ConfigError(f"rollout.max_inflight must be >= 1, got {self.max_inflight}")
+        if isinstance(self.branching, dict):
+            self.branching = BranchingConfig(**self.branching)
+        if self.branching.active and self.ray_address:
+            raise ConfigError("rollout.branching.k > 1 runs host-side turn rewards; it does not run on Ray actors yet")

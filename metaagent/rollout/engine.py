@@ -83,6 +83,7 @@ class _Job:
     task: Task
     exec_idx: int
     seed: int
+    branch: bool = False  # tree sampling (training rollouts only)
 
 
 @dataclass
@@ -187,7 +188,7 @@ class RolloutEngine:
             for task, ds in zip(tasks, designs)
         ]
         if execute:
-            self._execute(trees, tasks, n, step, seed, executor_sampling)
+            self._execute(trees, tasks, n, step, seed, executor_sampling, branch=mode == "train")
         for tree in trees:
             fill_design_rewards(tree)
             tree.timings["total_s"] = time.perf_counter() - t0
@@ -278,9 +279,10 @@ class RolloutEngine:
         step: int | None,
         seed: int,
         sampling: SamplingParams | None,
+        branch: bool = False,
     ) -> None:
         jobs = [
-            _Job(t, d, tasks[t], j, derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute"))
+            _Job(t, d, tasks[t], j, derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute"), branch)
             for t, tree in enumerate(trees)
             for d in tree.designs
             if d.valid
@@ -319,6 +321,13 @@ class RolloutEngine:
 
     def _run_one(self, job: _Job, params: SamplingParams) -> Execution:
         """One sandboxed execution. A failure of the host side (policy down) is recorded, not raised."""
+        tools = self.tools_factory(job.task)
+        extra = {}
+        if job.branch and self.config.branching.active:
+            from metaagent.rollout.branching import make_brancher
+
+            prefix = f"{job.tree_idx}:{job.task.id}/d{job.design.index}/e{job.exec_idx}"
+            extra["branching"] = make_brancher(self.config.branching, job.task.to_dict(), prefix, tools)
         try:
             execution = self.pool.run(
                 job.design.script,
@@ -326,8 +335,9 @@ class RolloutEngine:
                 self.executor,
                 self.config.limits,
                 sampling=params,
-                tools=self.tools_factory(job.task),
+                tools=tools,
                 seed=job.seed,
+                **extra,
             )
         except PolicyError as e:
             execution = Execution(
