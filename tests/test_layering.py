@@ -19,8 +19,9 @@ LAYERS: list[set[str]] = [
     {"execution"},
     {"policy"},
     {"data"},
+    {"envs"},  # host-side planning environments: below workflow (its env tools) and rewards (turn presets)
     {"workflow"},
-    {"rewards", "envs"},
+    {"rewards"},
     {"credit"},
     {"rollout"},
     {"eval"},
