@@ -8,7 +8,8 @@ seed and an execution's env is reproducible. Reward components are the paper app
 ``pettingllms``).
 """
 
-from .base import ENV_NAMES, EnvError, PlanEnv, make_env, parse_actions, parse_final
+from .base import ENV_NAMES, EnvError, PlanEnv, parse_actions, parse_final
+from .factory import make_env
 from .mixing import LAMBDAS, MIX_PRESETS, mix_reward
 
 __all__ = ["ENV_NAMES", "LAMBDAS", "MIX_PRESETS", "EnvError", "PlanEnv", "make_env", "mix_reward", "parse_actions", "parse_final"]

@@ -121,14 +121,3 @@ class PlanEnv:
         if shaped is not None:
             out["shaped"] = shaped
         return out
-
-
-def make_env(spec: Mapping[str, Any]) -> PlanEnv:
-    """The environment of a ``plan`` task from ``task.metadata["env"]``."""
-    if not isinstance(spec, Mapping) or spec.get("name") not in ENV_NAMES:
-        raise EnvError(f"task metadata 'env' must be a dict with name one of {ENV_NAMES}, got {spec!r}")
-    from .planpath import PlanPath
-    from .sokoban import Sokoban
-    from .sudoku import Sudoku
-
-    return {"planpath": PlanPath, "sudoku": Sudoku, "sokoban": Sokoban}[spec["name"]](spec)
