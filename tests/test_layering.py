@@ -18,8 +18,8 @@ LAYERS: list[set[str]] = [
     {""},
     {"execution"},
     {"policy"},
+    {"envs"},  # host-side planning environments: below data (plan tasks), workflow (env tools), rewards
     {"data"},
-    {"envs"},  # host-side planning environments: below workflow (its env tools) and rewards (turn presets)
     {"workflow"},
     {"rewards"},
     {"credit"},

@@ -43,6 +43,17 @@ from metaagent.rollout.prompts import designer_messages, select_templates
 from metaagent.seeding import derive_seed
 
 
+def _frozen_tools() -> tuple[str, ...]:
+    from metaagent.workflow.rules import DEFAULT_TOOL_NAMES
+    from metaagent.workflow.tools import PLAN_TOOL_NAMES
+
+    return (*DEFAULT_TOOL_NAMES, *PLAN_TOOL_NAMES)
+
+
+#: tools a frozen (hand-written) design may name; each execution is checked again with its task's own tools
+_FROZEN_TOOLS = _frozen_tools()
+
+
 @dataclass
 class FrozenDesign:
     """A fixed multi-agent system: the script every design of a task is replaced by."""
@@ -258,7 +269,7 @@ class RolloutEngine:
                 errors=[Diagnostic(1, 0, "E-NO-SCRIPT", "no Python script found: reply with one ```python block")],
             )
             return Design(index=index, source=source, sample=sample, script=None, check=report, reward=0.0)
-        report = check_script(script)
+        report = check_script(script) if source == DESIGNER else check_script(script, tool_names=_FROZEN_TOOLS)
         structure = analyze_script(script) if report.ok else None
         return Design(index=index, source=source, sample=sample, script=script, check=report, structure=structure)
 
