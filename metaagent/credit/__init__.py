@@ -30,6 +30,7 @@ from .matrix import (
     hierarchical_advantages,
     hierarchical_credit,
 )
+from . import at_grpo as _at_grpo  # noqa: F401  (registers the "at_grpo" estimator)
 from .registry import check_options, estimator_options, get_estimator, list_estimators, register_estimator
 from . import eval_aligned  # registers the "eval_aligned" estimator (seed 002)
 from .registry import TokenStage, get_token_stage, register_token_stage

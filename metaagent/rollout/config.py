@@ -11,6 +11,8 @@ from metaagent.config import Checked, ConfigError
 from metaagent.policy.base import SamplingParams
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
+from .branching import BranchingConfig
+
 TEMPLATE_SELECTIONS = ("domain", "uniform")
 
 
@@ -64,6 +66,7 @@ class RolloutConfig(Checked):
         sandbox_workers: sandbox worker processes (each runs one execution at a time).
         max_inflight: executions in flight at once (threads waiting on agent calls).
         ray_address: run sandbox workers as Ray actors at this address ("local" starts a local Ray).
+        branching: tree sampling inside executions (AT-GRPO, seed 003); ``k = 1`` is off.
     """
 
     m_designs: PositiveInt = 4
@@ -77,3 +80,11 @@ class RolloutConfig(Checked):
     sandbox_workers: PositiveInt = 8
     max_inflight: PositiveInt = 64
     ray_address: str | None = None
+    branching: BranchingConfig = field(default_factory=BranchingConfig)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.branching, dict):
+            self.branching = BranchingConfig(**self.branching)
+        super().__post_init__()
+        if self.branching.active and self.ray_address:
+            raise ConfigError("rollout.branching.k > 1 runs host-side turn rewards; it does not run on Ray actors yet")
