@@ -66,3 +66,25 @@ def test_every_verl_process_loads_the_plugin_and_cpu_selects_its_platform():
     assert "VERL_PLATFORM" not in process_env("cuda")
     assert process_env("cpu")["VERL_PLATFORM"] == "cpu"
     assert importlib.util.find_spec(process_env("cpu")["VERL_USE_EXTERNAL_MODULES"]) is not None
+
+
+def test_trl_guard_gives_verl_the_class_a_newer_trl_removed(monkeypatch):
+    """verl's FSDP engine build imports trl's AutoModelForCausalLMWithValueHead whenever trl is installed."""
+    import sys
+    import types
+
+    from metaagent.train.verl_backend import verl_plugin
+
+    monkeypatch.setitem(sys.modules, "trl", types.ModuleType("trl"))  # a trl >= 1.13: neither place has it
+    monkeypatch.setitem(sys.modules, "trl.experimental.ppo", types.ModuleType("trl.experimental.ppo"))
+    monkeypatch.setattr(verl_plugin, "_installed", set())
+    verl_plugin.install_trl_guard()
+    assert hasattr(sys.modules["trl.experimental.ppo"], "AutoModelForCausalLMWithValueHead")
+
+
+def test_the_pinned_trl_still_has_the_class_verl_imports():
+    pytest.importorskip("trl")
+    try:
+        from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+    except ImportError:
+        from trl import AutoModelForCausalLMWithValueHead  # noqa: F401

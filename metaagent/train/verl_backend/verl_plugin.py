@@ -34,7 +34,7 @@ _installed: set[str] = set()
 
 
 def install_trl_guard() -> None:
-    if "trl" in _installed or importlib.util.find_spec("trl") is None:
+    if "trl" in _installed or ("trl" not in sys.modules and importlib.util.find_spec("trl") is None):
         return
     _installed.add("trl")
     for module in ("trl.experimental.ppo", "trl"):
