@@ -76,10 +76,12 @@ def test_trl_guard_gives_verl_the_class_a_newer_trl_removed(monkeypatch):
     from metaagent.train.verl_backend import verl_plugin
 
     monkeypatch.setitem(sys.modules, "trl", types.ModuleType("trl"))  # a trl >= 1.13: neither place has it
+    monkeypatch.setitem(sys.modules, "trl.experimental", types.ModuleType("trl.experimental"))
     monkeypatch.setitem(sys.modules, "trl.experimental.ppo", types.ModuleType("trl.experimental.ppo"))
     monkeypatch.setattr(verl_plugin, "_installed", set())
     verl_plugin.install_trl_guard()
-    assert hasattr(sys.modules["trl.experimental.ppo"], "AutoModelForCausalLMWithValueHead")
+    stand_in = sys.modules["trl.experimental.ppo"].AutoModelForCausalLMWithValueHead
+    assert stand_in.__module__ == verl_plugin.__name__  # the guard's class, not trl's
 
 
 def test_the_pinned_trl_still_has_the_class_verl_imports():

@@ -44,7 +44,7 @@ def install_trl_guard() -> None:
         except ImportError:
             pass
     stub = types.ModuleType("trl.experimental.ppo")
-    stub.AutoModelForCausalLMWithValueHead = type("AutoModelForCausalLMWithValueHead", (), {})
+    stub.AutoModelForCausalLMWithValueHead = type("AutoModelForCausalLMWithValueHead", (), {"__module__": __name__})
     sys.modules["trl.experimental.ppo"] = stub
 
 
