@@ -40,7 +40,8 @@ from .plan import Plan, resolve_plan
 
 
 class VerlTrainer(TrainLoop):
-    """The verl backend's training loop (module docstring). Needs CUDA GPUs and a Ray cluster.
+    """The verl backend's training loop (module docstring). Needs CUDA GPUs and a Ray cluster, or
+    ``verl.device=cpu`` (verl's FSDP engine in CPU workers, the HF policy as the rollout: :mod:`.cpu`).
 
     Args:
         config: the resolved run configuration (``trainer.backend: verl``).
@@ -49,7 +50,7 @@ class VerlTrainer(TrainLoop):
         observer: rollout progress hooks (the CLI's display).
         groups: physical model key -> an already started :class:`~.workers.ModelGroup` (or an object with its
             interface: ``policy``, ``dp_size``, ``pad_id``, ``update``, ``sync_weights``,
-            ``free_rollout_memory``, ``save``, ``load``, ``close``); None starts them on the GPUs.
+            ``free_rollout_memory``, ``save``, ``load``, ``close``); None starts them (GPUs, or CPU workers).
     """
 
     backend = "verl"

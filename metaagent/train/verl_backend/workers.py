@@ -1,4 +1,4 @@
-"""One physical model on GPUs, driven through upstream verl: FSDP actor, vLLM servers, weight sync. GPU only.
+"""One physical model driven through upstream verl: FSDP actor, rollout servers, weight sync.
 
 Per physical model (``ModelPlan``):
 
@@ -12,7 +12,9 @@ Per physical model (``ModelPlan``):
 
 This is the same composition verl's own trainer builds in ``PPOTrainer._setup`` (verl 0.9.1,
 ``verl/trainer/ppo/v1/trainer_base.py``), without its dataloader, reward loop and agent loop: metaagent's
-rollout engine produces the data. Everything here imports verl's GPU code lazily and needs CUDA GPUs.
+rollout engine produces the data. Everything here imports verl lazily. On GPUs ``start()`` builds all of the above;
+with ``verl.device=cpu`` its seams take a CPU resource pool and :class:`.cpu.HFRollout` (the Hugging Face
+policy, synced from the actor) instead of vLLM.
 """
 
 from __future__ import annotations
