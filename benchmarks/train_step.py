@@ -119,7 +119,7 @@ def worker(args: argparse.Namespace) -> dict:
         lr=1e-6,
         micro_batch_tokens=args.micro_batch_tokens,
         logprob_impl=args.variant,
-        logprob_chunk_size=args.chunk_size,
+        logprob_chunk=args.chunk_size,
         compute_entropy=True,
         gradient_checkpointing=args.gradient_checkpointing,
     )

@@ -1,9 +1,12 @@
 """Loading nested config dataclasses from YAML and ``dotted.key=value`` overrides.
 
-Config classes are plain dataclasses; field types are validated and converted by pydantic (lax mode, so
-command-line strings become numbers and booleans), semantic ranges and cross-field rules by the class's
-``__post_init__``. Every error is one :class:`ConfigError` line naming the key, the value and what is
-allowed; an unknown key gets a did-you-mean.
+Config classes are plain dataclasses whose field annotations carry their allowed values declaratively:
+``Annotated[float, Field(gt=0)]``, ``PositiveInt``, ``Literal["keep", "reset"]`` (pydantic constraints).
+Field types and ranges are validated and converted by pydantic (lax mode, so command-line strings become
+numbers and booleans), both when a config is loaded (:func:`from_dict`) and when a class deriving from
+:class:`Checked` is constructed directly; only cross-field rules stay in a class's ``__post_init__``. Every
+error is one :class:`ConfigError` line naming the key, the value and what is allowed; an unknown key gets
+a did-you-mean.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ class ConfigError(MetaAgentError, ValueError):
 
 
 def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    return typing.get_type_hints(cls, include_extras=True)  # keep Annotated constraints
 
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
@@ -59,12 +62,58 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     try:
         out = _adapter(tp).validate_python(value)
     except pydantic.ValidationError as e:
-        err = e.errors()[0]
-        loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"] if x not in ("function-after",))
-        raise ConfigError(f"{where}{loc} = {value!r}: {err['msg']}") from None
+        loc, msg = _error_text(e)
+        raise ConfigError(f"{where}{loc} = {_shown(where, value)}: {msg}") from None
     except TypeError as e:  # a type pydantic cannot validate: keep the value, the class validates it
         raise ConfigError(f"{where}: {e}") from None
     return out
+
+
+def _error_text(e: pydantic.ValidationError) -> tuple[str, str]:
+    err = e.errors()[0]
+    loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in err["loc"] if x not in ("function-after",))
+    return f"{loc}", str(err["msg"]).removeprefix("Value error, ")
+
+
+def _shown(where: str, value: Any) -> str:
+    """The value as an error message shows it; secrets (``*api_key``) are not echoed."""
+    return "'***'" if where.endswith("api_key") and isinstance(value, str) else repr(value)
+
+
+def check_fields(obj: Any, error: type[Exception] | None = None) -> None:
+    """Validate (and convert, lax mode) every field of dataclass ``obj`` against its annotation, constraints
+    included; the first bad field raises one line ``field = value: what is allowed``."""
+    hints = _field_types(type(obj))
+    label = getattr(type(obj), "field_label", None) or (lambda name: name)  # e.g. the CLI flag of the field
+    for f in dataclasses.fields(obj):
+        if not f.init:
+            continue
+        tp = hints[f.name]
+        inner, _ = _unwrap_optional(tp)
+        value = getattr(obj, f.name)
+        if inner is Any or dataclasses.is_dataclass(inner) or dataclasses.is_dataclass(value):
+            continue
+        try:
+            out = _adapter(tp).validate_python(value)
+        except pydantic.ValidationError as e:
+            loc, msg = _error_text(e)
+            raise (error or ConfigError)(f"{label(f.name)}{loc} = {_shown(f.name, value)}: {msg}") from None
+        except TypeError:  # a type pydantic cannot validate: the class validates it
+            continue
+        if type(out) is not type(value) or out != value:  # converted, e.g. a list to a tuple
+            object.__setattr__(obj, f.name, out)
+
+
+class Checked:
+    """Base of config dataclasses: fields are validated against their annotations on construction
+    (:func:`check_fields`). A subclass with cross-field rules calls ``super().__post_init__()`` first; one
+    whose users know its fields as command-line flags sets ``field_label`` (field name -> the text errors
+    name it by)."""
+
+    field_label: typing.ClassVar[Any] = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
@@ -86,6 +135,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
         return cls(**kwargs)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}" if where else str(e)) from None
+    except MetaAgentError:  # a domain error of the class (e.g. EvalError): already one clear line
+        raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where or cls.__name__}: {e}") from None
 

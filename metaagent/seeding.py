@@ -23,3 +23,13 @@ def derive_seed(*parts: Any) -> int:
 def call_seed(seed: int | None, call_index: int) -> int | None:
     """The seed of agent call ``call_index`` of an execution seeded with ``seed`` (None: unseeded)."""
     return None if seed is None else _seed31(f"{seed}:{call_index}")
+
+
+def branch_seed(seed: int | None, call_index: int, candidate: int) -> int | None:
+    """The seed of candidate ``candidate`` of agent call ``call_index`` under tree sampling (AT-GRPO).
+
+    Candidate 0 gets exactly :func:`call_seed`, so K = 1 reproduces an unbranched execution bit for bit.
+    """
+    if candidate == 0:
+        return call_seed(seed, call_index)
+    return None if seed is None else _seed31(f"{seed}:{call_index}:b{candidate}")

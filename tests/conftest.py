@@ -21,3 +21,21 @@ def math_task():
     from metaagent.data import Task
 
     return Task(id="t-add", domain="math", question="What is 2 + 3?", answer="5", source="test")
+
+
+#: test folders whose torch work runs on one thread: on a busy 2-core machine two threads are several times
+#: slower (they spin against the other test processes)
+ONE_TORCH_THREAD = ("sft", "distill")
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread(request):
+    if request.node.path.parent.name not in ONE_TORCH_THREAD:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -18,9 +18,10 @@ LAYERS: list[set[str]] = [
     {""},
     {"execution"},
     {"policy"},
+    {"envs"},  # host-side planning environments: below data (plan tasks), workflow (env tools), rewards
     {"data"},
     {"workflow"},
-    {"rewards", "envs"},
+    {"rewards"},
     {"credit"},
     {"rollout"},
     {"eval"},

@@ -26,7 +26,7 @@ class TrainDisplay(RolloutObserver):
         self.show_samples = show_samples
         self.sample_chars = sample_chars
         self._progress: Progress | None = None
-        self._lock = threading.RLock()  # executions_started calls designs_started (frozen designs skip the design stage)
+        self._lock = threading.RLock()  # executions_started -> designs_started (frozen designs) re-enters
         self._designs = self._execs = None
         self._failed = 0
         self._tokens = 0

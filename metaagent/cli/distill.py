@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n\n", 1)[1],
     )
     p.add_argument("overrides", nargs="*", metavar="rollout.field=value", help="rollout config overrides")
+    p.add_argument("--config", "-c", metavar="YAML", help="YAML file of DistillConfig fields (flags override it)")
     p.add_argument(
         "--rollout-config",
         metavar="YAML",
@@ -62,17 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
         DistillConfig,
         aliases=ALIASES,
         exclude=("rollout", "command", "vary", "save_trees"),
-        choices={"domain": ("math", "code")},
         title="DistillConfig fields",
     )
     return p
 
 
-def rollout_settings(args: argparse.Namespace) -> dict[str, Any]:
+def rollout_settings(args: argparse.Namespace, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The rollout section: ``base`` (the --config file's) or the mode's default, then --rollout-config,
+    overrides and shortcuts."""
     from metaagent.config import ConfigError, apply_overrides, load_yaml
     from metaagent.distill.config import default_rollout
 
-    rollout = default_rollout(bool(config_values(args).get("template_only")))
+    base = base if base is not None else (load_yaml(args.config).get("rollout") if args.config else None)
+    rollout = dict(base) if base else default_rollout(bool(_file_and_flags(args).get("template_only")))
     if args.rollout_config:
         section = load_yaml(args.rollout_config).get("rollout")
         if not isinstance(section, dict):
@@ -92,12 +95,24 @@ def rollout_settings(args: argparse.Namespace) -> dict[str, Any]:
     return rollout
 
 
+def _file_and_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The --config file's fields with the flags the user set on top (the teacher section merged)."""
+    from metaagent.config import load_yaml
+
+    values = dict(load_yaml(args.config)) if args.config else {}
+    flags = config_values(args)
+    if isinstance(values.get("teacher"), dict) and "teacher" in flags:
+        flags["teacher"] = {**values["teacher"], **flags["teacher"]}
+    values.update(flags)
+    return values
+
+
 def build_config(args: argparse.Namespace):
     from metaagent.config import from_dict
     from metaagent.distill.config import DistillConfig
 
-    values = config_values(args)
-    values["rollout"] = rollout_settings(args)
+    values = _file_and_flags(args)
+    values["rollout"] = rollout_settings(args, values.get("rollout"))
     values["command"] = shlex.join(["metaagent-distill", *sys.argv[1:]])
     if args.no_variation:
         values["vary"] = False

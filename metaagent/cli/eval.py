@@ -19,48 +19,31 @@ import sys
 import threading
 from typing import Any
 
-from metaagent.errors import MetaAgentError
+from metaagent.cli.flags import Parser, add_config_flags, add_debug_flag, load_flat_config, run_main
 
 PROG = "metaagent-eval"
-
-#: flag -> EvalConfig field, for the flags whose name differs from the field
-RENAMED = {"model": "models"}
 
 
 def build_parser() -> argparse.ArgumentParser:
     from metaagent.eval.config import EvalConfig
 
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog=PROG,
         description="Evaluate single-agent, fixed and automatic multi-agent systems on benchmarks.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
-    fields = EvalConfig.model_fields
-    for name, f in fields.items():
-        flag = "--" + ("model" if name == "models" else name).replace("_", "-")
-        help_ = f"{f.description} (default: {f.get_default(call_default_factory=True)})".replace("%", "%%")
-        annotation = str(f.annotation)
-        if annotation.startswith("list["):
-            item = int if "int" in annotation else str
-            p.add_argument(flag, dest=name, nargs="+", type=item, default=None, help=help_)
-        elif f.annotation is bool:
-            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
-        else:
-            kind = int if f.annotation in (int, int | None) else float if f.annotation is float else str
-            p.add_argument(flag, dest=name, type=kind, default=None, help=help_)
+    p.add_argument("--config", "-c", help="YAML file of EvalConfig fields (flags override it)")
     p.add_argument("--greedy", action="store_true", help="temperature 0 for both roles (deterministic samples)")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    add_debug_flag(p)
+    add_config_flags(p, EvalConfig, aliases={"--model": "models"}, title="EvalConfig fields")
     return p
 
 
 def config_from_args(args: argparse.Namespace):
-    from metaagent.eval.config import EvalConfig, make_config
+    from metaagent.eval.config import EvalConfig
 
-    values: dict[str, Any] = {k: v for k, v in vars(args).items() if k in EvalConfig.model_fields and v is not None}
-    if args.greedy:
-        values["temperature"] = 0.0
-    return make_config(**values)
+    return load_flat_config(EvalConfig, args.config, args, temperature=0.0 if args.greedy else None)
 
 
 class RichProgress:
@@ -105,20 +88,22 @@ class RichProgress:
 
 
 def main(argv: list[str] | None = None) -> None:
+    code = run_main(PROG, _main, argv)
+    if code:
+        sys.exit(code)
+
+
+def _main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        from metaagent.eval.runner import RESULTS_FILE, TABLE_FILE, Evaluation
+    from metaagent.eval.runner import RESULTS_FILE, TABLE_FILE, Evaluation
 
-        config = config_from_args(args)
+    config = config_from_args(args)
+    try:
         evaluation = Evaluation(config, observer=RichProgress())
         results = evaluation.run()
-    except MetaAgentError as e:
-        if args.debug:
-            raise
-        sys.exit(f"{PROG}: {e}")
     except KeyboardInterrupt:
-        sys.exit(f"{PROG}: interrupted; finished tasks are kept in {args.out or 'the results dir'}: run again to resume")
+        sys.exit(f"{PROG}: interrupted; finished tasks are kept in {config.out}: run again to resume")
     print((evaluation.out / TABLE_FILE).read_text())
     print(f"results: {evaluation.out / RESULTS_FILE}" + ("" if results["complete"] else " (partial)"))
 

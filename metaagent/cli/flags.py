@@ -35,7 +35,17 @@ DEST_PREFIX = "cfg__"
 
 
 def field_help(cls: type) -> dict[str, str]:
-    """Help text per field: trailing comments in the class body, else docstring ``name: text`` lines."""
+    """Help text per field: trailing comments in the class body, else docstring ``name: text`` lines; a
+    field inherited from a base config class keeps the base's text unless the subclass gives its own."""
+    out: dict[str, str] = {}
+    for base in reversed(cls.__mro__[1:]):
+        if dataclasses.is_dataclass(base):
+            out.update(_own_field_help(base))
+    out.update(_own_field_help(cls))
+    return out
+
+
+def _own_field_help(cls: type) -> dict[str, str]:
     out: dict[str, str] = {}
     doc = inspect.getdoc(cls) or ""
     names = {f.name for f in dataclasses.fields(cls)}
@@ -71,6 +81,21 @@ def _unwrap(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+_BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+
+
+def _bounds_text(tp: Any) -> str:
+    """The allowed range an ``Annotated`` field declares, e.g. ``> 0`` or ``>= 0, < 1``."""
+    parts = []
+    for arg in typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,):
+        for meta in getattr(arg, "__metadata__", ()):
+            for item in getattr(meta, "metadata", [meta]):
+                for attr, sign in _BOUNDS:
+                    if getattr(item, attr, None) is not None:
+                        parts.append(f"{sign} {getattr(item, attr)}")
+    return ", ".join(parts)
+
+
 def _type_name(tp: Any) -> str:
     tp, optional = _unwrap(tp)
     name = getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
@@ -104,6 +129,7 @@ def _default_text(f: dataclasses.Field, instance: Any) -> str:
 def _walk(cls: type, prefix: str = "", instance: Any = None) -> list[tuple[str, dataclasses.Field, Any, str, str]]:
     """(dotted name, field, type, help, default text) of every leaf field; sections one level deep."""
     hints = typing.get_type_hints(cls)
+    extras = typing.get_type_hints(cls, include_extras=True)
     helps = field_help(cls)
     instance = _defaults(cls) if instance is None else instance
     out = []
@@ -116,7 +142,9 @@ def _walk(cls: type, prefix: str = "", instance: Any = None) -> list[tuple[str, 
             sub = getattr(instance, f.name) if instance is not _NO_DEFAULT else _defaults(inner)
             out.extend(_walk(inner, f"{f.name}.", sub if sub is not None else _NO_DEFAULT))
         else:
-            out.append((prefix + f.name, f, tp, helps.get(f.name, ""), _default_text(f, instance)))
+            bounds = _bounds_text(extras[f.name])
+            text = helps.get(f.name, "") + (f" [{bounds}]" if bounds else "")
+            out.append((prefix + f.name, f, tp, text.strip(), _default_text(f, instance)))
     return out
 
 
@@ -157,12 +185,17 @@ def add_config_flags(
             a in (str, int, float, Ellipsis) for a in typing.get_args(inner)
         ):
             kwargs.update(nargs="+", metavar="ITEM")
+        elif typing.get_origin(inner) is list and typing.get_origin(typing.get_args(inner)[0]) is typing.Literal:
+            kwargs.update(nargs="+")
+            allowed = typing.get_args(typing.get_args(inner)[0])
         elif typing.get_origin(inner) is list and typing.get_args(inner) in ((Any,), ()):
             kwargs.update(nargs="+", metavar="ITEM", type=_yaml_value)  # each item as YAML
         elif typing.get_origin(inner) in (list, tuple, dict, Mapping) or dataclasses.is_dataclass(inner):
             kwargs.update(metavar="YAML", type=_yaml_value)
         else:
             kwargs["metavar"] = _type_name(tp)
+            if inner in (int, float):  # numbers as numbers (errors then show 10, not '10'); the rest as given
+                kwargs["type"] = _number(inner)
         if allowed is not None:
             kwargs["choices"] = list(allowed)
             kwargs.pop("metavar", None)
@@ -180,6 +213,17 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _number(kind: type) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            return text  # the config loader names the field, the value and what is allowed
+
+    convert.__name__ = kind.__name__
+    return convert
 
 
 def _yaml_value(text: str) -> Any:

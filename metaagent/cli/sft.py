@@ -36,12 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue from the newest checkpoint of --out, or from the given checkpoint folder",
     )
     add_debug_flag(p)
-    add_config_flags(
-        p,
-        SFTConfig,
-        choices={"schedule": ("cosine", "constant")},
-        title="SFTConfig fields",
-    )
+    add_config_flags(p, SFTConfig, aliases={"--batch-tokens": "micro_batch_tokens"}, title="SFTConfig fields")
     return p
 
 

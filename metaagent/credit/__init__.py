@@ -30,8 +30,11 @@ from .matrix import (
     hierarchical_advantages,
     hierarchical_credit,
 )
+from . import at_grpo as _at_grpo  # noqa: F401  (registers the "at_grpo" estimator)
 from .registry import check_options, estimator_options, get_estimator, list_estimators, register_estimator
 from . import eval_aligned  # registers the "eval_aligned" estimator (seed 002)
+from .registry import TokenStage, get_token_stage, register_token_stage
+from . import mappa  # noqa: E402,F401  (registers the "mappa" estimator and its token stage)
 
 __all__ = [
     "COUNTERS",
@@ -41,6 +44,7 @@ __all__ = [
     "CreditError",
     "CreditResult",
     "GroupResult",
+    "TokenStage",
     "MatrixCredit",
     "TreeCredit",
     "assign_credit",
@@ -54,10 +58,12 @@ __all__ = [
     "flat_advantages",
     "flat_credit",
     "get_estimator",
+    "get_token_stage",
     "group_advantages",
     "hierarchical_advantages",
     "hierarchical_credit",
     "list_estimators",
     "register_estimator",
+    "register_token_stage",
     "reward_matrix",
 ]

@@ -64,3 +64,44 @@ def check_options(name: str, options: dict[str, Any]) -> None:
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise CreditError(f"credit estimator {name!r} has no option(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+# ---- token stages: per-token advantages computed in the trainer ---------------------------------------------
+#
+# Some estimators need model outputs the records do not hold (MAPPA's KL-in-reward needs log pi_ref of every
+# action token). Such an estimator registers a *token stage* under its own name: after the samples are built
+# (and, when ``needs_ref(options)``, after a reference-model pass over the whole batch), the trainer calls
+#
+#     stage(actions: Sequence[Action], **options) -> list[np.ndarray]     # one (L,) array per action
+#
+# and uses the arrays as the samples' per-token advantages.
+
+
+class TokenStage:
+    """A registered token stage: ``fn`` and whether it needs reference log-probs for given options."""
+
+    def __init__(self, name: str, fn: Callable[..., list[Any]], needs_ref: Callable[[dict[str, Any]], bool]) -> None:
+        self.name = name
+        self.fn = fn
+        self.needs_ref = needs_ref
+
+    def __call__(self, actions: Any, **options: Any) -> list[Any]:
+        return self.fn(actions, **options)
+
+
+_TOKEN_STAGES: dict[str, TokenStage] = {}
+
+
+def register_token_stage(
+    name: str, fn: Callable[..., list[Any]], *, needs_ref: Callable[[dict[str, Any]], bool] = lambda options: False
+) -> None:
+    """Declare that estimator ``name`` finishes its advantages per token in the trainer with ``fn``."""
+    old = _TOKEN_STAGES.get(name)
+    if old is not None and old.fn is not fn:
+        raise CreditError(f"token stage {name!r} is already registered ({old.fn.__module__}.{old.fn.__name__})")
+    _TOKEN_STAGES[name] = TokenStage(name, fn, needs_ref)
+
+
+def get_token_stage(name: str) -> TokenStage | None:
+    """The token stage of estimator ``name``, or None when its advantages are final after credit."""
+    return _TOKEN_STAGES.get(name)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import mappers
+from .plan import PLAN_SOURCES, plan_rows, plan_task
 from .errors import DataError, SkipRow
 from .tasks import DOMAINS, Task
 
@@ -96,6 +97,10 @@ SOURCES: dict[str, Source] = {
             mappers.bundled_row,
             note="offline set shipped in the package",
         ),
+        *(
+            Source(name, "plan", None, "train", plan_task, note="generated from seeds (AT-GRPO planning env)")
+            for name in PLAN_SOURCES
+        ),
     )
 }
 
@@ -121,6 +126,7 @@ class DatasetSpec:
     domain: str | None = None
     levels: list[int] | None = None
     trust_pickled_tests: bool = False  # LiveCodeBench private tests are pickled; see mappers.decode_lcb_tests
+    env: dict[str, Any] | None = None  # plan sources: generator parameters (size, block_ratio, blanks, seed_offset)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -203,6 +209,10 @@ def _rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
         from .bundled import bundled_rows
 
         return bundled_rows(spec.split_name)
+    if spec.source in PLAN_SOURCES:
+        from .plan import DEFAULT_COUNT
+
+        return plan_rows(spec.source, spec.split_name, spec.limit or DEFAULT_COUNT, spec.env or {})
     return _hub_rows(spec)
 
 

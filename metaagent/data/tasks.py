@@ -9,7 +9,7 @@ from typing import Any
 
 from metaagent.errors import MetaAgentError
 
-DOMAINS = ("math", "code")
+DOMAINS = ("math", "code", "plan")  # plan: a host-side environment (metaagent.envs), metadata["env"]
 ADHOC = "adhoc"  # split of tasks without a reference answer or tests
 
 
@@ -48,6 +48,8 @@ class Task:
             raise TaskError(f"task {self.id}: a math task needs a gold 'answer' (or split={ADHOC!r} for none)")
         if self.domain == "code" and not self.tests:
             raise TaskError(f"task {self.id}: a code task needs 'tests' (or split={ADHOC!r} for none)")
+        if self.domain == "plan" and not isinstance(self.metadata.get("env"), Mapping):
+            raise TaskError(f"task {self.id}: a plan task needs metadata['env'] (name, seed, size)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -73,4 +75,6 @@ class Task:
 
     @property
     def has_reference(self) -> bool:
+        if self.domain == "plan":
+            return isinstance(self.metadata.get("env"), Mapping)
         return self.answer is not None if self.domain == "math" else bool(self.tests)

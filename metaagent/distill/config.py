@@ -18,9 +18,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
-from metaagent.config import ConfigError, from_dict
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+
+from metaagent.config import Checked, ConfigError, from_dict
 from metaagent.rollout.config import RolloutConfig
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
@@ -57,30 +59,31 @@ TEMPLATE_ROLLOUT: dict[str, Any] = {
 SCRIPT_BUDGET_MARGIN = 8
 
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
 @dataclass
-class TeacherConfig:
+class TeacherConfig(Checked):
     """An OpenAI-compatible teacher endpoint. The key is read from ``$api_key_env``, never stored."""
 
     base_url: str = DEEPSEEK_BASE_URL
     model: str = DEEPSEEK_MODEL
     api_key_env: str = DEEPSEEK_KEY_ENV
-    max_concurrency: int = 16
-    timeout_s: float = 120.0
-    max_retries: int = 5
+    max_concurrency: PositiveInt = 16
+    timeout_s: PositiveFloat = 120.0
+    max_retries: NonNegativeInt = 5
+
+    field_label: ClassVar[Any] = staticmethod(lambda name: "--teacher." + name.replace("_", "-"))
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"teacher base_url must be an http(s) URL, e.g. {DEEPSEEK_BASE_URL}; got {self.base_url!r}"
             )
         if not self.model:
             raise ConfigError("teacher model must be the served model name, e.g. --model deepseek-chat")
-        if self.max_concurrency < 1:
-            raise ConfigError(f"--max-concurrency must be >= 1, got {self.max_concurrency}")
-        if not self.timeout_s > 0:
-            raise ConfigError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
-        if self.max_retries < 0:
-            raise ConfigError(f"--max-retries must be >= 0, got {self.max_retries}")
 
 
 def default_rollout(template_only: bool) -> dict[str, Any]:
@@ -88,7 +91,7 @@ def default_rollout(template_only: bool) -> dict[str, Any]:
 
 
 @dataclass
-class DistillConfig:
+class DistillConfig(Checked):
     """One distillation run.
 
     Attributes:
@@ -118,19 +121,22 @@ class DistillConfig:
     device: str = "cpu"
     data: list[Any] = field(default_factory=lambda: ["bundled:train"])
     levels: list[int] | None = None
-    domain: str | None = None
-    limit: int | None = None
+    domain: Literal["math", "code"] | None = None
+    limit: PositiveInt | None = None
     rollout: RolloutConfig | dict[str, Any] | None = None
-    max_tasks: int | None = None
-    tasks_in_flight: int = 4
+    max_tasks: PositiveInt | None = None
+    tasks_in_flight: PositiveInt = 4
     keep_all: bool = False
     vary: bool = True
-    max_script_tokens: int | None = None
+    max_script_tokens: Annotated[int, Field(ge=16)] | None = None
     seed: int = 0
     save_trees: bool = True
     command: str = ""
 
+    field_label: ClassVar[Any] = staticmethod(_flag)  # errors name the flag: --max-tasks
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.out:
             raise ConfigError("--out must name the output directory, e.g. --out sft_data/run1")
         if self.rollout is None:
@@ -144,14 +150,6 @@ class DistillConfig:
             )
         if not self.data:
             raise ConfigError("--data needs at least one dataset spec, e.g. bundled:train")
-        if self.max_tasks is not None and self.max_tasks < 1:
-            raise ConfigError(f"--max-tasks must be >= 1, got {self.max_tasks}")
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"--limit must be >= 1, got {self.limit}")
-        if self.tasks_in_flight < 1:
-            raise ConfigError(f"--tasks-in-flight must be >= 1, got {self.tasks_in_flight}")
-        if self.max_script_tokens is not None and self.max_script_tokens < 16:
-            raise ConfigError(f"--max-script-tokens must be >= 16, got {self.max_script_tokens}")
         if self.template_only and not self.executor_model:
             raise ConfigError(
                 "--template-only needs --executor-model (e.g. embedded or a local HF directory)"

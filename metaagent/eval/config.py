@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+
+from metaagent.config import Checked, from_dict
 
 from .errors import EvalError
 
@@ -26,65 +30,54 @@ IDENTITY_FIELDS = (
 )
 
 
-class EvalConfig(BaseModel):
-    """Everything one ``metaagent-eval`` run needs; stored in ``results.json`` and checked on resume."""
+@dataclass
+class EvalConfig(Checked):
+    """Everything one ``metaagent-eval`` run needs; stored in ``results.json`` and checked on resume.
+    ``metaagent-eval``'s flags are generated from these fields (:mod:`metaagent.cli.flags`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # methods side by side: sa, auto, fixed:<template> (e.g. fixed:reflection)
+    methods: list[str] = field(default_factory=lambda: ["sa", "auto"])
+    # benchmarks: NAME[:split][@local file or dir], e.g. bundled:test, humaneval, aime24@aime.jsonl
+    benchmarks: list[str] = field(default_factory=lambda: ["bundled:test"])
+    # models, each evaluated as designer and executor: alias (embedded, embedded-sft, tiny), local HF
+    # directory, or served model name (openai backend)
+    models: list[str] = field(default_factory=lambda: ["embedded"])
+    designer_model: str | None = None  # designer of a single mixed cell (with --executor-model)
+    executor_model: str | None = None  # executor of a single mixed cell (with --designer-model)
+    grid_designers: list[str] = field(default_factory=list)  # co-evolution grid: designer checkpoints (crossed with grid_executors)
+    grid_executors: list[str] = field(default_factory=list)  # co-evolution grid: executor checkpoints (crossed with grid_designers)
+    backend: Literal[BACKENDS] = "hf"  # policy backend for every model
+    base_url: str | None = None  # openai backend: the endpoint root, e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = "OPENAI_API_KEY"  # openai backend: environment variable with the API key
+    device: str = "cpu"  # hf/vllm: device (cpu, cuda, cuda:1)
+    dtype: str = "float32"  # hf: float32, bfloat16 or float16
+    max_batch_size: PositiveInt = 32  # hf: rows decoded together
+    n: PositiveInt = 3  # samples per task (designs x executions: auto n x 1, sa/fixed 1 x n)
+    k: list[PositiveInt] = field(default_factory=list)  # budgets of avg@k / pass@k / maj@k (each <= n; default: 1 and n)
+    limit: PositiveInt | None = None  # first N tasks of each benchmark
+    split: str | None = None  # split of the benchmarks that do not name one
+    tasks: list[str] = field(default_factory=list)  # only these task ids
+    seed: int = 0  # seed of every sample (a task's samples depend on seed, method and task id)
+    temperature: Annotated[float, Field(ge=0)] = 0.7  # sampling temperature of both roles (0: greedy)
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0  # nucleus sampling of both roles
+    designer_max_tokens: PositiveInt = 768  # max new tokens of a designer reply
+    executor_max_tokens: PositiveInt = 384  # max new tokens of an agent reply
+    k_templates: NonNegativeInt = 2  # in-context templates shown to the designer
+    template_selection: Literal["domain", "uniform"] = "domain"  # which templates the designer sees
+    timeout_s: PositiveFloat = 120.0  # wall-clock limit of one execution
+    concurrency: PositiveInt = 4  # tasks in flight at once (their agent calls are batched)
+    sandbox_workers: PositiveInt = 4  # sandbox worker processes
+    bootstrap: Annotated[int, Field(ge=100)] = 1000  # bootstrap resamples of each 95% CI
+    out: str = "eval_results"  # results directory (resumed when it holds the same config)
+    fresh: bool = False  # discard the records in --out instead of resuming
+    report_only: bool = False  # only rewrite results.json, table.md and report.html from the records
+    html: bool = True  # write report.html
+    html_tasks: NonNegativeInt = 20  # task replays in the HTML report
+    # kernel isolation of model-written code (auto: the strongest available; none warns)
+    isolation: Literal["auto", "landlock", "namespaces", "none"] = "auto"
 
-    methods: list[str] = Field(
-        default_factory=lambda: ["sa", "auto"],
-        description="methods side by side: sa, auto, fixed:<template> (e.g. fixed:reflection)",
-    )
-    benchmarks: list[str] = Field(
-        default_factory=lambda: ["bundled:test"],
-        description="benchmarks: NAME[:split][@local file or dir], e.g. bundled:test, humaneval, aime24@aime.jsonl",
-    )
-    models: list[str] = Field(
-        default_factory=lambda: ["embedded"],
-        description="models, each evaluated as designer and executor: alias (embedded, embedded-sft, tiny), "
-        "local HF directory, or served model name (openai backend)",
-    )
-    designer_model: str | None = Field(None, description="designer of a single mixed cell (with --executor-model)")
-    executor_model: str | None = Field(None, description="executor of a single mixed cell (with --designer-model)")
-    grid_designers: list[str] = Field(
-        default_factory=list, description="co-evolution grid: designer checkpoints (crossed with grid_executors)"
-    )
-    grid_executors: list[str] = Field(
-        default_factory=list, description="co-evolution grid: executor checkpoints (crossed with grid_designers)"
-    )
-    backend: Literal["hf", "vllm", "openai"] = Field("hf", description="policy backend for every model")
-    base_url: str | None = Field(None, description="openai backend: the endpoint root, e.g. http://127.0.0.1:8000/v1")
-    api_key_env: str = Field("OPENAI_API_KEY", description="openai backend: environment variable with the API key")
-    device: str = Field("cpu", description="hf/vllm: device (cpu, cuda, cuda:1)")
-    dtype: str = Field("float32", description="hf: float32, bfloat16 or float16")
-    max_batch_size: int = Field(32, ge=1, description="hf: rows decoded together")
-    n: int = Field(3, ge=1, description="samples per task (designs x executions: auto n x 1, sa/fixed 1 x n)")
-    k: list[int] = Field(default_factory=list, description="budgets of avg@k / pass@k / maj@k (each <= n; default: 1 and n)")
-    limit: int | None = Field(None, ge=1, description="first N tasks of each benchmark")
-    split: str | None = Field(None, description="split of the benchmarks that do not name one")
-    tasks: list[str] = Field(default_factory=list, description="only these task ids")
-    seed: int = Field(0, description="seed of every sample (a task's samples depend on seed, method and task id)")
-    temperature: float = Field(0.7, ge=0.0, description="sampling temperature of both roles (0: greedy)")
-    top_p: float = Field(1.0, gt=0.0, le=1.0, description="nucleus sampling of both roles")
-    designer_max_tokens: int = Field(768, ge=1, description="max new tokens of a designer reply")
-    executor_max_tokens: int = Field(384, ge=1, description="max new tokens of an agent reply")
-    k_templates: int = Field(2, ge=0, description="in-context templates shown to the designer")
-    template_selection: Literal["domain", "uniform"] = Field("domain", description="which templates the designer sees")
-    timeout_s: float = Field(120.0, gt=0, description="wall-clock limit of one execution")
-    concurrency: int = Field(4, ge=1, description="tasks in flight at once (their agent calls are batched)")
-    sandbox_workers: int = Field(4, ge=1, description="sandbox worker processes")
-    bootstrap: int = Field(1000, ge=100, description="bootstrap resamples of each 95% CI")
-    out: str = Field("eval_results", description="results directory (resumed when it holds the same config)")
-    fresh: bool = Field(False, description="discard the records in --out instead of resuming")
-    report_only: bool = Field(False, description="only rewrite results.json, table.md and report.html from the records")
-    html: bool = Field(True, description="write report.html")
-    html_tasks: int = Field(20, ge=0, description="task replays in the HTML report")
-    isolation: Literal["auto", "landlock", "namespaces", "none"] = Field(
-        "auto", description="kernel isolation of model-written code (auto: the strongest available; none warns)"
-    )
-
-    @model_validator(mode="after")
-    def _check(self) -> EvalConfig:
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.methods:
             raise EvalError("no method given; use e.g. --methods sa auto fixed:reflection")
         if not self.benchmarks:
@@ -100,7 +93,9 @@ class EvalConfig(BaseModel):
             raise EvalError(
                 f"k={bad[0]} > n={self.n} samples per task (or < 1): pass@k needs k <= n; raise --n or lower --k"
             )
-        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
 
     @property
     def budgets(self) -> list[int]:
@@ -119,15 +114,6 @@ class EvalConfig(BaseModel):
 
 
 def make_config(**values: Any) -> EvalConfig:
-    """Build an :class:`EvalConfig`; a bad value is an :class:`EvalError` with one line per problem."""
-    from pydantic import ValidationError
-
-    try:
-        return EvalConfig(**values)
-    except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            where = ".".join(str(x) for x in err.get("loc", ())) or "config"
-            msg = str(err.get("msg", "")).removeprefix("Value error, ")
-            problems.append(msg if not err.get("loc") else f"{where}: {msg}")
-        raise EvalError("; ".join(problems)) from None
+    """Build an :class:`EvalConfig` from field values (types converted, unknown keys refused): a bad value
+    is one :class:`~metaagent.config.ConfigError` line naming it, a bad combination an :class:`EvalError`."""
+    return from_dict(EvalConfig, values)

@@ -311,7 +311,7 @@ class Evaluation:
                 config=rcfg,
                 pool=self._pool,
                 run_id=self.run_id,
-                record_config={"eval": self.config.model_dump(), "rollout": {"limits": rcfg.limits}},
+                record_config={"eval": self.config.to_dict(), "rollout": {"limits": rcfg.limits}},
                 templates=self.templates,
             )
         return self._engines[key]
@@ -457,7 +457,7 @@ def build_results(
     return {
         "run_id": run_id,
         "complete": complete,
-        "config": config.model_dump(),
+        "config": config.to_dict(),
         "ks": list(ks),
         "k_main": k_main,
         "methods": methods,

@@ -31,7 +31,12 @@ def solution_format(
         return float(find_boxed(answer) is not None)
     if domain == "code":
         return float(extract_program(answer, languages=fence_languages) is not None)
-    raise ValueError(f"unknown domain {domain!r}; expected 'math' or 'code'")
+    if domain == "plan":  # a move list or a grid / step list after the final-answer mark
+        from metaagent.envs.base import parse_actions, parse_final, parse_json
+
+        final = parse_final(answer)
+        return float(parse_actions(final) is not None or isinstance(parse_json(final), list))
+    raise ValueError(f"unknown domain {domain!r}; expected 'math', 'code' or 'plan'")
 
 
 def delivery_format(turns: Sequence[AgentTurn]) -> float:

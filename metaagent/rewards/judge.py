@@ -53,7 +53,8 @@ class JudgeTemplate:
             user = self.user.format(**item)
         except KeyError as e:
             raise JudgeError(f"judge {self.name!r}: the item has no field {e} its template needs") from None
-        return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
+        system = [{"role": "system", "content": self.system}] if self.system else []  # "": one user prompt
+        return [*system, {"role": "user", "content": user}]
 
 
 #: MAPPA's coach (per-action process score 0-10); only the final action is shown the reference
@@ -96,6 +97,9 @@ class Judge:
         sampling: SamplingParams | None = None,
         parser: Callable[[str, float, float], float] = parse_score,
         normalise: bool = True,
+        format_retries: int = 0,
+        reminder: str = "",
+        fallback: float | None = None,
     ) -> None:
         if not template.high > template.low:
             raise JudgeError(f"judge {template.name!r}: high ({template.high}) must exceed low ({template.low})")
@@ -104,39 +108,77 @@ class Judge:
         self.sampling = sampling or SamplingParams(max_tokens=256, temperature=0.0)
         self.parser = parser
         self.normalise = normalise
+        if format_retries < 0:
+            raise JudgeError(f"judge {template.name!r}: format_retries must be >= 0, got {format_retries}")
+        if fallback is not None and not template.low <= fallback <= template.high:
+            raise JudgeError(f"judge {template.name!r}: fallback {fallback} is outside [{template.low}, {template.high}]")
+        self.format_retries = format_retries
+        self.reminder = reminder or "Your reply could not be read. End it with the score line exactly as asked."
+        self.fallback = fallback
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     def _count(self, key: str, n: int = 1) -> None:
+        if not n:
+            return
         with self._lock:
             self.counts[key] += n
 
     def score(self, items: Sequence[Mapping[str, Any]]) -> list[TurnReward]:
         """One :class:`TurnReward` per item (source ``judge``): the score, scaled to [0, 1] when
-        ``normalise``, with the raw score and reply in ``details``; ``total=None`` and ``error`` on failure."""
+        ``normalise``, with the raw score and reply in ``details``; ``total=None`` and ``error`` on failure.
+
+        A reply the parser cannot read is asked again up to ``format_retries`` times, with the reply and
+        ``reminder`` appended to the conversation (``judge/format_retries``). A judgment that still fails is
+        counted in ``judge/errors``; with ``fallback`` set it then scores ``fallback`` instead
+        (``judge/fallbacks``, ``components["fallback"] = 1``: MAPPA's code does this with 5.0).
+        """
         if not items:
             return []
         t = self.template
-        requests = [ChatRequest(t.messages(item), self.sampling) for item in items]
+        conversations = [t.messages(item) for item in items]
         self._count("judge/calls", len(items))
-        try:
-            replies = [c.text for c in self.backend.generate(requests)]
-        except PolicyError as e:
-            self._count("judge/errors", len(items))
-            self._count("judge/backend_errors", len(items))
-            return [TurnReward(None, "judge", error=f"judge {t.name!r} backend failed: {e}") for _ in items]
-        out = []
-        for reply in replies:
+        out: list[TurnReward | None] = [None] * len(items)
+        errors: dict[int, tuple[str, str, str]] = {}  # item -> (error, last reply, kind)
+        pending = list(range(len(items)))
+        for attempt in range(self.format_retries + 1):
+            if attempt:
+                self._count("judge/format_retries", len(pending))
             try:
-                raw = self.parser(reply, t.low, t.high)
-            except ValueError as e:
-                self._count("judge/errors")
-                self._count("judge/parse_errors")
-                out.append(TurnReward(None, "judge", error=f"judge {t.name!r}: {e}", details={"reply": reply[:500]}))
-                continue
-            value = (raw - t.low) / (t.high - t.low) if self.normalise else raw
-            out.append(TurnReward(value, "judge", components={"score": raw}, details={"judge": t.name, "reply": reply[:500]}))
-        return out
+                completions = self.backend.generate([ChatRequest(conversations[n], self.sampling) for n in pending])
+            except PolicyError as e:
+                self._count("judge/backend_errors", len(pending))
+                for n in pending:
+                    errors[n] = (f"judge {t.name!r} backend failed: {e}", "", "backend")
+                break
+            retry = []
+            for n, c in zip(pending, completions):
+                reply = c.text
+                try:
+                    raw = self.parser(reply, t.low, t.high)
+                except ValueError as e:
+                    errors[n] = (f"judge {t.name!r}: {e}", reply, "parse")
+                    conversations[n] = [*conversations[n], {"role": "assistant", "content": reply}, {"role": "user", "content": self.reminder}]
+                    retry.append(n)
+                    continue
+                errors.pop(n, None)
+                value = (raw - t.low) / (t.high - t.low) if self.normalise else raw
+                details = {"judge": t.name, "reply": reply[:500], "attempts": attempt + 1}
+                out[n] = TurnReward(value, "judge", components={"score": raw}, details=details)
+            pending = retry
+            if not pending:
+                break
+        self._count("judge/errors", len(errors))
+        self._count("judge/parse_errors", sum(kind == "parse" for _, _, kind in errors.values()))
+        for n, (error, reply, _) in errors.items():
+            if self.fallback is None:
+                out[n] = TurnReward(None, "judge", error=error, details={"reply": reply[:500]})
+            else:
+                self._count("judge/fallbacks")
+                value = (self.fallback - t.low) / (t.high - t.low) if self.normalise else self.fallback
+                out[n] = TurnReward(value, "judge", components={"score": self.fallback, "fallback": 1.0},
+                                    details={"judge": t.name, "reply": reply[:500], "fallback_for": error})  # fmt: skip
+        return [r for r in out if r is not None]
 
     def metrics(self) -> dict[str, float]:
         with self._lock:

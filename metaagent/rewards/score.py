@@ -171,7 +171,7 @@ def score_execution(
         fmt["format"] = fmt["delivery_format"] / 2
     details: dict[str, Any] = {"domain": task.domain, "task_id": task.id, "submitted": execution.submitted}
     if not task.has_reference:
-        what = "gold answer" if task.domain == "math" else "tests"
+        what = {"math": "gold answer", "plan": "environment (metadata['env'])"}.get(task.domain, "tests")
         return _error_record(
             "no_reference", f"task {task.id!r} has no {what}; it cannot be scored", fmt, details
         )
@@ -195,6 +195,13 @@ def score_execution(
                 f"math_{check.status}", f"math check {check.status}: {check.detail}", fmt, details
             )
         correct = float(check.correct)
+    elif task.domain == "plan":
+        from .plan import plan_success
+
+        try:
+            correct, details["plan"] = plan_success(task, execution)
+        except Exception as e:  # noqa: BLE001 - an env failure is a counted error, never a 0
+            return _error_record("plan_env", f"plan environment failed: {type(e).__name__}: {e}", fmt, details)
     else:
         program = (
             extract_program(execution.answer, languages=cfg.fence_languages) if execution.answer else None

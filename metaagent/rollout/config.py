@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from metaagent.config import ConfigError
+from pydantic import NonNegativeInt, PositiveInt
+
+from metaagent.config import Checked, ConfigError
 from metaagent.policy.base import SamplingParams
 from metaagent.workflow.protocol import DELIVERY_CLOSE
+
+from .branching import BranchingConfig
 
 TEMPLATE_SELECTIONS = ("domain", "uniform")
 
@@ -48,7 +52,7 @@ def _default_designer_sampling() -> SamplingConfig:
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(Checked):
     """M x N hierarchical rollout.
 
     Attributes:
@@ -62,32 +66,25 @@ class RolloutConfig:
         sandbox_workers: sandbox worker processes (each runs one execution at a time).
         max_inflight: executions in flight at once (threads waiting on agent calls).
         ray_address: run sandbox workers as Ray actors at this address ("local" starts a local Ray).
+        branching: tree sampling inside executions (AT-GRPO, seed 003); ``k = 1`` is off.
     """
 
-    m_designs: int = 4
-    n_executions: int = 4
-    k_templates: int = 2
-    template_selection: str = "domain"
+    m_designs: PositiveInt = 4
+    n_executions: PositiveInt = 4
+    k_templates: NonNegativeInt = 2
+    template_selection: Literal[TEMPLATE_SELECTIONS] = "domain"
     designer: SamplingConfig = field(default_factory=_default_designer_sampling)
     executor: SamplingConfig = field(default_factory=_default_executor_sampling)
     frozen_designer: str | None = None
     limits: dict[str, Any] = field(default_factory=lambda: {"timeout_s": 120.0})
-    sandbox_workers: int = 8
-    max_inflight: int = 64
+    sandbox_workers: PositiveInt = 8
+    max_inflight: PositiveInt = 64
     ray_address: str | None = None
+    branching: BranchingConfig = field(default_factory=BranchingConfig)
 
     def __post_init__(self) -> None:
-        if self.m_designs < 1:
-            raise ConfigError(f"rollout.m_designs must be >= 1, got {self.m_designs}")
-        if self.n_executions < 1:
-            raise ConfigError(f"rollout.n_executions must be >= 1, got {self.n_executions}")
-        if self.k_templates < 0:
-            raise ConfigError(f"rollout.k_templates must be >= 0, got {self.k_templates}")
-        if self.template_selection not in TEMPLATE_SELECTIONS:
-            raise ConfigError(
-                f"rollout.template_selection must be one of {TEMPLATE_SELECTIONS}, got {self.template_selection!r}"
-            )
-        if self.sandbox_workers < 1:
-            raise ConfigError(f"rollout.sandbox_workers must be >= 1, got {self.sandbox_workers}")
-        if self.max_inflight < 1:
-            raise ConfigError(f"rollout.max_inflight must be >= 1, got {self.max_inflight}")
+        if isinstance(self.branching, dict):
+            self.branching = BranchingConfig(**self.branching)
+        super().__post_init__()
+        if self.branching.active and self.ray_address:
+            raise ConfigError("rollout.branching.k > 1 runs host-side turn rewards; it does not run on Ray actors yet")

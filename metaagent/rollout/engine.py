@@ -43,6 +43,17 @@ from metaagent.rollout.prompts import designer_messages, select_templates
 from metaagent.seeding import derive_seed
 
 
+def _frozen_tools() -> tuple[str, ...]:
+    from metaagent.workflow.rules import DEFAULT_TOOL_NAMES
+    from metaagent.workflow.tools import PLAN_TOOL_NAMES
+
+    return (*DEFAULT_TOOL_NAMES, *PLAN_TOOL_NAMES)
+
+
+#: tools a frozen (hand-written) design may name; each execution is checked again with its task's own tools
+_FROZEN_TOOLS = _frozen_tools()
+
+
 @dataclass
 class FrozenDesign:
     """A fixed multi-agent system: the script every design of a task is replaced by."""
@@ -83,6 +94,7 @@ class _Job:
     task: Task
     exec_idx: int
     seed: int
+    branch: bool = False  # tree sampling (training rollouts only)
 
 
 @dataclass
@@ -109,6 +121,9 @@ class RolloutEngine:
     templates: Sequence | None = None
     observer: RolloutObserver = field(default_factory=RolloutObserver)
     tools_factory: Callable[[Task], Mapping[str, Callable[..., str]]] | None = None
+    # per-turn rewards written after each training execution, in its thread (overlapping the other executions),
+    # e.g. MAPPA's coach (metaagent.rewards.coach.Coach.score_execution); must not raise for its own failures
+    turn_scorer: Callable[[Task, Execution], None] | None = None
 
     def __post_init__(self) -> None:
         from metaagent.workflow import load_templates
@@ -187,7 +202,9 @@ class RolloutEngine:
             for task, ds in zip(tasks, designs)
         ]
         if execute:
-            self._execute(trees, tasks, n, step, seed, executor_sampling)
+            self._execute(
+                trees, tasks, n, step, seed, executor_sampling, score_turns=mode == "train", branch=mode == "train"
+            )
         for tree in trees:
             fill_design_rewards(tree)
             tree.timings["total_s"] = time.perf_counter() - t0
@@ -257,7 +274,7 @@ class RolloutEngine:
                 errors=[Diagnostic(1, 0, "E-NO-SCRIPT", "no Python script found: reply with one ```python block")],
             )
             return Design(index=index, source=source, sample=sample, script=None, check=report, reward=0.0)
-        report = check_script(script)
+        report = check_script(script) if source == DESIGNER else check_script(script, tool_names=_FROZEN_TOOLS)
         structure = analyze_script(script) if report.ok else None
         return Design(index=index, source=source, sample=sample, script=script, check=report, structure=structure)
 
@@ -278,9 +295,11 @@ class RolloutEngine:
         step: int | None,
         seed: int,
         sampling: SamplingParams | None,
+        score_turns: bool = True,
+        branch: bool = False,
     ) -> None:
         jobs = [
-            _Job(t, d, tasks[t], j, derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute"))
+            _Job(t, d, tasks[t], j, derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute"), branch)
             for t, tree in enumerate(trees)
             for d in tree.designs
             if d.valid
@@ -292,6 +311,8 @@ class RolloutEngine:
         params = sampling or self.config.executor.params()
         lock = threading.Lock()
         reward_s = [0.0] * len(trees)
+        judge_s = [0.0] * len(trees)
+        scorer = self.turn_scorer if score_turns else None
         spans: list[list[float]] = [[float("inf"), 0.0] for _ in trees]
 
         def run(job: _Job) -> None:
@@ -299,10 +320,14 @@ class RolloutEngine:
             execution = self._run_one(job, params)
             t_reward = time.perf_counter()
             execution.reward = self._score(job.task, execution)
+            t_judge = time.perf_counter()
+            if scorer is not None:
+                scorer(job.task, execution)
             end = time.perf_counter()
             with lock:
                 job.design.executions.append(execution)
-                reward_s[job.tree_idx] += end - t_reward
+                reward_s[job.tree_idx] += t_judge - t_reward
+                judge_s[job.tree_idx] += end - t_judge
                 span = spans[job.tree_idx]
                 span[0], span[1] = min(span[0], start), max(span[1], end)
             self.observer.execution_done(execution)
@@ -316,9 +341,18 @@ class RolloutEngine:
                 d.executions.sort(key=lambda e: e.index)
             tree.timings["execute_s"] = max(0.0, spans[t][1] - spans[t][0]) if spans[t][1] else 0.0
             tree.timings["reward_s"] = reward_s[t]
+            if scorer is not None:
+                tree.timings["judge_s"] = judge_s[t]
 
     def _run_one(self, job: _Job, params: SamplingParams) -> Execution:
         """One sandboxed execution. A failure of the host side (policy down) is recorded, not raised."""
+        tools = self.tools_factory(job.task)
+        extra = {}
+        if job.branch and self.config.branching.active:
+            from metaagent.rollout.branching import make_brancher
+
+            prefix = f"{job.tree_idx}:{job.task.id}/d{job.design.index}/e{job.exec_idx}"
+            extra["branching"] = make_brancher(self.config.branching, job.task.to_dict(), prefix, tools)
         try:
             execution = self.pool.run(
                 job.design.script,
@@ -326,8 +360,9 @@ class RolloutEngine:
                 self.executor,
                 self.config.limits,
                 sampling=params,
-                tools=self.tools_factory(job.task),
+                tools=tools,
                 seed=job.seed,
+                **extra,
             )
         except PolicyError as e:
             execution = Execution(

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
 
-from metaagent.config import ConfigError
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+
+from metaagent.config import Checked, ConfigError
 from metaagent.rollout.config import SamplingConfig
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
@@ -49,7 +51,7 @@ def _default_executor_sampling() -> SamplingConfig:
 
 
 @dataclass
-class ServeConfig:
+class ServeConfig(Checked):
     """Everything ``metaagent-serve`` needs; the CLI flags map one to one onto these fields.
 
     Models:
@@ -86,48 +88,46 @@ class ServeConfig:
         graceful_timeout_s: how long shutdown waits for requests in flight.
     """
 
+    field_label: ClassVar[Any] = staticmethod(flag)  # errors name the flag: --workers for sandbox_workers
+
     model: str = "embedded"
-    backend: str = "hf"
+    backend: Literal[BACKENDS] = "hf"
     base_url: str | None = None
     designer_model: str | None = None
     executor_model: str | None = None
     frozen_designer: str | None = None
     device: str = "cpu"
     dtype: str = "float32"
-    max_batch_size: int = 32
-    max_wait_ms: float = 5.0
-    backend_in_flight: int = 1
+    max_batch_size: PositiveInt = 32
+    max_wait_ms: NonNegativeFloat = 5.0
+    backend_in_flight: PositiveInt = 1
     continuous: bool = False
 
     host: str = "127.0.0.1"
-    port: int = 8000
-    api_key: str | None = None
-    served_model_name: str = DEFAULT_SERVED_NAME
-    max_request_bytes: int = 1_000_000
-    max_task_chars: int = 20_000
-    max_concurrent_requests: int = 16
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    api_key: Annotated[str, Field(min_length=8)] | None = None
+    served_model_name: Annotated[str, Field(min_length=1, pattern=r"^\S+$")] = DEFAULT_SERVED_NAME
+    max_request_bytes: PositiveInt = 1_000_000
+    max_task_chars: PositiveInt = 20_000
+    max_concurrent_requests: PositiveInt = 16
 
-    sandbox_workers: int = 4
-    script_timeout_s: float = 10.0
-    request_timeout_s: float = 300.0
-    max_designs: int = 4
-    max_executions: int = 4
-    max_tokens_cap: int = 4096
-    k_templates: int = 2
+    sandbox_workers: PositiveInt = 4
+    script_timeout_s: PositiveFloat = 10.0
+    request_timeout_s: PositiveFloat = 300.0
+    max_designs: PositiveInt = 4
+    max_executions: PositiveInt = 4
+    max_tokens_cap: PositiveInt = 4096
+    k_templates: NonNegativeInt = 2
     designer_sampling: SamplingConfig = field(default_factory=_default_designer_sampling)
     executor_sampling: SamplingConfig = field(default_factory=_default_executor_sampling)
-    judge_max_tokens: int = 256
+    judge_max_tokens: PositiveInt = 256
     record: str | None = None
-    graceful_timeout_s: float = 30.0
-    isolation: str = "auto"  # kernel isolation of model-written code: auto | landlock | namespaces | none
+    graceful_timeout_s: PositiveFloat = 30.0
+    # kernel isolation of model-written code (auto: the strongest available; none warns)
+    isolation: Literal["auto", "landlock", "namespaces", "none"] = "auto"
 
     def __post_init__(self) -> None:
-        from metaagent.execution.isolation import ISOLATION_MODES
-
-        if self.isolation not in ISOLATION_MODES:
-            raise ConfigError(f"--isolation must be one of {ISOLATION_MODES}, got {self.isolation!r}")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"--backend must be one of {BACKENDS}, got {self.backend!r}")
+        super().__post_init__()
         if self.backend == "openai" and not self.base_url:
             raise ConfigError("--backend openai needs --base-url (the upstream's API root, e.g. http://host:8001/v1)")
         if self.continuous and self.backend != "hf":
@@ -136,33 +136,11 @@ class ServeConfig:
             raise ConfigError(f"--base-url only applies to --backend openai (backend is {self.backend!r})")
         if not self.model and not (self.executor_model and (self.designer_model or self.frozen_designer)):
             raise ConfigError("--model is required (or both --designer-model and --executor-model)")
-        if not (0 < self.port < 65536):
-            raise ConfigError(f"--port must be in 1..65535, got {self.port}")
-        if self.api_key is not None and len(self.api_key) < 8:
-            raise ConfigError("--api-key must be at least 8 characters; use a long random string")
         if not is_loopback(self.host) and not self.api_key:
             raise ConfigError(
                 f"refusing to listen on {self.host!r} without an API key: anyone who can reach it could run "
                 f"teams on this machine. Pass --api-key (or set ${API_KEY_ENV}), or bind to 127.0.0.1"
             )
-        if not self.served_model_name or any(c.isspace() for c in self.served_model_name):
-            raise ConfigError(f"--served-model-name must be a non-empty name without spaces, got {self.served_model_name!r}")
-        positive_ints = (
-            "max_batch_size", "backend_in_flight", "max_request_bytes", "max_task_chars",
-            "max_concurrent_requests", "sandbox_workers", "max_designs", "max_executions",
-            "max_tokens_cap", "judge_max_tokens",
-        )  # fmt: skip
-        for name in positive_ints:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{flag(name)} must be a positive integer, got {value!r}")
-        for name in ("script_timeout_s", "request_timeout_s", "graceful_timeout_s"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{flag(name)} must be > 0 seconds, got {getattr(self, name)!r}")
-        if not self.max_wait_ms >= 0:
-            raise ConfigError(f"--max-wait-ms must be >= 0, got {self.max_wait_ms!r}")
-        if self.k_templates < 0:
-            raise ConfigError(f"--k-templates must be >= 0, got {self.k_templates}")
         for role in ("designer", "executor"):
             sampling = getattr(self, f"{role}_sampling")
             if sampling.max_tokens > self.max_tokens_cap:

@@ -10,7 +10,7 @@ negative log-likelihood of their assistant tokens::
 
 where ``c_i`` is the example's prompt through the chat template and ``o_i`` its assistant reply plus the
 end-of-turn token (:mod:`metaagent.sft.data`). The step's examples are split into micro-batches by a
-padded-token budget (``batch_tokens``) and each micro-batch's summed NLL is divided by the *step's* token
+padded-token budget (``micro_batch_tokens``) and each micro-batch's summed NLL is divided by the *step's* token
 count before ``backward()``, so the accumulated gradient is the gradient of ``L`` however the split falls.
 Log-probs come from the RL trainer's :func:`metaagent.train.logprobs.response_logprobs` at temperature 1
 (chunked LM head: never the B x T x V logits). AdamW, global grad-norm clipping, linear warmup then cosine
@@ -55,20 +55,27 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import ConfigError
 from metaagent.errors import MetaAgentError
+from metaagent.records import ROLES as KINDS  # an example trains the designer or an executor call
+from metaagent.train.optim import SCHEDULES, OptimizerConfig, autocast, lr_at, make_adamw
 
-SCHEDULES = ("cosine", "constant")
+__all__ = ["SFTConfig", "SFTError", "SFTTrainer", "epoch_order", "lr_at"]
+
 POLICY_KEY, ADAPTER_KEY = "policy", "adapter"
 #: settings that may differ between a run and its resumption (they do not change the trajectory)
 RESUME_MUTABLE = ("out", "save_every", "threads", "tensorboard", "resume", "keep_last")
 
 
 @dataclass
-class SFTConfig:
-    """One SFT run. Defaults suit LoRA on the embedded model on a CPU.
+class SFTConfig(OptimizerConfig):
+    """One SFT run. Defaults suit LoRA on the embedded model on a CPU. The optimizer fields (lr, betas,
+    weight_decay, grad_clip, schedule, warmup_steps, min_lr_ratio, micro_batch_tokens, logprob_chunk, ...)
+    are the one :class:`~metaagent.train.optim.OptimizerConfig` of the RL trainer, with SFT's defaults.
 
     Attributes:
         data: chat-messages JSONL files (``metaagent-distill`` output or any TRL-style conversational data).
@@ -77,7 +84,7 @@ class SFTConfig:
         epochs: passes over the data. max_steps caps the total number of optimizer steps.
         lr: peak learning rate (default 2e-4 with LoRA, 1e-5 for full fine-tuning).
         batch_size: examples per optimizer step.
-        batch_tokens: padded tokens (rows x longest) per forward/backward micro-batch.
+        micro_batch_tokens: padded tokens (rows x longest) per forward/backward micro-batch.
         max_len: examples longer than this (prompt + reply tokens) are dropped and counted.
         kinds: which example kinds to train on ("designer", "executor").
         lora_rank: 0 = full fine-tuning; > 0 = LoRA of this rank on ``lora_targets``.
@@ -89,78 +96,39 @@ class SFTConfig:
     data: list[str] = field(default_factory=list)
     model: str = "embedded"
     out: str = "runs/sft"
-    epochs: int = 1
-    max_steps: int | None = None
-    lr: float | None = None
-    batch_size: int = 8
-    batch_tokens: int = 4096
-    max_len: int = 1536
-    kinds: list[str] = field(default_factory=lambda: ["designer", "executor"])
+    epochs: PositiveInt = 1
+    max_steps: PositiveInt | None = None
+    lr: PositiveFloat | None = None  # peak learning rate; None: 2e-4 with LoRA, 1e-5 for full fine-tuning
+    batch_size: PositiveInt = 8
+    max_len: Annotated[int, Field(ge=2)] = 1536
+    kinds: list[Literal[KINDS]] = field(default_factory=lambda: list(KINDS))
     chat_template_kwargs: dict[str, Any] | None = None  # None: the template's default (Qwen3: no thinking)
-    lora_rank: int = 0
-    lora_alpha: float | None = None
-    lora_dropout: float = 0.0
+    lora_rank: NonNegativeInt = 0
+    lora_alpha: PositiveFloat | None = None
+    lora_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
     lora_targets: str = "all-linear"
-    schedule: str = "cosine"
-    warmup_steps: int = 0
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = 1.0
-    logprob_chunk: int = 256
-    save_every: int = 0
-    keep_last: int | None = None
+    schedule: Literal[SCHEDULES] = "cosine"  # learning rate after warmup: cosine to min_lr_ratio * lr, or constant
+    weight_decay: NonNegativeFloat = 0.0  # AdamW decoupled weight decay (none for SFT)
+    save_every: NonNegativeInt = 0
+    keep_last: PositiveInt | None = None
     seed: int = 0
     device: str = "cpu"
-    threads: int | None = None
+    threads: PositiveInt | None = None
     tensorboard: bool = False
 
     def __post_init__(self) -> None:
-        from metaagent.sft.data import KINDS
-
+        super().__post_init__()
         self.data = [str(p) for p in self.data]
         self.kinds = list(self.kinds)
-        self.betas = tuple(self.betas)  # type: ignore[assignment]
         if self.lr is None:
             self.lr = 2e-4 if self.lora_rank > 0 else 1e-5
         if self.lora_alpha is None:
             self.lora_alpha = 2.0 * self.lora_rank
-        checks = [
-            (self.epochs >= 1, f"--epochs must be >= 1, got {self.epochs}"),
-            (
-                self.max_steps is None or self.max_steps >= 1,
-                f"--max-steps must be >= 1, got {self.max_steps}",
-            ),
-            (self.lr > 0, f"--lr must be > 0, got {self.lr}"),
-            (self.batch_size >= 1, f"--batch-size must be >= 1 example, got {self.batch_size}"),
-            (self.batch_tokens >= 1, f"--batch-tokens must be >= 1, got {self.batch_tokens}"),
-            (self.max_len >= 2, f"--max-len must be >= 2 tokens, got {self.max_len}"),
-            (
-                bool(self.kinds) and set(self.kinds) <= set(KINDS),
-                f"--kinds must be a non-empty subset of {KINDS}, got {self.kinds}",
-            ),
-            (self.lora_rank >= 0, f"--lora-rank must be >= 0 (0 = full fine-tuning), got {self.lora_rank}"),
-            (0.0 <= self.lora_dropout < 1.0, f"--lora-dropout must be in [0, 1), got {self.lora_dropout}"),
-            (self.schedule in SCHEDULES, f"--schedule must be one of {SCHEDULES}, got {self.schedule!r}"),
-            (self.warmup_steps >= 0, f"--warmup-steps must be >= 0, got {self.warmup_steps}"),
-            (0.0 <= self.min_lr_ratio <= 1.0, f"--min-lr-ratio must be in [0, 1], got {self.min_lr_ratio}"),
-            (self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}"),
-            (self.grad_clip > 0, f"--grad-clip must be > 0, got {self.grad_clip}"),
-            (self.logprob_chunk >= 1, f"logprob_chunk must be >= 1, got {self.logprob_chunk}"),
-            (self.save_every >= 0, f"--save-every must be >= 0 (0 = only at exit), got {self.save_every}"),
-            (
-                self.keep_last is None or self.keep_last >= 1,
-                f"--keep-last must be >= 1, got {self.keep_last}",
-            ),
-            (self.threads is None or self.threads >= 1, f"--threads must be >= 1, got {self.threads}"),
-            (
-                not self.data or all(Path(p).is_file() for p in self.data),
-                f"--data files not found: {[p for p in self.data if not Path(p).is_file()]}",
-            ),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise ConfigError(message)
+        if not self.kinds:
+            raise ConfigError(f"--kinds must be a non-empty subset of {KINDS}, got {self.kinds}")
+        missing = [p for p in self.data if not Path(p).is_file()]
+        if missing:
+            raise ConfigError(f"--data files not found: {missing}")
         if not self.data:
             raise ConfigError("--data needs at least one JSONL file, e.g. sft_data/designer.jsonl")
 
@@ -168,19 +136,6 @@ class SFTConfig:
         d = asdict(self)
         d["betas"] = list(self.betas)
         return d
-
-
-def lr_at(step: int, total_steps: int, cfg: SFTConfig) -> float:
-    """Learning rate of optimizer step ``step`` (0-based): linear warmup, then cosine or constant."""
-    base = float(cfg.lr)  # type: ignore[arg-type]
-    if step < cfg.warmup_steps:
-        return base * (step + 1) / cfg.warmup_steps
-    if cfg.schedule == "constant":
-        return base
-    span = max(1, total_steps - cfg.warmup_steps - 1)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    floor = base * cfg.min_lr_ratio
-    return floor + (base - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
@@ -223,12 +178,7 @@ class SFTTrainer:
         if cfg.lora_rank > 0:
             self.model = _with_lora(self.model, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.params,
-            lr=float(cfg.lr),
-            betas=cfg.betas,
-            weight_decay=cfg.weight_decay,  # type: ignore[arg-type]
-        )
+        self.optimizer = make_adamw(self.params, cfg)
         self.samples = build_sft_samples(
             read_chat_jsonl(cfg.data),
             self.tokenizer,
@@ -324,11 +274,12 @@ class SFTTrainer:
         nll_sum: Counter[str] = Counter()
         tokens: Counter[str] = Counter()
         padded = 0
-        for mb in micro_batches(batch, self.config.batch_tokens):
+        for mb in micro_batches(batch, self.config.micro_batch_tokens):
             data = {k: v.to(self.config.device) for k, v in collate(mb, self.pad_id).items()}
-            logp, _ = response_logprobs(
-                self.model, data, chunk_size=self.config.logprob_chunk
-            )  # (B, R), T = 1
+            with autocast(self.config, torch.device(self.config.device).type):
+                logp, _ = response_logprobs(
+                    self.model, data, chunk_size=self.config.logprob_chunk
+                )  # (B, R), T = 1
             mask = data["response_mask"]  # (B, R)
             nll = -(logp * mask).sum(dim=1)  # (B,) summed NLL per example
             (nll.sum() / n_tokens).backward()

@@ -7,27 +7,29 @@ command line as ``section.field=value`` (e.g. ``rollout.m_designs=4``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from metaagent.config import ConfigError, load_config, to_dict
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+
+from metaagent.config import Checked, ConfigError, load_config, to_dict
 from metaagent.execution.isolation import ExecutionConfig
+from metaagent.rewards.coach import CoachConfig
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
+from metaagent.train.optim import LOSS_AGG_MODES, POLICY_LOSSES, LossConfig, OptimizerConfig  # noqa: F401
 
 BACKENDS = ("hf", "vllm", "openai")
 WEIGHTS = ("shared", "separate")
 TRAIN_BACKENDS = ("local", "verl")
 SCHEDULE_MODES = ("stagewise", "coupled", "designer_only", "executor_only")
 EXECUTOR_GROUPS = ("question", "design")
-#: verl 0.9's POLICY_LOSS_REGISTRY (bypass_mode needs rollout importance weights: not offered)
-POLICY_LOSSES = (
-    "vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo",
-)
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+EXECUTOR_UNITS = ("call", "execution")
+STAGE_SWITCHES = ("keep", "reset")
+# LOSS_AGG_MODES and POLICY_LOSSES are re-exported for older imports; their home is metaagent.train.optim
 
 
 @dataclass
-class PolicyConfig:
+class PolicyConfig(Checked):
     """Which models play which role.
 
     ``weights: shared`` — one model is designer and executor (the paper's main setting).
@@ -38,15 +40,15 @@ class PolicyConfig:
     """
 
     model: str = "embedded"
-    weights: str = "shared"
+    weights: Literal[WEIGHTS] = "shared"
     designer_model: str | None = None
     executor_model: str | None = None
     role_models: dict[str, str] = field(default_factory=dict)
-    backend: str = "hf"
+    backend: Literal[BACKENDS] = "hf"
     device: str = "cpu"
     dtype: str = "float32"
-    max_batch_size: int = 32
-    max_wait_s: float = 0.005
+    max_batch_size: PositiveInt = 32
+    max_wait_s: Annotated[float, Field(ge=0)] = 0.005
     # continuous batching: new agent calls join the running batch between decode steps (benchmarks/rollout.py:
     # 0.94 of direct batched generation vs 0.80 static); off by default because batch composition then
     # depends on timing, so rollouts are not bit-reproducible across runs
@@ -58,10 +60,7 @@ class PolicyConfig:
     api_key_env: str = "OPENAI_API_KEY"
 
     def __post_init__(self) -> None:
-        if self.weights not in WEIGHTS:
-            raise ConfigError(f"policy.weights must be one of {WEIGHTS}, got {self.weights!r}")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"policy.backend must be one of {BACKENDS}, got {self.backend!r}")
+        super().__post_init__()
         if self.weights == "shared" and (self.designer_model or self.executor_model):
             raise ConfigError(
                 "policy.designer_model/executor_model need policy.weights=separate; with shared weights set "
@@ -69,8 +68,6 @@ class PolicyConfig:
             )
         if self.backend == "openai" and not self.base_url:
             raise ConfigError("policy.backend=openai needs policy.base_url (the OpenAI-compatible endpoint)")
-        if self.max_batch_size < 1:
-            raise ConfigError(f"policy.max_batch_size must be >= 1, got {self.max_batch_size}")
 
     def model_for(self, role: str) -> str:
         if self.weights == "separate":
@@ -79,54 +76,46 @@ class PolicyConfig:
 
 
 @dataclass
-class DataConfig:
+class DataConfig(Checked):
     """Training/validation tasks and the per-batch domain mixture (paper: batch 8, half math, half code)."""
 
     train: list[dict[str, Any]] = field(default_factory=lambda: [{"source": "bundled", "split": "train"}])
     val: list[dict[str, Any]] = field(default_factory=lambda: [{"source": "bundled", "split": "val"}])
-    batch_size: int = 8
-    math_fraction: float = 0.5
+    batch_size: PositiveInt = 8
+    math_fraction: Annotated[float, Field(ge=0, le=1)] = 0.5
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise ConfigError(f"data.batch_size must be >= 1, got {self.batch_size}")
-        if not 0.0 <= self.math_fraction <= 1.0:
-            raise ConfigError(f"data.math_fraction must be in [0, 1], got {self.math_fraction}")
+        super().__post_init__()
         if not self.train:
             raise ConfigError("data.train must list at least one dataset, e.g. [{source: bundled, split: train}]")
 
 
 @dataclass
-class DynamicSamplingConfig:
+class DynamicSamplingConfig(Checked):
     """DAPO's dynamic sampling (metaagent.train.dynamic_sampling): drop trees without an informative group
     of a trained role and draw fresh tasks until the batch holds the full number of informative groups per
     role, at most ``max_extra_tasks`` extra tasks (full M x N trees) per step. Off: zero-variance groups stay
     in the batch with advantage 0 (masked with ``algo.filter_zero_var``)."""
 
     enabled: bool = False
-    max_extra_tasks: int = 16
-
-    def __post_init__(self) -> None:
-        if self.max_extra_tasks < 0:
-            raise ConfigError(f"algo.dynamic_sampling.max_extra_tasks must be >= 0, got {self.max_extra_tasks}")
+    max_extra_tasks: NonNegativeInt = 16
 
 
 @dataclass
-class AlgoConfig:
+class AlgoConfig(Checked):
     """Credit assignment (paper Eq. 4–7)."""
 
     estimator: str = "hierarchical"  # any name in metaagent.credit's registry (list_estimators())
     options: dict[str, Any] = field(default_factory=dict)  # keyword options of other estimators
-    eps: float = 1e-6
-    executor_group: str = "question"
-    executor_unit: str = "call"  # "call" (Eq. 6-7: each agent call is a group member) | "execution"
+    eps: PositiveFloat = 1e-6
+    executor_group: Literal[EXECUTOR_GROUPS] = "question"
+    executor_unit: Literal[EXECUTOR_UNITS] = "call"  # "call" (Eq. 6-7: each agent call is a group member) | "execution"
     norm_by_std: bool = True
     filter_zero_var: bool = False
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
 
     def __post_init__(self) -> None:
-        if self.executor_unit not in ("call", "execution"):
-            raise ConfigError(f"algo.executor_unit must be one of ('call', 'execution'), got {self.executor_unit!r}")
+        super().__post_init__()
         from metaagent.credit import CreditError, check_options, list_estimators
 
         if self.estimator not in list_estimators():
@@ -135,82 +124,50 @@ class AlgoConfig:
             check_options(self.estimator, dict(self.options))
         except CreditError as e:
             raise ConfigError(f"algo.options: {e}") from None
-        if self.executor_group not in EXECUTOR_GROUPS:
-            raise ConfigError(f"algo.executor_group must be one of {EXECUTOR_GROUPS}, got {self.executor_group!r}")
-        if self.eps <= 0:
-            raise ConfigError(f"algo.eps must be > 0, got {self.eps}")
 
 
 @dataclass
-class ScheduleConfig:
+class ScheduleConfig(Checked):
     """Which role is trained at each step (paper Eq. 9): stagewise alternation every ``stage_len`` steps."""
 
-    mode: str = "stagewise"
-    stage_len: int = 30
-
-    def __post_init__(self) -> None:
-        if self.mode not in SCHEDULE_MODES:
-            raise ConfigError(f"schedule.mode must be one of {SCHEDULE_MODES}, got {self.mode!r}")
-        if self.stage_len < 1:
-            raise ConfigError(f"schedule.stage_len must be >= 1, got {self.stage_len}")
+    mode: Literal[SCHEDULE_MODES] = "stagewise"
+    stage_len: PositiveInt = 30
 
 
 @dataclass
-class OptimConfig:
-    """PPO-clip / GRPO update (paper Eq. 2–3) and AdamW."""
+class OptimConfig(LossConfig, OptimizerConfig):
+    """The ``optim`` section: the one optimizer config (:class:`~metaagent.train.optim.OptimizerConfig`:
+    AdamW, grad clip, micro-batches, LR schedule) and the one loss config
+    (:class:`~metaagent.train.optim.LossConfig`: PPO-clip / GRPO, paper Eq. 2-3), plus what only RL training
+    needs. Every field is a flat YAML key (``optim.lr``, ``optim.clip_low``, ...)."""
 
-    lr: float = 5e-6
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.01  # verl's AdamW default
-    grad_clip: float = 1.0
-    clip_low: float = 0.2  # eps of Eq. 2; not stated in the paper: PPO's and verl's 0.2
-    clip_high: float = 0.2
-    dual_clip: bool = False  # verl's dual clip at clip_ratio_c (not in Eq. 2)
-    clip_ratio_c: float = 3.0
-    policy_loss: str = "vanilla"  # any name in verl's policy-loss registry (vanilla, gspo, cispo, ...)
-    loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 2's 1/|G| sum over trajectories; verl: token-mean
-    stage_switch: str = "keep"  # "keep" | "reset": clear AdamW moments at each stage boundary (Eq. 9)
+    stage_switch: Literal[STAGE_SWITCHES] = "keep"  # "keep" | "reset": clear AdamW moments at each stage boundary (Eq. 9)
     # train on the preference pairs the records carry (evaluation-aligned credit's failure route) with the DPO
     # loss, beside PPO-clip; loads a frozen reference model
     dpo: bool = False
-    dpo_beta: float = 0.1
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0  # entropy bonus (verl: entropy_coeff); 0 as in the paper
-    micro_batch_tokens: int = 4096
-    logprob_chunk: int = 256
-    autocast: str | None = None  # "bfloat16" autocasts forward passes; master weights stay fp32 (no fp16: no scaler)
-    max_prompt_tokens: int = 4096
-    max_response_tokens: int = 2048
+    dpo_beta: PositiveFloat = 0.1
+    max_prompt_tokens: PositiveInt = 4096
+    max_response_tokens: PositiveInt = 2048
 
-    def __post_init__(self) -> None:
-        if self.lr <= 0:
-            raise ConfigError(f"optim.lr must be > 0, got {self.lr}")
-        if self.clip_low <= 0 or self.clip_high <= 0:
-            raise ConfigError("optim.clip_low and optim.clip_high must be > 0 (default 0.2; the paper does not state eps)")
-        if self.loss_agg_mode not in LOSS_AGG_MODES:
-            raise ConfigError(f"optim.loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}")
-        if self.stage_switch not in ("keep", "reset"):
-            raise ConfigError(f"optim.stage_switch must be one of ('keep', 'reset'), got {self.stage_switch!r}")
-        if self.policy_loss not in POLICY_LOSSES:
-            raise ConfigError(f"optim.policy_loss must be one of verl's {POLICY_LOSSES}, got {self.policy_loss!r}")
-        if self.kl_coef < 0 or self.entropy_coef < 0:
-            raise ConfigError(f"optim.kl_coef and optim.entropy_coef must be >= 0, got {self.kl_coef}, {self.entropy_coef}")
-        if self.autocast not in (None, "bfloat16"):
-            raise ConfigError(f"optim.autocast must be null or bfloat16, got {self.autocast!r}")
-        if self.micro_batch_tokens < 1 or self.logprob_chunk < 1:
-            raise ConfigError("optim.micro_batch_tokens and optim.logprob_chunk must be >= 1")
+    def optimizer(self) -> OptimizerConfig:
+        """The optimizer part alone."""
+        return OptimizerConfig(**{f: getattr(self, f) for f in OptimizerConfig.__dataclass_fields__})
+
+    def loss(self) -> LossConfig:
+        """The loss part alone."""
+        return LossConfig(**{f: getattr(self, f) for f in LossConfig.__dataclass_fields__})
 
 
 @dataclass
-class TrainerConfig:
+class TrainerConfig(Checked):
     """Loop, logging and checkpoints."""
 
-    steps: int = 300
+    steps: NonNegativeInt = 300
     seed: int = 0
     out: str = "runs/metaagent"
-    backend: str = "local"
-    save_every: int = 30
-    val_every: int = 0  # 0 = no validation
+    backend: Literal[TRAIN_BACKENDS] = "local"
+    save_every: NonNegativeInt = 30  # 0 = only at the end
+    val_every: NonNegativeInt = 0  # 0 = no validation
     val_tasks: int = 16
     val_repeats: int = 1
     val_greedy: bool = True
@@ -222,12 +179,7 @@ class TrainerConfig:
     show_samples: bool = True  # print a designer script and an agent reply each step
 
     def __post_init__(self) -> None:
-        if self.steps < 0:
-            raise ConfigError(f"trainer.steps must be >= 0, got {self.steps}")
-        if self.backend not in TRAIN_BACKENDS:
-            raise ConfigError(f"trainer.backend must be one of {TRAIN_BACKENDS}, got {self.backend!r}")
-        if self.save_every < 0 or self.val_every < 0:
-            raise ConfigError("trainer.save_every and trainer.val_every must be >= 0 (0 disables)")
+        super().__post_init__()
         from metaagent.train.trackers import LOGGERS
 
         bad = [n for n in self.loggers if n not in LOGGERS]
@@ -257,9 +209,16 @@ class TrainConfig:
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)  # isolation of model-written code
     # evaluation-aligned credit's post-rollout stage (seed 002); used when algo.estimator is eval_aligned
     eval_aligned: EvalAlignedConfig = field(default_factory=EvalAlignedConfig)
+    # MAPPA's coach: a judge that scores every agent action after each training execution (metaagent.rewards.coach)
+    coach: CoachConfig = field(default_factory=CoachConfig)
 
     def __post_init__(self) -> None:
         self.reward_config()  # validate now, not at step 1
+        if self.algo.estimator == "mappa" and self.coach.backend is None:
+            raise ConfigError(
+                "algo.estimator=mappa trains on coach scores: set coach.backend (openai, hf or rule; see "
+                "configs/mappa_mathchat.yaml and configs/mappa_tiny.yaml)"
+            )
         if self.rollout.frozen_designer and self.schedule.mode in ("designer_only",):
             raise ConfigError(
                 "rollout.frozen_designer leaves no designer samples to train; use schedule.mode=executor_only"

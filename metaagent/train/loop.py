@@ -88,6 +88,7 @@ class TrainLoop:
     """
 
     backend = "local"
+    supports_token_advantages = False  # the update trains on Sample.token_advantages (token-stage estimators)
     config: TrainConfig
     engine: RolloutEngine
     logger: MetricsLogger
@@ -137,6 +138,13 @@ class TrainLoop:
     ) -> None:
         """Restore ``checkpoint`` (or write run.json and config.yaml), then start the engine and the log."""
         cfg = self.config
+        from metaagent.credit import get_token_stage
+
+        if get_token_stage(cfg.algo.estimator) is not None and not self.supports_token_advantages:
+            raise TrainError(
+                f"algo.estimator={cfg.algo.estimator} computes per-token advantages, which the {self.backend} backend "
+                "does not train on yet; use trainer.backend=local"
+            )
         self.start_step = 0
         if checkpoint is not None:
             self.start_step = self._restore(checkpoint)
@@ -146,6 +154,11 @@ class TrainLoop:
             (self.run_dir / "run.json").write_text(json.dumps(run_info, indent=2))
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         self.run_id = run_info["run_id"]
+        self.coach = None
+        if cfg.coach.backend is not None:
+            from metaagent.rewards.coach import Coach
+
+            self.coach = Coach(cfg.coach)
         self.engine = RolloutEngine(
             designer=designer,
             executor=executor,
@@ -154,6 +167,7 @@ class TrainLoop:
             run_id=self.run_id,
             record_config=cfg.to_dict(),
             observer=observer or RolloutObserver(),
+            turn_scorer=self.coach.score_execution if self.coach is not None else None,
         )
         self.logger = MetricsLogger(
             self.run_dir,
@@ -225,6 +239,23 @@ class TrainLoop:
         """``optim.stage_switch: reset``: forget the optimizer moments at a stage boundary (backend-specific)."""
         raise NotImplementedError(f"{type(self).__name__} does not support optim.stage_switch=reset")
 
+    def _ref_logprobs(self, samples: Any) -> list[list[float]]:
+        """Reference log-probs of every response token of ``samples`` (the pre-pass of token stages)."""
+        raise TrainError(
+            f"the {self.backend} backend has no reference pre-pass: algo.estimator={self.config.algo.estimator} "
+            "with a KL term in the reward runs on the local backend (or set its beta to 0)"
+        )
+
+    def _model_key(self, sample: Any) -> str:
+        """The physical model that trains ``sample`` (per-model normalisation of token stages)."""
+        return "policy"
+
+    def _token_stage_needs_ref(self) -> bool:
+        from metaagent.credit import get_token_stage
+
+        stage = get_token_stage(self.config.algo.estimator)
+        return stage is not None and stage.needs_ref(self._credit_options())
+
     def _check_samples(self, trees: list[RolloutTree], samples: Any) -> dict[str, Any]:
         """Extra consistency metrics of a backend (default none)."""
         return {}
@@ -291,8 +322,9 @@ class TrainLoop:
         )
 
     def train_step(self, step: int) -> StepResult:
-        from metaagent.credit import assign_credit
+        from metaagent.credit import assign_credit, get_token_stage
         from metaagent.train.models import temperatures
+        from metaagent.train.token_stage import apply_token_stage
         from metaagent.train.samples import build_pair_samples, build_samples
 
         cfg = self.config
@@ -307,6 +339,11 @@ class TrainLoop:
             trees, sampling_metrics = self._dynamic_sampling(trees, step, active)
         t_rollout = time.perf_counter() - t_start
         post_metrics = self._post_rollout(trees)
+        coach: dict[str, Any] = {}
+        if self.coach is not None:
+            from metaagent.rewards.coach import coach_metrics
+
+            coach = {**self.coach.take_metrics(), **coach_metrics(trees)}
 
         credit = assign_credit(trees, cfg.algo.estimator, **self._credit_options())
         with TreeWriter(self._rollout_path(step), truncate=True) as w:
@@ -320,6 +357,11 @@ class TrainLoop:
             max_prompt_len=cfg.optim.max_prompt_tokens,
             max_response_len=cfg.optim.max_response_tokens,
         )
+        token_stage = get_token_stage(cfg.algo.estimator)
+        if token_stage is not None:  # per-token advantages after a reference pre-pass over the whole batch
+            samples = apply_token_stage(
+                samples, token_stage, self._credit_options(), ref_logprobs=self._ref_logprobs, group_of=self._model_key
+            )
         checks = self._check_samples(trees, samples)
         t_update = time.perf_counter()
         switched = step > 0 and self.schedule.stage(step - 1).index != stage.index
@@ -338,6 +380,7 @@ class TrainLoop:
             "schedule/switched": float(switched),
             **rollout_metrics(trees),
             **sampling_metrics,
+            **coach,
             **credit.metrics,
             **post_metrics,
             **checks,
@@ -346,6 +389,7 @@ class TrainLoop:
             "time/rollout_s": t_rollout,
             "time/design_s": max((t.timings.get("design_s", 0.0) for t in trees), default=0.0),
             "time/reward_s": sum(t.timings.get("reward_s", 0.0) for t in trees),
+            **({"time/judge_s": sum(t.timings.get("judge_s", 0.0) for t in trees)} if self.coach is not None else {}),
             "time/update_s": t_end - t_update,
             "time/step_s": t_end - t_start,
         }
@@ -406,6 +450,9 @@ class TrainLoop:
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.close()
+        coach = getattr(self, "coach", None)
+        if coach is not None:
+            coach.close()
 
     def __enter__(self):
         return self

@@ -38,16 +38,9 @@ import torch
 
 from metaagent.errors import MetaAgentError
 
-from .config import POLICY_LOSSES
+from .optim import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSSES, LossConfig
 
-LOSS_AGG_MODES = (
-    "token-mean",
-    "token-sum",
-    "seq-mean-token-sum",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum-norm",
-)
-KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k1+", "k3+", "low_var_kl+")
+__all__ = ["KL_TYPES", "LOSS_AGG_MODES", "POLICY_LOSSES", "LossConfig", "GlobalBatch", "policy_loss", "dpo_loss"]
 
 #: metrics that are this micro-batch's share of a whole-batch quantity: add them over micro-batches
 SUMMED_METRICS = frozenset({"train/loss", "train/pg_loss", "train/kl_loss", "train/entropy_loss"})
@@ -67,40 +60,6 @@ def _verl() -> Any:
     from verl.workers.config import ActorConfig
 
     return core_algos, ActorConfig
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """PPO-clip settings. ``clip_low``/``clip_high`` are the ``eps`` of Eq. 2 below/above 1; the paper does
-    not state eps, 0.2 is this project's choice (PPO's and verl's default)."""
-
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages, used when dual_clip (verl default 3)
-    dual_clip: bool = False  # verl's dual clip (not in Eq. 2)
-    policy_loss: str = "vanilla"  # a name in verl's policy-loss registry
-    loss_agg_mode: str = "seq-mean-token-mean"  # Eq. 2: 1/|G| sum over trajectories
-    kl_coef: float = 0.0
-    kl_type: str = "low_var_kl"
-    entropy_coef: float = 0.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.clip_low < 1:
-            raise LossError(f"clip_low must be in (0, 1), got {self.clip_low} (default 0.2)")
-        if not self.clip_high > 0:
-            raise LossError(f"clip_high must be > 0, got {self.clip_high} (default 0.2)")
-        if self.policy_loss not in POLICY_LOSSES:
-            raise LossError(f"policy_loss must be one of verl's {POLICY_LOSSES}, got {self.policy_loss!r}")
-        if not self.clip_ratio_c > 1:
-            raise LossError(f"clip_ratio_c must be > 1 (dual-clip lower bound), got {self.clip_ratio_c}")
-        if self.loss_agg_mode not in LOSS_AGG_MODES:
-            raise LossError(f"loss_agg_mode must be one of {LOSS_AGG_MODES}, got {self.loss_agg_mode!r}")
-        if self.kl_type not in KL_TYPES:
-            raise LossError(f"kl_type must be one of {KL_TYPES}, got {self.kl_type!r}")
-        if not self.kl_coef >= 0:
-            raise LossError(f"kl_coef must be >= 0 (0 = no KL term), got {self.kl_coef}")
-        if not self.entropy_coef >= 0:
-            raise LossError(f"entropy_coef must be >= 0 (0 = no entropy bonus), got {self.entropy_coef}")
 
 
 @dataclass(frozen=True)

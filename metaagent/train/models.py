@@ -117,37 +117,26 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
     return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys)
 
 
-def make_updaters(models: ModelSet, optim: OptimConfig) -> dict[str, Any]:
-    """One PolicyUpdater (own AdamW) per physical model."""
-    from metaagent.train.update import PolicyUpdater, UpdateConfig
+def make_updaters(
+    models: ModelSet, optim: OptimConfig, total_steps: int | None = None, *, need_ref: bool = False
+) -> dict[str, Any]:
+    """One PolicyUpdater (own AdamW) per physical model; ``optim`` is the one optimizer + loss config. Each gets
+    a frozen reference copy when the loss needs one (``kl_coef > 0``, DPO) or ``need_ref`` (a token stage that
+    puts the KL into the reward)."""
+    from metaagent.train.update import PolicyUpdater, UpdateOptions
 
     updaters = {}
     for key, model in models.models.items():
-        pad_id = models.tokenizers[key].pad_token_id or 0
-        cfg = UpdateConfig(
-            lr=optim.lr,
-            betas=tuple(optim.betas),
-            weight_decay=optim.weight_decay,
-            grad_clip=optim.grad_clip,
-            clip_low=optim.clip_low,
-            clip_high=optim.clip_high,
-            dual_clip=optim.dual_clip,
-            clip_ratio_c=optim.clip_ratio_c,
-            policy_loss=optim.policy_loss,
-            loss_agg_mode=optim.loss_agg_mode,
-            micro_batch_tokens=optim.micro_batch_tokens,
-            autocast_dtype=optim.autocast,
-            kl_coef=optim.kl_coef,
-            entropy_coef=optim.entropy_coef,
-            logprob_chunk_size=optim.logprob_chunk,
-            pad_id=pad_id,
-        )
+        options = UpdateOptions(pad_id=models.tokenizers[key].pad_token_id or 0)
         ref = None
-        if optim.kl_coef > 0 or optim.dpo:
+        if optim.kl_coef > 0 or optim.dpo or need_ref:
             from metaagent.policy.models import load_model_and_tokenizer
 
             ref, _ = load_model_and_tokenizer(models.paths[key], dtype="float32", device=str(model.device))
-        updaters[key] = PolicyUpdater(model, ref_model=ref, config=cfg)
+        updaters[key] = PolicyUpdater(
+            model, ref_model=ref, optim=optim.optimizer(), loss=optim.loss(), options=options,
+            total_steps=total_steps,
+        )  # fmt: skip
     return updaters
 
 

@@ -31,6 +31,7 @@ class Trainer(TrainLoop):
     """
 
     backend = "local"
+    supports_token_advantages = True
 
     def __init__(self, config: TrainConfig, *, resume: str | bool | None = None, observer: RolloutObserver | None = None):
         from metaagent.train.models import load_models, make_updaters
@@ -38,7 +39,9 @@ class Trainer(TrainLoop):
         self._init_data(config, resume)
         checkpoint = self._find_checkpoint(resume)
         self.models = load_models(config.policy)
-        self.updaters = make_updaters(self.models, config.optim)
+        self.updaters = make_updaters(
+            self.models, config.optim, total_steps=config.trainer.steps, need_ref=self._token_stage_needs_ref()
+        )
         self._open_run(checkpoint, designer=self.models.designer, executor=self.models.executor(), observer=observer)
 
     def _model_ids(self) -> dict[str, str]:
@@ -65,6 +68,16 @@ class Trainer(TrainLoop):
     def _reset_optimizer_moments(self) -> None:
         for updater in self.updaters.values():
             updater.reset_moments()
+
+    def _ref_logprobs(self, samples: Any) -> list[list[float]]:
+        from metaagent.train.update import ref_logprobs_routed
+
+        return ref_logprobs_routed(self.updaters, samples, self.models.role_to_key)
+
+    def _model_key(self, sample: Any) -> str:
+        from metaagent.train.samples import model_key
+
+        return model_key(sample, self.models.role_to_key)
 
     def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
         from metaagent.train.update import update_routed

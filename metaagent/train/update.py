@@ -26,19 +26,20 @@ import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 
+from metaagent.config import Checked
 from metaagent.errors import MetaAgentError
 
-from .logprobs import DEFAULT_CHUNK_SIZE, naive_response_logprobs, response_logprobs
-from .losses import SUMMED_METRICS, GlobalBatch, LossConfig, dpo_loss, policy_loss
+from .logprobs import naive_response_logprobs, response_logprobs
+from .losses import SUMMED_METRICS, GlobalBatch, dpo_loss, policy_loss
+from .optim import LossConfig, OptimizerConfig, autocast, lr_at, make_adamw
 from .samples import PairSample, RoleToModel, Sample, collate, micro_batches, route_samples
 from .schedule import ROLES, active_role_set
 
-AUTOCAST_DTYPES = {"bfloat16": torch.bfloat16}
 LOGPROB_IMPLS = ("chunked", "naive")  # "naive": the full-logits reference, for tests and benchmarks only
 
 
@@ -47,68 +48,24 @@ class UpdateError(MetaAgentError, ValueError):
 
 
 @dataclass
-class UpdateConfig:
-    """Optimizer and loss settings of one physical model (paper §4.1: lr 5e-6; verl defaults otherwise)."""
+class UpdateOptions(Checked):
+    """How the updater computes (not what it optimises): the log-prob implementation and memory switches."""
 
-    lr: float = 5e-6
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.01
-    adam_eps: float = 1e-8
-    grad_clip: float = 1.0
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    clip_ratio_c: float = 3.0
-    dual_clip: bool = False
-    policy_loss: str = "vanilla"
-    loss_agg_mode: str = "seq-mean-token-mean"
-    micro_batch_tokens: int = 8192  # padded tokens (rows x longest prompt+response) per forward pass
-    autocast_dtype: str | None = None  # None (fp32) or "bfloat16"
-    kl_coef: float = 0.0
-    kl_type: str = "low_var_kl"
-    entropy_coef: float = 0.0
-    logprob_chunk_size: int = DEFAULT_CHUNK_SIZE  # response tokens per LM-head chunk
-    logprob_impl: str = "chunked"  # or "naive" (full B x L x V logits; reference for benchmarks)
+    logprob_impl: Literal[LOGPROB_IMPLS] = "chunked"  # or "naive" (full B x L x V logits; reference for benchmarks)
     compute_entropy: bool = True  # log train/entropy (detached, chunked)
     gradient_checkpointing: bool = False  # recompute decoder layers in backward (long sequences)
     pad_id: int = 0
-    loss: LossConfig = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        self.betas = tuple(self.betas)  # type: ignore[assignment]
-        if not self.lr > 0:
-            raise UpdateError(f"lr must be > 0, got {self.lr} (paper: 5e-6)")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise UpdateError(f"betas must be two numbers in [0, 1), got {self.betas}")
-        if not self.weight_decay >= 0 or not self.adam_eps > 0:
-            raise UpdateError(
-                f"weight_decay must be >= 0 and adam_eps > 0, got {self.weight_decay}, {self.adam_eps}"
-            )
-        if not self.grad_clip > 0:
-            raise UpdateError(f"grad_clip must be > 0 (max global grad norm), got {self.grad_clip}")
-        if self.micro_batch_tokens < 1 or self.logprob_chunk_size < 1:
-            raise UpdateError("micro_batch_tokens and logprob_chunk_size must be >= 1")
-        if self.logprob_impl not in LOGPROB_IMPLS:
-            raise UpdateError(f"logprob_impl must be one of {LOGPROB_IMPLS}, got {self.logprob_impl!r}")
-        if self.autocast_dtype is not None and self.autocast_dtype not in AUTOCAST_DTYPES:
-            raise UpdateError(
-                f"autocast_dtype must be None or one of {list(AUTOCAST_DTYPES)}, got {self.autocast_dtype!r}"
-            )
-        self.loss = LossConfig(
-            clip_low=self.clip_low,
-            clip_high=self.clip_high,
-            clip_ratio_c=self.clip_ratio_c,
-            dual_clip=self.dual_clip,
-            policy_loss=self.policy_loss,
-            loss_agg_mode=self.loss_agg_mode,
-            kl_coef=self.kl_coef,
-            kl_type=self.kl_type,
-            entropy_coef=self.entropy_coef,
-        )
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("loss")
-        return d
+def _split_settings(settings: dict[str, Any]) -> tuple[OptimizerConfig, LossConfig, UpdateOptions]:
+    groups = (OptimizerConfig, LossConfig, UpdateOptions)
+    known = {name for cls in groups for name in cls.__dataclass_fields__}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise UpdateError(f"unknown updater setting(s) {unknown}; known: {sorted(known)}")
+    return tuple(  # type: ignore[return-value]
+        cls(**{k: v for k, v in settings.items() if k in cls.__dataclass_fields__}) for cls in groups
+    )
 
 
 def _check_fp32(model: torch.nn.Module, name: str) -> None:
@@ -116,7 +73,7 @@ def _check_fp32(model: torch.nn.Module, name: str) -> None:
     if bad:
         raise UpdateError(
             f"{name} has {sorted(bad)} parameters; the updater keeps fp32 master weights: load it with "
-            "dtype=torch.float32 and use autocast_dtype='bfloat16' for bf16 compute"
+            "dtype=torch.float32 and use autocast='bfloat16' for bf16 compute"
         )
 
 
@@ -126,7 +83,12 @@ class PolicyUpdater:
     Args:
         model: a Hugging Face causal LM with fp32 parameters.
         ref_model: frozen reference model for the KL term (required when ``kl_coef > 0``).
-        config: an :class:`UpdateConfig`; or give its fields as keyword arguments.
+        optim: the :class:`~metaagent.train.optim.OptimizerConfig` (AdamW, clipping, micro-batches, schedule).
+        loss: the :class:`~metaagent.train.optim.LossConfig` (Eq. 2-3 PPO-clip, KL, entropy).
+        options: :class:`UpdateOptions` (log-prob implementation, pad id, checkpointing).
+        total_steps: the run's optimizer steps, for a cosine ``optim.schedule`` (the learning rate of step
+            ``s`` is :func:`~metaagent.train.optim.lr_at`, ``s`` counting this updater's optimizer steps).
+        **settings: instead of the three configs, any of their fields by name (tests, benchmarks).
     """
 
     def __init__(
@@ -134,32 +96,34 @@ class PolicyUpdater:
         model: torch.nn.Module,
         *,
         ref_model: torch.nn.Module | None = None,
-        config: UpdateConfig | None = None,
-        **overrides: Any,
+        optim: OptimizerConfig | None = None,
+        loss: LossConfig | None = None,
+        options: UpdateOptions | None = None,
+        total_steps: int | None = None,
+        **settings: Any,
     ) -> None:
-        if config is not None and overrides:
-            raise UpdateError("pass either config=UpdateConfig(...) or keyword settings, not both")
-        known = {f.name for f in fields(UpdateConfig) if f.init}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise UpdateError(f"unknown updater setting(s) {unknown}; known: {sorted(known)}")
-        self.config = config or UpdateConfig(**overrides)
+        if settings and (optim is not None or loss is not None or options is not None):
+            raise UpdateError("pass either optim=/loss=/options= configs or keyword settings, not both")
+        s_optim, s_loss, s_options = _split_settings(settings)
+        self.optim = optim or s_optim
+        self.loss = loss or s_loss
+        self.options = options or s_options
+        self.total_steps = total_steps
+        if self.optim.schedule != "constant" and not total_steps:
+            raise UpdateError(f"optim.schedule={self.optim.schedule} needs total_steps (the run's optimizer steps)")
         _check_fp32(model, "model")
-        if self.config.kl_coef > 0 and ref_model is None:
+        if self.loss.kl_coef > 0 and ref_model is None:
             raise UpdateError("kl_coef > 0 needs ref_model (a frozen copy of the initial policy)")
         self.model = model
         self.ref_model = ref_model
         if ref_model is not None:
             ref_model.eval().requires_grad_(False)
-        if self.config.gradient_checkpointing:
+        if self.options.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise UpdateError("model has no trainable parameters (all requires_grad=False)")
-        c = self.config
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=c.lr, betas=c.betas, eps=c.adam_eps, weight_decay=c.weight_decay
-        )
+        self.optimizer = make_adamw(self.params, self.optim)
         self.steps = 0
         self._pending = False  # gradients accumulated since the last step
         self._signal = False  # some accumulated sample has a non-zero advantage
@@ -169,10 +133,7 @@ class PolicyUpdater:
         return self.params[0].device
 
     def _autocast(self) -> contextlib.AbstractContextManager:
-        dtype = self.config.autocast_dtype
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=AUTOCAST_DTYPES[dtype])
+        return autocast(self.optim, self.device.type)
 
     def _select(
         self, samples: Iterable[Sample], active_roles: Iterable[str] | None, metrics: dict[str, float]
@@ -194,20 +155,20 @@ class PolicyUpdater:
         return kept
 
     def _device_batch(self, mb: Sequence[Sample]) -> dict[str, torch.Tensor]:
-        return {k: v.to(self.device) for k, v in collate(mb, self.config.pad_id).items()}
+        return {k: v.to(self.device) for k, v in collate(mb, self.options.pad_id).items()}
 
     def _logprobs(self, data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        c = self.config
-        with_entropy = c.compute_entropy or c.entropy_coef > 0
-        if c.logprob_impl == "naive":
+        loss = self.loss
+        with_entropy = self.options.compute_entropy or loss.entropy_coef > 0
+        if self.options.logprob_impl == "naive":
             logp, entropy = naive_response_logprobs(self.model, data, with_entropy=with_entropy)
-            return logp, (entropy if c.entropy_coef > 0 or entropy is None else entropy.detach())
+            return logp, (entropy if loss.entropy_coef > 0 or entropy is None else entropy.detach())
         return response_logprobs(
             self.model,
             data,
-            chunk_size=c.logprob_chunk_size,
+            chunk_size=self.optim.logprob_chunk,
             with_entropy=with_entropy,
-            entropy_grad=c.entropy_coef > 0,
+            entropy_grad=loss.entropy_coef > 0,
         )
 
     def accumulate(
@@ -222,7 +183,6 @@ class PolicyUpdater:
                 "accumulate() was already called since the last step(); pass all samples of a step in one call "
                 "so the token-mean is over the whole batch"
             )
-        c = self.config
         metrics: dict[str, float] = {}
         samples = self._select(samples, active_roles, metrics)
         metrics["train/samples"] = float(len(samples))
@@ -250,11 +210,11 @@ class PolicyUpdater:
                     num_samples=len(group),
                     loss_scale_factor=(
                         max(len(s.response_ids) for s in group)
-                        if c.loss_agg_mode == "seq-mean-token-sum-norm"
+                        if self.loss.loss_agg_mode == "seq-mean-token-sum-norm"
                         else None
                     ),
                 )
-                for mb in micro_batches(group, c.micro_batch_tokens):
+                for mb in micro_batches(group, self.optim.micro_batch_tokens):
                     n_micro += 1
                     m, mb_tokens, padded = self._backward(mb, batch)
                     for k, v in m.items():
@@ -281,26 +241,43 @@ class PolicyUpdater:
 
     def _backward(self, mb: Sequence[Sample], batch: GlobalBatch) -> tuple[dict[str, float], float, float]:
         """Loss of one micro-batch (its share of ``batch``'s loss) and ``backward()``."""
-        c = self.config
         data = self._device_batch(mb)
         with self._autocast():
             logp, entropy = self._logprobs(data)
             ref_logp = None
-            if c.kl_coef > 0:
+            if self.loss.kl_coef > 0:
                 with torch.no_grad():
-                    ref_logp, _ = response_logprobs(self.ref_model, data, chunk_size=c.logprob_chunk_size)
+                    ref_logp, _ = response_logprobs(self.ref_model, data, chunk_size=self.optim.logprob_chunk)
         loss, m = policy_loss(
             logp,
             data["old_log_probs"],
             data["advantages"],
             data["response_mask"],
-            config=c.loss,
+            config=self.loss,
             batch=batch,
             ref_log_probs=ref_logp,
             entropy=entropy,
         )
         loss.backward()
         return m, float(data["response_mask"].sum()), float(data["input_ids"].numel())
+
+    @torch.no_grad()
+    def ref_logprobs(self, samples: Sequence[Sample]) -> list[list[float]]:
+        """The reference pre-pass: ``log pi_ref`` of every response token of ``samples`` (at each sample's
+        temperature, like the rollout log-probs), forward-only and micro-batched, before any loss. Token
+        stages that put the KL into the reward (MAPPA) need the whole batch's values before the advantages."""
+        if self.ref_model is None:
+            raise UpdateError("reference log-probs need ref_model (a frozen copy of the initial policy)")
+        out: dict[int, list[float]] = {}
+        index = {id(s): n for n, s in enumerate(samples)}
+        for mb in micro_batches(list(samples), self.optim.micro_batch_tokens):
+            data = self._device_batch(mb)
+            with self._autocast():
+                ref, _ = response_logprobs(self.ref_model, data, chunk_size=self.optim.logprob_chunk)  # (B, R)
+            ref = ref.float().cpu()
+            for row, s in enumerate(mb):
+                out[index[id(s)]] = ref[row, : len(s.response_ids)].tolist()
+        return [out[n] for n in range(len(samples))]
 
     def accumulate_pairs(self, pairs: Sequence[PairSample], *, beta: float = 0.1) -> dict[str, float]:
         """Forward and backward the DPO loss of ``pairs`` (:func:`metaagent.train.losses.dpo_loss`) against
@@ -309,7 +286,6 @@ class PolicyUpdater:
             raise UpdateError("the DPO loss needs ref_model (a frozen copy of the initial policy)")
         if not pairs:
             return {"train/dpo_pairs": 0.0}
-        c = self.config
         chosen, rejected = zip(*(p.sides() for p in pairs))
         rows = [*chosen, *rejected]
         data = self._device_batch(rows)
@@ -317,9 +293,9 @@ class PolicyUpdater:
         self.model.train()
         try:
             with self._autocast():
-                logp, _ = response_logprobs(self.model, data, chunk_size=c.logprob_chunk_size)  # (2P, R)
+                logp, _ = response_logprobs(self.model, data, chunk_size=self.optim.logprob_chunk)  # (2P, R)
                 with torch.no_grad():
-                    ref, _ = response_logprobs(self.ref_model, data, chunk_size=c.logprob_chunk_size)
+                    ref, _ = response_logprobs(self.ref_model, data, chunk_size=self.optim.logprob_chunk)
             seq, ref_seq = logp.sum(-1), ref.sum(-1)  # (2P,)
             n = len(pairs)
             weights = torch.tensor([p.weight for p in pairs], dtype=seq.dtype, device=seq.device)
@@ -333,7 +309,10 @@ class PolicyUpdater:
 
     def step(self) -> dict[str, float]:
         """Clip the accumulated gradient and take one AdamW step (skipped when nothing was accumulated)."""
-        metrics = {"train/lr": float(self.optimizer.param_groups[0]["lr"])}
+        lr = lr_at(self.steps, self.total_steps or self.steps + 1, self.optim)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        metrics = {"train/lr": lr}
         if not self._pending:
             metrics["train/skipped_step"] = 1.0
             return metrics
@@ -343,7 +322,7 @@ class PolicyUpdater:
             metrics["train/skipped_step"] = 1.0
             metrics["train/zero_advantage_step"] = 1.0
             return metrics
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.optim.grad_clip)
         metrics["train/grad_norm"] = float(grad_norm)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
@@ -423,3 +402,17 @@ def update_routed(
         else:
             metrics.update({f"train/{key}/{k.removeprefix('train/')}": v for k, v in m.items()})
     return metrics
+
+
+def ref_logprobs_routed(
+    updaters: dict[str, PolicyUpdater], samples: Sequence[Sample], role_to_model_key: RoleToModel
+) -> list[list[float]]:
+    """:meth:`PolicyUpdater.ref_logprobs` of every sample under its own model's reference, in input order."""
+    out: dict[int, list[float]] = {}
+    index = {id(s): n for n, s in enumerate(samples)}
+    for key, group in route_samples(samples, role_to_model_key).items():
+        if key not in updaters:
+            raise UpdateError(f"samples routed to model key {key!r} that has no updater; updaters: {sorted(updaters)}")
+        for s, ref in zip(group, updaters[key].ref_logprobs(group)):
+            out[index[id(s)]] = ref
+    return [out[n] for n in range(len(samples))]

@@ -335,6 +335,7 @@ class SandboxPool:
         seed: int | None = None,
         check: bool = True,
         index: int = 0,
+        branching: Any = None,
     ) -> Execution:
         """Execute a workflow script and return its :class:`Execution` record.
 
@@ -351,6 +352,7 @@ class SandboxPool:
             check: run :func:`check_script` first (set False only to test the sandbox's own defences,
                 or when the caller has checked this exact script with the same tool names).
             index: stored as ``Execution.index``.
+            branching: a :class:`~metaagent.workflow.branching.Brancher` for tree sampling (AT-GRPO), or None.
 
         Raises:
             TypeError / ValueError for malformed arguments; whatever ``policy.generate`` raises for host-side
@@ -380,7 +382,7 @@ class SandboxPool:
                 first = report.errors[0]
                 message = "; ".join(str(d) for d in report.errors)
                 return _invalid(index, seed, start, ScriptError("CheckError", message, first.line))
-        session = Session(source, text, policy, limits, params, tools, seed, index)
+        session = Session(source, text, policy, limits, params, tools, seed, index, branching=branching)
         worker = self._acquire()
         started = time.monotonic()
         healthy = False

@@ -12,6 +12,7 @@ when set, counts everything).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
@@ -22,8 +23,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaagent.policy.base import ChatRequest, Policy, RequestError, SamplingParams
-from metaagent.records import EXECUTION_STATUSES, EXECUTOR, AgentTurn, Execution, ScriptError, ToolCall
-from metaagent.seeding import call_seed
+from metaagent.records import (
+    EXECUTION_STATUSES,
+    EXECUTOR,
+    AgentTurn,
+    Execution,
+    ScriptError,
+    ToolCall,
+    TurnGroup,
+    TurnReward,
+)
+from metaagent.seeding import branch_seed
+
+from .branching import Brancher, select_best
 
 from .channel import ChannelError, ChannelTimeout, ProtocolError
 from .limits import Limits
@@ -136,6 +148,7 @@ class Session:
         tools: Mapping[str, Callable[..., str]],
         seed: int | None,
         index: int = 0,
+        branching: Brancher | None = None,
     ) -> None:
         self.source = source
         self.task_text = task_text
@@ -145,6 +158,8 @@ class Session:
         self.tools = dict(tools)
         self.seed = seed
         self.index = index
+        self.branching = branching  # tree sampling (AT-GRPO); None: one sample per call
+        self.groups: list[TurnGroup] = []
         self.turns: list[AgentTurn] = []
         self.tool_calls: list[ToolCall] = []
         self.calls_made = 0
@@ -191,6 +206,7 @@ class Session:
             error=self.error,
             elapsed_s=elapsed_s,
             seed=self.seed,
+            groups=self.groups,
         )
 
     # ---- the message loop -----------------------------------------------------------------------------------
@@ -322,7 +338,8 @@ class Session:
                 "TokenLimit",
                 f"the agents generated {self.tokens_used} tokens; the limit is {L.max_total_tokens}",
             )
-        requests = []
+        requests = []  # K per branched call (candidate c of call i at requests[first[i] + c]), else 1
+        first, width = [], []
         for i, call in enumerate(calls):
             messages = [{"role": "system", "content": agent_system_prompt(call.system)}, *call.history]
             messages.append({"role": "user", "content": call.message})
@@ -333,11 +350,15 @@ class Session:
                     f"a call to agent {call.role!r} has {size} characters (system prompt, memory and message); "
                     f"the limit is {L.max_message_chars}: send shorter messages or use memory=False",
                 )  # fmt: skip
-            sampling = self.sampling.replace(
-                max_tokens=min(self.sampling.max_tokens, remaining),
-                seed=call_seed(self.seed, self.calls_made + i),
-            )
-            requests.append(ChatRequest(messages, sampling, role=EXECUTOR, agent=call.role))
+            k = 1 if self.branching is None else self.branching.branches(call.role)
+            first.append(len(requests))
+            width.append(k)
+            for c in range(k):
+                sampling = self.sampling.replace(
+                    max_tokens=min(self.sampling.max_tokens, remaining),
+                    seed=branch_seed(self.seed, self.calls_made + i, c),
+                )
+                requests.append(ChatRequest(messages, sampling, role=EXECUTOR, agent=call.role))
         t0 = time.perf_counter()
         try:
             completions = self.policy.generate(requests)
@@ -350,35 +371,74 @@ class Session:
         replies = []
         batch = self.batches
         self.batches += 1
-        for i, (call, request, completion) in enumerate(zip(calls, requests, completions)):
-            delivery = extract_delivery(completion.text)
-            self.turns.append(
-                AgentTurn(
-                    index=len(self.turns),
-                    call_index=self.calls_made + i,
-                    role_turn=sum(t.role == call.role for t in self.turns),
-                    batch=batch,
-                    synthetic=completion.synthetic,
-                    role=call.role,
-                    system_prompt=call.system,
-                    messages=request.messages,
-                    response=completion.text,
-                    delivery=delivery,
-                    prompt_ids=list(completion.prompt_ids),
-                    response_ids=list(completion.response_ids),
-                    logprobs=None if completion.logprobs is None else list(completion.logprobs),
-                    finish_reason=completion.finish_reason,
-                    model=completion.model,
-                    parents=find_parents(previous, request.messages[1:], self.task_text),
-                    elapsed_s=elapsed,
-                    temperature=request.sampling.temperature,
+        for i, call in enumerate(calls):
+            role_turn = sum(t.role == call.role for t in self.turns)
+            candidates = []
+            for c in range(width[i]):
+                request, completion = requests[first[i] + c], completions[first[i] + c]
+                candidates.append(
+                    AgentTurn(
+                        index=len(self.turns),
+                        call_index=self.calls_made + i,
+                        role_turn=role_turn,
+                        batch=batch,
+                        synthetic=completion.synthetic,
+                        role=call.role,
+                        system_prompt=call.system,
+                        messages=request.messages,
+                        response=completion.text,
+                        delivery=extract_delivery(completion.text),
+                        prompt_ids=list(completion.prompt_ids),
+                        response_ids=list(completion.response_ids),
+                        logprobs=None if completion.logprobs is None else list(completion.logprobs),
+                        finish_reason=completion.finish_reason,
+                        model=completion.model,
+                        parents=find_parents(previous, request.messages[1:], self.task_text),
+                        elapsed_s=elapsed,
+                        temperature=request.sampling.temperature,
+                    )
                 )
-            )
-            self.tokens_used += len(completion.response_ids)
-            text = delivery if delivery is not None else completion.text.strip()
-            replies.append({"text": text, "response": completion.text})
+                self.tokens_used += len(completion.response_ids)  # the budget counts every candidate
+            if width[i] == 1:
+                turn = candidates[0]
+            else:
+                turn = self._select(call.role, role_turn, candidates)
+                if turn is None:
+                    self.calls_made += i + 1
+                    return self._stop(
+                        "error", "TurnRewardError",
+                        f"no candidate of agent {call.role!r} (turn {role_turn}) has a computable turn reward",
+                    )  # fmt: skip
+            self.turns.append(turn)
+            text = turn.delivery if turn.delivery is not None else turn.response.strip()
+            replies.append({"text": text, "response": turn.response})
         self.calls_made += len(calls)
         return {"op": "result", "replies": replies}
+
+    def _select(self, role: str, role_turn: int, candidates: list[AgentTurn]) -> AgentTurn | None:
+        """Score every candidate with the turn reward, record the group, return the executed copy of the
+        best one (None: no candidate's reward is computable; the group is still recorded)."""
+        assert self.branching is not None
+        so_far = list(self.turns)
+        for cand in candidates:
+            try:
+                cand.reward = self.branching.score(so_far, cand)
+            except Exception as e:  # noqa: BLE001 - a scorer failure excludes the candidate (counted), never 0
+                cand.reward = TurnReward(None, "env", error=f"turn reward failed: {type(e).__name__}: {e}")
+        rewards = [c.reward.total if c.reward is not None else None for c in candidates]
+        best = select_best(rewards)
+        self.groups.append(
+            TurnGroup(
+                key=self.branching.key(role, role_turn),
+                role=role,
+                role_turn=role_turn,
+                call_index=candidates[0].call_index,
+                candidates=candidates,
+                selected=0 if best is None else best,
+                rewards=rewards,
+            )
+        )
+        return None if best is None else dataclasses.replace(candidates[best])
 
     # ---- tools --------------------------------------------------------------------------------------------
     def _serve_tool(self, message: dict[str, Any]) -> dict[str, Any]:

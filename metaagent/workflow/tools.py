@@ -92,17 +92,61 @@ class RunProgram:
         )
 
 
+class EnvObserve:
+    """``env_observe()``: the planning environment's current state (plan tasks only)."""
+
+    def __init__(self, env) -> None:
+        self.env = env  # host-side (metaagent.envs); the branching scorer reads it through this attribute
+
+    def __call__(self) -> str:
+        """Return the current state of the task's environment (a grid as text)."""
+        return self.env.observe()
+
+
+class EnvStep:
+    """``env_step(answer)``: apply a final answer to the planning environment (plan tasks only)."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+
+    def __call__(self, answer: str) -> str:
+        """Apply an answer (the text after a line starting with #####: a move list like [U, R, D] or a
+        grid / list of fill steps) to the task's environment. Returns "SOLVED" or "NOT SOLVED" and the new
+        state."""
+        if not isinstance(answer, str):
+            raise TypeError(f"env_step's answer must be text, got {type(answer).__name__}")
+        return _clip(self.env.step(answer))
+
+
+#: tools every plan task adds (their names; the checker of frozen designs allows them)
+PLAN_TOOL_NAMES = ("env_observe", "env_step")
+
+
+def plan_tools(task: Task) -> dict[str, Callable[..., str]]:
+    """The environment tools of a plan task: one fresh env per execution, built from the task's seed."""
+    from metaagent.envs import make_env
+
+    env = make_env(task.metadata["env"])
+    return {"env_observe": EnvObserve(env), "env_step": EnvStep(env)}
+
+
 #: tool name -> the documented call (rendered by api_reference)
 TOOL_DOCS: dict[str, Callable[..., str]] = {
     "run_tests": RunTests.__call__,
     "run_program": RunProgram.__call__,
+    "env_observe": EnvObserve.__call__,
+    "env_step": EnvStep.__call__,
 }
 
 
 def default_tools(task: Task | Mapping[str, Any] | str) -> dict[str, Callable[..., str]]:
-    """The tools of a task: ``run_tests`` (public tests, if any) and ``run_program``, for every domain."""
+    """The tools of a task: ``run_tests`` (public tests, if any) and ``run_program``, for every domain;
+    plan tasks add ``env_observe`` and ``env_step`` on a fresh host-side environment."""
     public = None
+    extra: dict[str, Callable[..., str]] = {}
     if not isinstance(task, str):
         task = Task.coerce(task)
         public = task.metadata.get("public_tests") if isinstance(task.metadata, Mapping) else None
-    return {"run_tests": RunTests(public), "run_program": RunProgram()}
+        if task.domain == "plan":
+            extra = plan_tools(task)
+    return {"run_tests": RunTests(public), "run_program": RunProgram(), **extra}

@@ -41,6 +41,8 @@ HELP = {
                                   "--workers": "--sandbox-workers"}),
     "distill": ("metaagent-distill", {"--teacher.max-retries": "INT", "--tasks-in-flight": "(default 4)",
                                       "--base-url": "--teacher.base-url"}),
+    "eval": ("metaagent-eval", {"--bootstrap": "[>= 100]", "--model": "--models", "--top-p": "[> 0, <= 1]",
+                                "--template-selection": "{domain,uniform}"}),
 }  # fmt: skip
 
 
@@ -69,6 +71,9 @@ BAD_ARGS = {
               (["--max-bach-size", "3"], "--max-bach-size")],
     "distill": [(["--out", "OUT", "--tasks-in-flight", "x"], "tasks_in_flight"),
                 (["--out", "OUT", "--teacher.modle", "m"], "--teacher.modle")],
+    "eval": [(["--out", "OUT", "--n", "three"], "n = 'three'"),
+             (["--out", "OUT", "--bootstrap", "10"], "bootstrap = 10: Input should be greater than or equal to 100"),
+             (["--out", "OUT", "--nn", "3"], "--nn")],
 }  # fmt: skip
 
 
@@ -82,6 +87,8 @@ YAML = {
     "train": ("optim:\n  lr: fast\n", "optim.lr", "optim:\n  lrr: 0.1\n", "optim.lrr"),
     "sft": ("data: [x.jsonl]\nepochs: many\n", "epochs", "data: [x.jsonl]\nepoch: 2\n", "epoch"),
     "serve": ("port: http\n", "port", "prot: 8000\n", "prot"),
+    "eval": ("n: many\n", "n = 'many'", "samples: 3\n", "samples"),
+    "distill": ("out: x\nteacher: {max_retries: lots}\n", "teacher.max_retries", "out: x\nmax_task: 3\n", "max_task"),
 }
 
 
@@ -110,3 +117,66 @@ def test_replay_errors_are_one_line(tmp_path):
     assert r.returncode != 0
     assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
     assert cli("replay", "--help").returncode == 0 and "--debug" in cli("replay", "--help").stdout
+
+
+# declared ranges (pydantic constraints on the config fields): loading and direct construction both refuse
+# a value out of range with one line naming the field, the value and what is allowed
+RANGES = [
+    ("train", ["optim.lr=-1"], "optim.lr = -1: Input should be greater than 0"),
+    ("train", ["optim.clip_low=1.5"], "optim.clip_low = 1.5: Input should be less than 1"),
+    ("train", ["optim.betas=[0.9, 1.0]"], "optim.betas[1] = [0.9, 1.0]: Input should be less than 1"),
+    ("train", ["schedule.stage_len=0"], "schedule.stage_len = 0: Input should be greater than 0"),
+    ("train", ["data.math_fraction=1.5"], "data.math_fraction = 1.5: Input should be less than or equal to 1"),
+    ("train", ["optim.schedule=linear"], "optim.schedule = 'linear': Input should be 'constant' or 'cosine'"),
+    ("train", ["rollout.k_templates=-1"], "rollout.k_templates = -1: Input should be greater than or equal to 0"),
+]
+
+
+@pytest.mark.parametrize("name, overrides, message", RANGES)
+def test_declared_ranges_are_checked_on_load(name, overrides, message):
+    from metaagent.config import ConfigError
+    from metaagent.train.config import TrainConfig
+
+    with pytest.raises(ConfigError) as e:
+        TrainConfig.load("tiny", overrides)
+    assert str(e.value) == message
+
+
+def test_declared_ranges_are_checked_on_construction(tmp_path):
+    from metaagent.config import ConfigError
+    from metaagent.eval.config import EvalConfig
+    from metaagent.serve.config import ServeConfig
+    from metaagent.sft.trainer import SFTConfig
+    from metaagent.train.optim import LossConfig, OptimizerConfig
+
+    cases = [
+        (lambda: OptimizerConfig(warmup_steps=-2), "warmup_steps = -2: Input should be greater than or equal to 0"),
+        (lambda: LossConfig(clip_ratio_c=1.0), "clip_ratio_c = 1.0: Input should be greater than 1"),
+        (lambda: SFTConfig(max_len=1), "max_len = 1: Input should be greater than or equal to 2"),
+        (lambda: ServeConfig(port=70000), "--port = 70000: Input should be less than or equal to 65535"),
+        (lambda: EvalConfig(top_p=0.0), "top_p = 0.0: Input should be greater than 0"),
+    ]
+    for make, message in cases:
+        with pytest.raises(ConfigError) as e:
+            make()
+        assert str(e.value) == message
+    # lax conversion keeps working: command-line strings become numbers, lists become tuples
+    assert OptimizerConfig(lr="1e-4", betas=[0.8, 0.9]).betas == (0.8, 0.9)
+
+
+def test_one_optimizer_config_for_rl_and_sft():
+    """RL's optim section, the local updater and SFT share one OptimizerConfig: same fields, one default
+    for the micro-batch budget (the 8192 vs 4096 drift is gone)."""
+    import dataclasses
+
+    from metaagent.sft.trainer import SFTConfig
+    from metaagent.train.config import OptimConfig
+    from metaagent.train.optim import LossConfig, OptimizerConfig
+
+    names = {f.name for f in dataclasses.fields(OptimizerConfig)}
+    assert names <= {f.name for f in dataclasses.fields(OptimConfig)}
+    assert names <= {f.name for f in dataclasses.fields(SFTConfig)}
+    assert {f.name for f in dataclasses.fields(LossConfig)} <= {f.name for f in dataclasses.fields(OptimConfig)}
+    assert OptimConfig().micro_batch_tokens == SFTConfig.__dataclass_fields__["micro_batch_tokens"].default == 4096
+    rl = OptimConfig(lr=1e-4, clip_low=0.1, warmup_steps=2)
+    assert rl.optimizer() == OptimizerConfig(lr=1e-4, warmup_steps=2) and rl.loss() == LossConfig(clip_low=0.1)

@@ -18,7 +18,7 @@ from metaagent.credit import (
 )
 from metaagent.records import RolloutTree
 
-ERR, MISSING = "ERR", "MISSING"  # markers understood by the make_tree fixture (conftest.py)
+from builders import ERR, MISSING  # markers of an uncomputable reward / a missing reward record
 
 
 def advantages_of(tree):

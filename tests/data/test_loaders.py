@@ -187,9 +187,12 @@ def test_every_source_is_registered_with_a_domain():
         "livecodebench",
         "humaneval",
         "bundled",
+        "sudoku",
+        "planpath",
+        "sokoban",
     }
     for name, source in loaders_module.SOURCES.items():
-        assert source.domain in ("math", "code", "math+code"), name
+        assert source.domain in ("math", "code", "math+code", "plan"), name
 
 
 def test_rows_without_usable_content_only_give_an_error_when_nothing_is_left(tmp_path):

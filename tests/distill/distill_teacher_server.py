@@ -24,8 +24,9 @@ import re
 import threading
 import time
 from fractions import Fraction
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from builders import StubServer, api_error, chat_completion
 
 QUESTION_RE = re.compile(r"What is ([-\d\s+*/().]+)\?")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
@@ -96,95 +97,41 @@ def _apply_stop(text: str, stop: list[str] | str | None) -> tuple[str, str]:
     return text, "stop"
 
 
-def make_handler(state: TeacherState) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _send(self, code: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            if not self.path.endswith("/chat/completions"):
-                return self._send(404, {"error": {"message": f"no route {self.path}"}})
-            if any(k in body for k in ("return_token_ids", "include_stop_str_in_output")):
-                return self._send(
-                    400, {"error": {"message": "unknown parameter (a hosted API rejects vLLM extras)"}}
-                )
-            messages = body["messages"]
-            key = json.dumps(messages, sort_keys=True)
+def make_route(state: TeacherState):
+    def route(method: str, path: str, body: Any):
+        if method != "POST" or not path.endswith("/chat/completions"):
+            return api_error(404, f"no route {path}")
+        if any(k in body for k in ("return_token_ids", "include_stop_str_in_output")):
+            return api_error(400, "unknown parameter (a hosted API rejects vLLM extras)")
+        messages = body["messages"]
+        key = json.dumps(messages, sort_keys=True)
+        with state.lock:
+            state.requests += 1
+            first = key not in state.failed_once
+            state.failed_once.add(key)
+        if first:
+            return api_error(429, "rate limited", {"Retry-After": "0"})
+        if state.delay_s:
+            time.sleep(state.delay_s)
+        if messages[0]["content"].startswith("You are the designer"):
+            question = messages[-1]["content"].split("Task:\n", 1)[-1].split("\n\n")[0]
             with state.lock:
-                state.requests += 1
-                first = key not in state.failed_once
-                state.failed_once.add(key)
-            if first:
-                return self._send(429, {"error": {"message": "rate limited"}}, {"Retry-After": "0"})
-            if state.delay_s:
-                time.sleep(state.delay_s)
-            if messages[0]["content"].startswith("You are the designer"):
-                question = messages[-1]["content"].split("Task:\n", 1)[-1].split("\n\n")[0]
-                with state.lock:
-                    state.designer_calls[question] = state.designer_calls.get(question, 0) + 1
-                text = designer_reply(messages)
-            else:
-                with state.lock:
-                    state.agent_calls += 1
-                text = agent_reply(messages)
-            text, finish = _apply_stop(text, body.get("stop"))
-            prompt_tokens = sum(len(m["content"].split()) for m in messages)
-            completion_tokens = len(text.split())
-            self._send(
-                200,
-                {
-                    "id": "chatcmpl-teacher",
-                    "object": "chat.completion",
-                    "created": int(time.time()),
-                    "model": body["model"],
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": text},
-                            "finish_reason": finish,
-                        }
-                    ],
-                    "usage": {
-                        "prompt_tokens": prompt_tokens,
-                        "completion_tokens": completion_tokens,
-                        "total_tokens": prompt_tokens + completion_tokens,
-                    },
-                },
-            )
+                state.designer_calls[question] = state.designer_calls.get(question, 0) + 1
+            text = designer_reply(messages)
+        else:
+            with state.lock:
+                state.agent_calls += 1
+            text = agent_reply(messages)
+        text, finish = _apply_stop(text, body.get("stop"))
+        prompt_tokens = sum(len(m["content"].split()) for m in messages)
+        return 200, chat_completion(body["model"], text, finish=finish, prompt_tokens=prompt_tokens), {}
 
-    return Handler
+    return route
 
 
-class TeacherServer:
-    """``with TeacherServer() as s: s.base_url`` -> ``http://127.0.0.1:<free port>/v1``."""
+class TeacherServer(StubServer):
+    """``with TeacherServer() as s: s.base_url`` -> ``http://127.0.0.1:<free port>/v1`` (tests/builders.py)."""
 
     def __init__(self, delay_s: float = 0.0) -> None:
         self.state = TeacherState(delay_s)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.state))
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> TeacherServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(make_route(self.state))

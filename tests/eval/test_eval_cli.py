@@ -61,9 +61,12 @@ def test_cli_embedded_model(tmp_path, capsys):
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["--model", "tiny", "--methods", "nope", "--out", str(tmp_path)])
-    assert "unknown method 'nope'; valid methods: sa, auto, fixed:" in str(e.value.code)
-    with pytest.raises(SystemExit) as e:
-        main(["--model", "tiny", "--n", "2", "--k", "3", "--out", str(tmp_path)])
-    assert "k=3 > n=2" in str(e.value.code)
+    for argv, needle in (
+        (["--model", "tiny", "--methods", "nope", "--out", str(tmp_path)], "unknown method 'nope'; valid methods: sa, auto, fixed:"),
+        (["--model", "tiny", "--n", "2", "--k", "3", "--out", str(tmp_path)], "k=3 > n=2"),
+    ):  # fmt: skip
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("metaagent-eval: ") and needle in err, err

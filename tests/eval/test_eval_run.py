@@ -245,46 +245,19 @@ def test_benchmark_specs_split_domain_limit_and_task_ids():
 
 def test_openai_compatible_endpoint_as_the_model(tmp_path, pool):
     """A served model (an OpenAI-compatible stub answering every chat with the first task's answer)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from builders import StubServer, chat_completion
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # quiet
-            pass
+    def route(method, path, body):
+        if method == "GET":
+            return 200, {"object": "list", "data": [{"id": "served", "object": "model"}]}, {}
+        return 200, chat_completion(body["model"], f"<delivery>\\boxed{{{MATH[0].answer}}}</delivery>", prompt_tokens=10), {}
 
-        def _send(self, data: dict) -> None:
-            raw = json.dumps(data).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def do_GET(self):
-            self._send({"object": "list", "data": [{"id": "served", "object": "model"}]})
-
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            text = f"<delivery>\\boxed{{{MATH[0].answer}}}</delivery>"
-            self._send(
-                {
-                    "id": "x", "object": "chat.completion", "model": body["model"], "created": 0,
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                }
-            )  # fmt: skip
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    with StubServer(route) as server:
         cfg = _config(
-            tmp_path, backend="openai", base_url=url, models=["served"], methods=["sa"],
+            tmp_path, backend="openai", base_url=server.base_url, models=["served"], methods=["sa"],
             benchmarks=["bundled:test/math"], html=False,
         )  # fmt: skip
         results = Evaluation(cfg, pool=pool).run()
-    finally:
-        server.shutdown()
     entry = _entry(results, "bundled:test/math", "sa", cell="served")
     assert entry["tasks"] == 2 and entry["reward_errors"] == 0
     assert entry["metrics"]["avg@2"]["mean"] == 0.5  # right on the first task only

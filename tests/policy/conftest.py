@@ -40,8 +40,8 @@ def forward_logprobs():
 
 @pytest.fixture(scope="module")
 def openai_stub():
-    """A local OpenAI-compatible stub server (see openai_stub.py) for the module's tests."""
-    from openai_stub import StubServer
+    """A local OpenAI-compatible stub server (builders.OpenAIStub) for the module's tests."""
+    from builders import OpenAIStub
 
-    with StubServer() as server:
+    with OpenAIStub() as server:
         yield server

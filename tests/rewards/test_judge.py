@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
+from builders import StubServer, chat_completion
 
 from metaagent.rewards.judge import COACH, Judge, JudgeError, JudgeTemplate, parse_score, rule_judge
 
@@ -42,41 +39,21 @@ def test_a_template_field_the_item_lacks_is_a_clear_error():
         Judge(JudgeTemplate("x", "s", "u", low=1, high=1), rule_judge(lambda p: 1.0))
 
 
-class _Stub(BaseHTTPRequestHandler):
+class _Judge:
     reply = "SCORE: 6"
 
-    def log_message(self, *args):  # quiet
-        pass
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if body.get("model") == "down":
-            self.send_response(503)
-            self.end_headers()
-            return
-        payload = {
-            "id": "x",
-            "object": "chat.completion",
-            "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": type(self).reply}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+def _judge_route(method, path, body):
+    if body.get("model") == "down":
+        return 503, None, {}
+    return 200, chat_completion(body["model"], _Judge.reply), {}
 
 
 @pytest.fixture
 def stub():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    _Stub.reply = "SCORE: 6"
+    with StubServer(_judge_route) as server:
+        yield server.base_url
+    _Judge.reply = "SCORE: 6"
 
 
 def _api_judge(base_url: str, model: str = "coach") -> Judge:
@@ -92,7 +69,7 @@ def test_an_http_judge_in_format(stub):
 
 
 def test_an_http_judge_answering_garbage_is_an_error_counted_never_a_score(stub):
-    _Stub.reply = "I think it is pretty good!"
+    _Judge.reply = "I think it is pretty good!"
     judge = _api_judge(stub)
     (r,) = judge.score([ITEM])
     assert r.total is None and "SCORE" in r.error

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from builders import HANG_MARGIN_S
 
 from metaagent.execution.code_tests import call_result_matches, outputs_match
 from metaagent.rewards import TestsFormatError, extract_program, normalize_tests, run_code_tests
@@ -162,8 +163,8 @@ def test_infinite_loop_stopped_at_time_limit():
     start = time.monotonic()
     result = run_code_tests("while True:\n    pass\n", {"inputs": [""], "outputs": [""]}, time_limit_s=1.0)
     assert result.status == "timeout"
-    assert time.monotonic() - start < 5
-    assert 1.0 <= result.tests[0].elapsed_s < 4
+    assert time.monotonic() - start < 1.0 + HANG_MARGIN_S
+    assert 1.0 <= result.tests[0].elapsed_s < 1.0 + HANG_MARGIN_S
 
 
 def test_sleeping_program_is_a_timeout_too():
@@ -229,8 +230,8 @@ def test_output_flood_is_truncated():
     )
     outcome = result.tests[0]
     assert outcome.status == "wrong_answer" and outcome.output_truncated
-    assert "cut" in outcome.actual and len(outcome.actual) < 1000
-    assert time.monotonic() - start < 10  # stopped by the size cap, not the clock
+    assert "cut" in outcome.actual and len(outcome.actual) < 1000  # stopped by the size cap, not the clock
+    assert time.monotonic() - start < 10 + HANG_MARGIN_S
 
 
 def test_early_exit_cannot_fake_an_assert_pass():

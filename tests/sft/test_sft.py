@@ -60,7 +60,7 @@ def config(data: list[str], out: Path, **changes) -> SFTConfig:
         "model": "tiny",
         "out": str(out),
         "batch_size": 4,
-        "batch_tokens": 256,
+        "micro_batch_tokens": 256,
         "epochs": 1,
         "lr": 1e-3,
     }
@@ -255,11 +255,11 @@ def test_resume_refuses_a_different_run(tmp_path, data):
 
 
 def test_config_errors_say_what_to_change(tmp_path, data):
-    with pytest.raises(ConfigError, match="--lora-rank must be >= 0"):
+    with pytest.raises(ConfigError, match="lora_rank = -1: Input should be greater than or equal to 0"):
         config(data, tmp_path, lora_rank=-1)
     with pytest.raises(ConfigError, match="--data files not found"):
         config([str(tmp_path / "missing.jsonl")], tmp_path)
-    with pytest.raises(ConfigError, match="--kinds"):
+    with pytest.raises(ConfigError, match="kinds"):
         config(data, tmp_path, kinds=["critic"])
     assert config(data, tmp_path, lr=None, lora_rank=8).lr == 2e-4
     assert config(data, tmp_path, lr=None).lr == 1e-5

@@ -13,6 +13,7 @@ from metaagent.train.logprobs import naive_response_logprobs, response_logprobs
 from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss
 from metaagent.train.samples import build_samples, collate
 from metaagent.train.schedule import StageSchedule
+from metaagent.config import ConfigError
 from metaagent.train.update import PolicyUpdater, UpdateError
 
 TEMPS = {"designer": 1.0, "executor": 1.0}
@@ -169,7 +170,7 @@ def test_kl_entropy_and_bf16_autocast(make_model, make_samples):
 
     fp32, bf16 = make_model(), make_model()
     PolicyUpdater(fp32).accumulate(samples)
-    mb = PolicyUpdater(bf16, autocast_dtype="bfloat16").accumulate(samples)
+    mb = PolicyUpdater(bf16, autocast="bfloat16").accumulate(samples)
     assert torch.isfinite(torch.tensor(mb["train/loss"]))
     assert all(p.dtype == torch.float32 for p in bf16.parameters())  # fp32 master weights
     g32 = torch.cat([p.grad.flatten() for p in fp32.parameters()])
@@ -195,10 +196,12 @@ def test_misconfiguration_is_refused(make_model, make_samples):
         PolicyUpdater(make_model(), learning_rate=1e-5)
     with pytest.raises(UpdateError, match="ref_model"):
         PolicyUpdater(make_model(), kl_coef=0.1)
-    with pytest.raises(UpdateError, match="autocast_dtype"):
-        PolicyUpdater(make_model(), autocast_dtype="float16")
-    with pytest.raises(UpdateError, match="lr must be > 0"):
+    with pytest.raises(ConfigError, match="autocast = 'float16': Input should be 'bfloat16'"):
+        PolicyUpdater(make_model(), autocast="float16")
+    with pytest.raises(ConfigError, match="lr = 0.0: Input should be greater than 0"):
         PolicyUpdater(make_model(), lr=0.0)
+    with pytest.raises(UpdateError, match="needs total_steps"):
+        PolicyUpdater(make_model(), schedule="cosine")
     with pytest.raises(UpdateError, match="expected Sample"):
         PolicyUpdater(make_model()).update([{"role": "executor"}])
     with pytest.raises(UpdateError, match="unknown role"):
@@ -208,7 +211,7 @@ def test_misconfiguration_is_refused(make_model, make_samples):
 def test_naive_reference_implementation_gives_the_same_gradient(make_model, make_samples):
     samples = make_samples(5, seed=15)
     a, b = make_model(), make_model()
-    ma = PolicyUpdater(a, logprob_chunk_size=4).accumulate(samples)
+    ma = PolicyUpdater(a, logprob_chunk=4).accumulate(samples)
     mb = PolicyUpdater(b, logprob_impl="naive").accumulate(samples)
     assert_same(grads(a), grads(b), atol=1e-6, rtol=1e-5)
     assert ma["train/entropy"] == pytest.approx(mb["train/entropy"], rel=1e-5)

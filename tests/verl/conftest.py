@@ -1,9 +1,9 @@
-"""Fixtures of the verl-backend tests; the builders live in verl_helpers.py."""
+"""Fixtures of the verl-backend tests; the builders live in tests/builders.py."""
 
 from __future__ import annotations
 
 import pytest
-from verl_helpers import mixed_trees
+from builders import mixed_trees
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from verl_helpers import NO_TURNS, make_tree, mixed_trees, samples_of
+from builders import NO_TURNS, make_tree, mixed_trees, samples_of
 
 from metaagent.credit import assign_credit
 from metaagent.train.verl_backend import advantage as adv

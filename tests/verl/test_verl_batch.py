@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from verl_helpers import PAD, samples_of
+from builders import PAD, samples_of
 
 from metaagent.train.samples import Sample
 from metaagent.train.verl_backend.batch import build_update_batch, padded_size, update_tensordict

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from verl_helpers import VOCAB, tiny_llama
+from builders import VOCAB, tiny_llama
 
 from metaagent.train.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
 from metaagent.train.verl_backend.checkpoint import (

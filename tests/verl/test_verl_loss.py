@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from verl_helpers import PAD, mixed_trees, samples_of, tiny_llama
+from builders import PAD, mixed_trees, samples_of, tiny_llama
 
 from metaagent.train.logprobs import response_logprobs
 from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss, verl_actor_config

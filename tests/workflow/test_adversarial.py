@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+from builders import HANG_MARGIN_S
 from wf_helpers import role_reply
 
 from metaagent.policy import ScriptedPolicy
@@ -108,7 +109,7 @@ def test_catching_everything_cannot_outlive_the_limits(pool):
     src = AGENT + "while True:\n    try:\n        a(task)\n    except:\n        pass\n"
     start = time.monotonic()
     ex = run_raw(pool, src, {"max_agent_calls": 5, "timeout_s": 1.0})
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 1.0 + HANG_MARGIN_S
     assert ex.status == "limit" and ex.error.type == "AgentCallLimit" and len(ex.turns) == 5
 
 
@@ -123,14 +124,14 @@ def test_catching_everything_cannot_outlive_the_limits(pool):
         "x = 0\nfor i in range(10 ** 6):\n    for j in range(10 ** 6):\n        x += 1",
     ],
 )
-def test_endless_computation_times_out_within_twice_the_limit(pool, snippet):
+def test_endless_computation_times_out_at_the_limit(pool, snippet):
     src = AGENT + snippet + "\n"
     assert check_script(src).ok  # nothing static gives these away
     start = time.monotonic()
     ex = pool.run(src, "q", ScriptedPolicy(role_reply), {"timeout_s": 1.0})
     elapsed = time.monotonic() - start
-    assert ex.status == "timeout" and ex.error.type == "Timeout"
-    assert elapsed < 2.0
+    assert ex.status == "timeout" and ex.error.type == "Timeout"  # the mechanism: the limit stopped it
+    assert elapsed < 1.0 + HANG_MARGIN_S
     assert len(ex.turns) == 1 and ex.answer == ex.turns[0].delivery  # what happened before is kept
 
 
@@ -231,12 +232,11 @@ def test_hostile_scripts_do_not_disturb_the_rest_of_the_batch(pool):
 
     jobs = [(i, hostile[(i // 2) % 4] if i % 2 else normal) for i in range(8)]
     threads = [threading.Thread(target=work, args=job) for job in jobs]
-    start = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    assert len(outcomes) == 8 and time.monotonic() - start < 15
+    assert len(outcomes) == 8  # every job came back (none hung past its join) while hostile ones ran
     for i, _ in jobs:
         if i % 2 == 0:
             assert outcomes[i].status == "ok" and outcomes[i].answer == "The answer is \\boxed{5}."

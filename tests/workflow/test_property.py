@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from hypothesis import HealthCheck, given, settings
+from builders import HANG_MARGIN_S
 from hypothesis import strategies as st
 from wf_helpers import fake_tools, role_reply
 
@@ -65,7 +66,7 @@ def test_sandbox_never_hangs_past_its_limit(pool, source, check):
     start = time.monotonic()
     ex = pool.run(source, "What is 2 + 3?", ScriptedPolicy(role_reply), {"timeout_s": 0.5, "max_agent_calls": 12},
                   tools=fake_tools(), check=check)  # fmt: skip
-    assert time.monotonic() - start < 1.0 + 1.0  # twice the limit, plus a worker restart
+    assert time.monotonic() - start < 0.5 + HANG_MARGIN_S  # the limit, plus a worker restart on a loaded machine
     assert ex.status in EXECUTION_STATUSES
     if ex.status == "ok":
         assert ex.error is None

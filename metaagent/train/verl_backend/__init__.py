@@ -13,7 +13,9 @@
 
 Modules: :mod:`.config` (the ``verl:`` section), :mod:`.plan` (what runs where, ``--dry-run``),
 :mod:`.verl_config` (verl's own config per model), :mod:`.batch`, :mod:`.advantage`, :mod:`.policy`,
-:mod:`.workers` (GPU), :mod:`.trainer` (the loop), :mod:`.checkpoint`, :mod:`.convert` (to Hugging Face).
+:mod:`.workers` (worker groups), :mod:`.trainer` (the loop), :mod:`.checkpoint`, :mod:`.convert` (to Hugging Face),
+:mod:`.device` / :mod:`.cpu` / :mod:`.verl_plugin` (``verl.device``: the settings, the CPU rollout and pool, the
+plugin verl loads in every process: CPU platform, trl guard).
 Nothing GPU-related is imported until a real run starts; ``--dry-run`` imports neither torch nor verl.
 """
 

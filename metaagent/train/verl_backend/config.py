@@ -35,6 +35,8 @@ ADVANTAGE_PLACEMENTS = ("all_tokens", "last_token")
 OLD_LOG_PROBS = ("rollout", "recompute")
 CHECKPOINT_ENGINES = ("nccl", "nixl", "mooncake")  # verl engines for split placement (colocated: naive)
 ROLLOUT_NAMES = ("vllm",)
+DEVICES = ("cuda", "cpu")  # cpu: verl's FSDP engine on gloo, the HF policy as the rollout (tests, CI)
+ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "flash_attention_2", "eager")  # auto: flash-attn if installed, else sdpa
 
 
 @dataclass
@@ -101,6 +103,13 @@ class VerlConfig:
         plan_agent_calls: expected agent calls per execution, used only for the dry-run's estimates.
         overrides: raw Hydra overrides applied to verl's ``ppo_trainer`` config of every physical model
             (e.g. ``actor_rollout_ref.actor.fsdp_config.model_dtype=bf16``), after metaagent's own.
+        device: ``cuda`` (GPUs, vLLM servers) or ``cpu``: verl's real FSDP engine on CPU workers with gloo, and
+            this project's Hugging Face policy as the rollout, its weights taken from the FSDP engine after
+            every update (:mod:`.cpu`); for CI and small models, no GPU needed.
+        attn_implementation: the actor's attention kernel; ``auto`` picks ``flash_attention_2`` when the
+            ``flash_attn`` package is installed and ``sdpa`` otherwise (always ``sdpa`` on CPU).
+        logprob_check: before every update, let the actor compute the batch's log-probs and log how far the
+            rollout's are from them (``verl/<key>/rollout_logprob_diff_max``, ``_mean``); costs one forward.
     """
 
     nnodes: int = 1
@@ -128,6 +137,9 @@ class VerlConfig:
     request_timeout_s: float = 3600.0
     plan_agent_calls: float = 4.0
     overrides: list[str] = field(default_factory=list)
+    device: str = "cuda"
+    attn_implementation: str = "auto"
+    logprob_check: bool = False
 
     def __post_init__(self) -> None:
         for name in (
@@ -156,6 +168,10 @@ class VerlConfig:
         _one_of("advantage_placement", self.advantage_placement, ADVANTAGE_PLACEMENTS)
         _one_of("old_log_prob", self.old_log_prob, OLD_LOG_PROBS)
         _one_of("checkpoint_engine", self.checkpoint_engine, CHECKPOINT_ENGINES)
+        _one_of("device", self.device, DEVICES)
+        _one_of("attn_implementation", self.attn_implementation, ATTN_IMPLEMENTATIONS)
+        if self.device == "cpu" and self.attn_implementation == "flash_attention_2":
+            raise ConfigError("verl.attn_implementation=flash_attention_2 needs CUDA; on verl.device=cpu use auto or sdpa")
         if not self.request_timeout_s > 0:
             raise ConfigError(f"verl.request_timeout_s must be > 0 seconds, got {self.request_timeout_s}")
         if not self.plan_agent_calls >= 1:

@@ -278,6 +278,11 @@ def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = No
         f"cluster: {v.nnodes} node(s) x {v.n_gpus_per_node} GPU = {plan.cluster_gpus} GPUs; this run uses {plan.used_gpus}",
         "physical models:",
     ]
+    if v.device == "cpu":
+        lines[1] = (
+            f"device: cpu: {plan.used_gpus} CPU worker process(es) of verl's FSDP engine (gloo); the rollout is the "
+            "Hugging Face policy in this process, synced from the actor after every update"
+        )
     for mp in plan.models:
         where = (
             f"colocated on {mp.gpus} GPU(s) (FSDP dp={mp.dp_size}, {mp.rollout_replicas} vLLM replica(s) x tp={v.rollout_tp})"

@@ -40,7 +40,8 @@ from .plan import Plan, resolve_plan
 
 
 class VerlTrainer(TrainLoop):
-    """The verl backend's training loop (module docstring). Needs CUDA GPUs and a Ray cluster.
+    """The verl backend's training loop (module docstring). Needs CUDA GPUs and a Ray cluster, or
+    ``verl.device=cpu`` (verl's FSDP engine in CPU workers, the HF policy as the rollout: :mod:`.cpu`).
 
     Args:
         config: the resolved run configuration (``trainer.backend: verl``).
@@ -49,7 +50,7 @@ class VerlTrainer(TrainLoop):
         observer: rollout progress hooks (the CLI's display).
         groups: physical model key -> an already started :class:`~.workers.ModelGroup` (or an object with its
             interface: ``policy``, ``dp_size``, ``pad_id``, ``update``, ``sync_weights``,
-            ``free_rollout_memory``, ``save``, ``load``, ``close``); None starts them on the GPUs.
+            ``free_rollout_memory``, ``save``, ``load``, ``close``); None starts them (GPUs, or CPU workers).
     """
 
     backend = "verl"
@@ -63,11 +64,16 @@ class VerlTrainer(TrainLoop):
         observer: RolloutObserver | None = None,
         groups: Mapping[str, Any] | None = None,
     ) -> None:
-        from . import advantage  # noqa: F401  registers metaagent's estimators with verl
-
         self._owns_ray = False
         self.plan = plan or resolve_plan(config)
         self.verl: VerlConfig = self.plan.verl
+        self._worker_env: dict[str, str] = {}
+        if groups is None:  # before verl picks its platform: the plugin must be loaded (cpu: the CPU platform)
+            from .cpu import activate
+
+            self._worker_env = activate(self.verl.device)
+
+        from . import advantage  # noqa: F401  registers metaagent's estimators with verl
         self._init_data(config, resume)
         checkpoint = self._find_checkpoint(resume)  # before the GPUs start: a bad --resume fails fast
         self.groups = dict(groups) if groups is not None else self._start_models()
@@ -102,15 +108,30 @@ class VerlTrainer(TrainLoop):
             mp = dataclasses.replace(mp, path=path)
             verl_cfg = compose_verl_config(self.config, self.plan, mp, run_dir=str(self.run_dir))
             if not ray.is_initialized():
-                ray.init(address=self.verl.ray_address, runtime_env=get_ppo_ray_runtime_env(verl_cfg))
+                runtime_env = get_ppo_ray_runtime_env(verl_cfg)
+                runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **self._worker_env}
+                ray.init(address=self.verl.ray_address, runtime_env=runtime_env)
                 self._owns_ray = True
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(path)
             if tokenizer.pad_token_id is None:
                 fix_chat_tokens(tokenizer)
-            group = ModelGroup(mp, verl_cfg, self.verl, tokenizer, seed=self.config.trainer.seed)
-            group.start()
+            group = ModelGroup(
+                mp, verl_cfg, self.verl, tokenizer, seed=self.config.trainer.seed,
+                chat_template_kwargs=self.config.policy.chat_template_kwargs,
+            )  # fmt: skip
+            if self.verl.device == "cpu":
+                from .cpu import HFRollout, cpu_pool
+
+                max_batch = self.config.policy.max_batch_size
+                group.start(
+                    pool=cpu_pool(mp.gpus),
+                    device_name="cpu",
+                    rollout=lambda g, pool: HFRollout(g, g.chat_template_kwargs(), max_batch_size=max_batch),
+                )
+            else:
+                group.start()
             groups[mp.key] = group
         return groups
 
@@ -216,13 +237,17 @@ class VerlTrainer(TrainLoop):
 
 
 def require_gpus(plan: Plan) -> None:
-    """Refuse to start without enough CUDA GPUs (a clear message instead of a Ray scheduling hang)."""
+    """Refuse to start without enough CUDA GPUs (a clear message instead of a Ray scheduling hang); nothing to
+    check for ``verl.device=cpu``."""
     import torch
 
+    if plan.verl.device == "cpu":
+        return
     if not torch.cuda.is_available():
         raise VerlBackendError(
             "the verl backend trains on CUDA GPUs and none is visible here; run it on a GPU node, use "
-            "--dry-run to check the plan, or trainer.backend=local for CPU / one-GPU runs"
+            "--dry-run to check the plan, verl.device=cpu (small models, CI), or trainer.backend=local for CPU / "
+            "one-GPU runs"
         )
     if plan.verl.nnodes == 1 and torch.cuda.device_count() < plan.used_gpus and not plan.verl.ray_address:
         raise VerlBackendError(

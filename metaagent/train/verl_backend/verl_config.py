@@ -17,6 +17,7 @@ from typing import Any
 from metaagent.config import ConfigError
 from metaagent.train.config import TrainConfig
 
+from .device import device_settings
 from .plan import ModelPlan, Plan
 
 VERL_CONFIG_NAME = "ppo_trainer"
@@ -30,6 +31,8 @@ SHOWN_KEYS = (
     "actor_rollout_ref.rollout.gpu_memory_utilization",
     "actor_rollout_ref.rollout.max_model_len",
     "actor_rollout_ref.rollout.checkpoint_engine.backend",
+    "actor_rollout_ref.model.override_config.attn_implementation",
+    "trainer.device",
 )
 
 
@@ -76,7 +79,6 @@ def metaagent_settings(
     settings: dict[str, Any] = {
         "trainer.nnodes": actor_nodes,
         "trainer.n_gpus_per_node": actor_gpus_per_node,
-        "trainer.device": "cuda",
         "trainer.project_name": "metaagent",
         "trainer.experiment_name": model.key,
         "trainer.logger": ["console"],
@@ -95,8 +97,12 @@ def metaagent_settings(
         f"{ar}.actor.optim.betas": list(o.betas),
         f"{ar}.actor.optim.weight_decay": o.weight_decay,
         f"{ar}.actor.optim.clip_grad": o.grad_clip,
-        f"{ar}.actor.optim.lr_scheduler_type": "constant",
+        # the one optimizer config (metaagent.train.optim): verl's warmup starts at 0, ours at lr / warmup_steps
+        f"{ar}.actor.optim.lr_scheduler_type": o.schedule,
+        f"{ar}.actor.optim.lr_warmup_steps": o.warmup_steps,
         f"{ar}.actor.optim.lr_warmup_steps_ratio": 0.0,
+        f"{ar}.actor.optim.min_lr_ratio": o.min_lr_ratio,
+        f"{ar}.actor.optim.override_optimizer_config": {"eps": o.adam_eps},
         f"{ar}.actor.optim.total_training_steps": max(1, plan.steps),
         f"{ar}.actor.grad_clip": o.grad_clip,
         f"{ar}.actor.clip_ratio": o.clip_low,
@@ -147,6 +153,7 @@ def metaagent_settings(
         "algorithm.norm_adv_by_std_in_grpo": cfg.algo.norm_by_std,
         "algorithm.use_kl_in_reward": False,
     }
+    settings.update(device_settings(v.device, v.attn_implementation, colocated=model.colocated))
     return settings
 
 
@@ -158,7 +165,7 @@ def compose_verl_config(cfg: TrainConfig, plan: Plan, model: ModelPlan, run_dir:
     """verl's resolved ``ppo_trainer`` config (an OmegaConf ``DictConfig``) for ``model``."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
     user = list(plan.verl.overrides)
@@ -172,10 +179,14 @@ def compose_verl_config(cfg: TrainConfig, plan: Plan, model: ModelPlan, run_dir:
     overridden = {_override_key(o) for o in user}
     OmegaConf.set_struct(config, True)  # a key verl does not have is an error, not a silent new field
     for key, value in metaagent_settings(cfg, plan, model, run_dir).items():
-        if key in overridden:
+        if _override_key(key) in overridden:
             continue
         try:
-            OmegaConf.update(config, key, value, merge=False)
+            if key.startswith("+"):  # a key verl reads but does not declare (e.g. model.override_config.*)
+                with open_dict(config):
+                    OmegaConf.update(config, key[1:], value, merge=False)
+            else:
+                OmegaConf.update(config, key, value, merge=False)
         except OmegaConfBaseException as e:
             raise ConfigError(
                 f"verl's {VERL_CONFIG_NAME} config rejects {key}={value!r} ({e}); is this verl 0.9.x?"

@@ -1,4 +1,4 @@
-"""One physical model on GPUs, driven through upstream verl: FSDP actor, vLLM servers, weight sync. GPU only.
+"""One physical model driven through upstream verl: FSDP actor, rollout servers, weight sync.
 
 Per physical model (``ModelPlan``):
 
@@ -12,12 +12,15 @@ Per physical model (``ModelPlan``):
 
 This is the same composition verl's own trainer builds in ``PPOTrainer._setup`` (verl 0.9.1,
 ``verl/trainer/ppo/v1/trainer_base.py``), without its dataloader, reward loop and agent loop: metaagent's
-rollout engine produces the data. Everything here imports verl's GPU code lazily and needs CUDA GPUs.
+rollout engine produces the data. Everything here imports verl lazily. On GPUs ``start()`` builds all of the above;
+with ``verl.device=cpu`` its seams take a CPU resource pool and :class:`.cpu.HFRollout` (the Hugging Face
+policy, synced from the actor) instead of vLLM.
 """
 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +51,20 @@ class ModelGroup:
         verl: the backend settings.
         tokenizer: the model's tokenizer (chat template, pad id).
         seed: base seed of verl's mini-batch iterator.
+        chat_template_kwargs: the run's ``policy.chat_template_kwargs`` (``verl.chat_template_kwargs`` wins).
     """
 
     def __init__(
-        self, plan: ModelPlan, config: Any, verl: VerlConfig, tokenizer: Any, *, seed: int = 0
+        self,
+        plan: ModelPlan,
+        config: Any,
+        verl: VerlConfig,
+        tokenizer: Any,
+        *,
+        seed: int = 0,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> None:
+        self.policy_chat_template_kwargs = chat_template_kwargs
         self.plan = plan
         self.config = config
         self.verl = verl
@@ -60,9 +72,8 @@ class ModelGroup:
         self.seed = seed
         self.use_ref = bool(config.actor_rollout_ref.actor.use_kl_loss)
         self.wg: Any = None
-        self.servers: Any = None
-        self.sync: Any = None
-        self.policy: ServerPolicy | None = None
+        self.rollout: Any = None
+        self.policy: Any = None
         self.dp_size = plan.dp_size
         self._awake = True
 
@@ -76,97 +87,99 @@ class ModelGroup:
         return int(pad if pad is not None else self.tokenizer.eos_token_id)
 
     # ------------------------------------------------------------------------------------------- start
-    def start(self) -> None:
-        """Spawn the worker group, build the FSDP engine, launch vLLM and the weight-sync manager."""
-        import ray
-        from verl.checkpoint_engine import CheckpointEngineManager
-        from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup, ResourcePoolManager
-        from verl.single_controller.ray.base import create_colocated_worker_cls
-        from verl.trainer.ppo.utils import Role
-        from verl.utils.config import omega_conf_to_dataclass
-        from verl.workers.engine_workers import ActorRolloutRefWorker
-        from verl.workers.rollout.llm_server import LLMServerManager
+    @property
+    def role(self) -> str:
+        """verl's worker role: ``actor_rollout(_ref)`` when the rollout is colocated, else ``actor``."""
+        if self.plan.colocated:
+            return "actor_rollout_ref" if self.use_ref else "actor_rollout"
+        return "actor"
 
-        plan, cfg = self.plan, self.config
-        if plan.colocated:
-            role = Role.ActorRolloutRef if self.use_ref else Role.ActorRollout
-        else:
-            role = Role.Actor
-        pool_name = f"metaagent_{plan.key}"
-        pools = ResourcePoolManager(
-            resource_pool_spec={pool_name: pool_spec(plan.gpus, self.verl.n_gpus_per_node)},
-            mapping={role: pool_name},
-        )
-        pools.create_resource_pool()
-        pool = pools.get_resource_pool(role)
-        worker = RayClassWithInitArgs(
-            cls=ray.remote(ActorRolloutRefWorker), config=cfg.actor_rollout_ref, role=str(role)
-        )
+    def start(
+        self,
+        *,
+        pool: Any = None,
+        device_name: str = "cuda",
+        rollout: Callable[[ModelGroup, Any], Any] | None = None,
+    ) -> None:
+        """Spawn the worker group, build the FSDP engine, then the rollout side and its weight sync.
+
+        The seams (defaults: GPUs): ``pool``, a verl Ray resource pool (default: the plan's GPUs through verl's
+        ``ResourcePoolManager``); ``device_name`` of the workers; ``rollout(group, pool)`` builds the object that
+        generates and receives the weights (``policy``, ``sync_weights(step)``, ``sleep()``, ``close()``;
+        default :class:`VLLMRollout`, on CPU :class:`.cpu.HFRollout`).
+        """
+        import ray
+        from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
+        from verl.single_controller.ray.base import create_colocated_worker_cls
+        from verl.workers.engine_workers import ActorRolloutRefWorker
+
+        plan, cfg, role = self.plan, self.config, self.role
+        if pool is None:
+            pool = self._gpu_pool()
+        worker = RayClassWithInitArgs(cls=ray.remote(ActorRolloutRefWorker), config=cfg.actor_rollout_ref, role=role)
         group = RayWorkerGroup(
             resource_pool=pool,
-            ray_cls_with_init=create_colocated_worker_cls(class_dict={str(role): worker}),
-            device_name="cuda",
+            ray_cls_with_init=create_colocated_worker_cls(class_dict={role: worker}),
+            device_name=device_name,
         )
-        self.wg = group.spawn(prefix_set={str(role)})[str(role)]
+        self.wg = group.spawn(prefix_set={role})[role]
         self.wg.init_model()
         self.dp_size = max(self.wg._query_dispatch_info("actor")) + 1
         if self.dp_size != plan.dp_size:
             raise VerlBackendError(
                 f"model {plan.key}: verl reports {self.dp_size} data-parallel ranks, the plan expected {plan.dp_size}"
             )
-
+        self.rollout = (rollout or VLLMRollout)(self, pool)
+        self.policy = self.rollout.policy
         if plan.colocated:
-            self.servers = LLMServerManager.create(
-                config=cfg, worker_group=self.wg, rollout_resource_pool=pool
-            )
-        else:
-            self.servers = LLMServerManager.create(config=cfg, start_rank=plan.rollout_start_rank)
-        engine_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.checkpoint_engine)
-        self.sync = CheckpointEngineManager(
-            config=engine_config, actor_wg=self.wg, replicas=self.servers.get_replicas()
-        )
-        if plan.colocated:
-            self.sync.sleep_replicas()  # as verl does: replicas sleep until the first weight sync wakes them
+            self.rollout.sleep()  # as verl does: replicas sleep until the first weight sync wakes them
             self._awake = False
-        self.policy = ServerPolicy(
-            self.servers.get_client(),
-            self.tokenizer,
-            model_id=plan.path,
-            max_model_len=int(cfg.actor_rollout_ref.rollout.max_model_len),
-            chat_template_kwargs=(
-                self.verl.chat_template_kwargs
-                if self.verl.chat_template_kwargs is not None
-                else self.config.policy.chat_template_kwargs
-            ),
-            timeout_s=self.verl.request_timeout_s,
+
+    def _gpu_pool(self) -> Any:
+        from verl.single_controller.ray import ResourcePoolManager
+
+        pool_name = f"metaagent_{self.plan.key}"
+        pools = ResourcePoolManager(
+            resource_pool_spec={pool_name: pool_spec(self.plan.gpus, self.verl.n_gpus_per_node)},
+            mapping={self.role: pool_name},
         )
+        pools.create_resource_pool()
+        return pools.get_resource_pool(self.role)
+
+    def chat_template_kwargs(self) -> dict[str, Any] | None:
+        """``verl.chat_template_kwargs``, else the run's ``policy.chat_template_kwargs``."""
+        if self.verl.chat_template_kwargs is not None:
+            return self.verl.chat_template_kwargs
+        return self.policy_chat_template_kwargs
 
     # ------------------------------------------------------------------------------------- weights & data
     def sync_weights(self, step: int) -> dict[str, float]:
-        """Send the actor's weights to the vLLM replicas (and wake colocated ones)."""
-        metrics = self.sync.update_weights(global_steps=step) or {}
+        """Send the actor's weights to the rollout (and wake colocated replicas)."""
+        metrics = self.rollout.sync_weights(step)
         self._awake = True
-        return {
-            f"verl/{self.key}/sync/{k}": float(v) for k, v in metrics.items() if isinstance(v, (int, float))
-        }
+        return {f"verl/{self.key}/sync/{k}": float(v) for k, v in metrics.items()}
 
     def free_rollout_memory(self) -> None:
-        """Colocated: put vLLM to sleep (weights and KV cache released) so the update has the GPU memory."""
+        """Colocated: put the rollout to sleep (weights and KV cache released) so the update has the memory."""
         if self.plan.colocated and self._awake:
-            self.sync.sleep_replicas()
+            self.rollout.sleep()
             self._awake = False
 
-    def recompute_old_log_probs(self, batch: UpdateBatch) -> None:
-        """``verl.old_log_prob=recompute``: pi_old from the actor; the rollout log-probs move to ``rollout_log_probs``."""
+    def actor_log_probs(self, batch: UpdateBatch) -> Any:
+        """The actor's log-probs of the batch's responses, ``(B, R)`` fp32, 0 outside the response mask."""
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
         td = logprob_tensordict(batch)
         out = self.wg.compute_log_prob(td)
-        log_probs = no_padding_2_padding(tu.get(out, "log_probs"), td).float()  # (B, R)
+        return no_padding_2_padding(tu.get(out, "log_probs"), td).float() * batch.data.batch["response_mask"]
+
+    def recompute_old_log_probs(self, batch: UpdateBatch) -> None:
+        """``verl.old_log_prob=recompute``: pi_old from the actor; the rollout log-probs move to ``rollout_log_probs``."""
         data = batch.data.batch
+        log_probs = self.actor_log_probs(batch)
         data["rollout_log_probs"] = data["old_log_probs"]
-        data["old_log_probs"] = log_probs * data["response_mask"]
+        data["old_log_probs"] = log_probs
 
     def reference_log_probs(self, batch: UpdateBatch) -> None:
         """KL term: the frozen reference model's log-probs as ``ref_log_prob``."""
@@ -187,8 +200,13 @@ class ModelGroup:
             raise VerlBackendError(
                 f"batch was built for dp_size={batch.dp_size}, model {self.key} has {self.dp_size}"
             )
+        checked: dict[str, float] = {}
+        if self.verl.logprob_check and self.verl.old_log_prob != "recompute":
+            checked = rollout_logprob_diff(batch.data.batch, self.actor_log_probs(batch))
         if self.verl.old_log_prob == "recompute":
             self.recompute_old_log_probs(batch)
+            data = batch.data.batch
+            checked = rollout_logprob_diff(data, data["old_log_probs"], data["rollout_log_probs"])
         if self.use_ref:
             self.reference_log_probs(batch)
         td = update_tensordict(
@@ -197,7 +215,7 @@ class ModelGroup:
             seed=self.seed + step,
         )
         output = self.wg.update_actor(td)
-        metrics = rename_dict(tu.get(output, "metrics"), "actor/")
+        metrics = rename_dict(tu.get(output, "metrics"), "actor/") | checked
         return {f"verl/{self.key}/{k}": float(v) for k, v in reduce_metrics(metrics).items() if _number(v)}
 
     # -------------------------------------------------------------------------------------- checkpoints
@@ -210,8 +228,57 @@ class ModelGroup:
         self.wg.load_checkpoint(local_path=str(path), hdfs_path=None, del_local_after_load=False)
 
     def close(self) -> None:
-        if self.policy is not None:
-            self.policy.close()
+        if self.rollout is not None:
+            self.rollout.close()
+
+
+def rollout_logprob_diff(data: Any, actor: Any, rollout: Any = None) -> dict[str, list[float]]:
+    """|actor - rollout| log-probs over the response tokens (padding rows excluded): max and mean."""
+    rollout = data["old_log_probs"] if rollout is None else rollout
+    mask = data["response_mask"].bool()
+    diff = (actor.float() - rollout.float()).abs()[mask]
+    if diff.numel() == 0:
+        return {}
+    return {"rollout_logprob_diff_max": [float(diff.max())], "rollout_logprob_diff_mean": [float(diff.mean())]}
+
+
+class VLLMRollout:
+    """The GPU rollout of a model group: verl's vLLM server replicas (``LLMServerManager``), the
+    :class:`~.policy.ServerPolicy` on them, and verl's ``CheckpointEngineManager`` weight sync (in place for
+    colocated replicas, NCCL/NIXL/... for standalone ones)."""
+
+    def __init__(self, group: ModelGroup, pool: Any) -> None:
+        from verl.checkpoint_engine import CheckpointEngineManager
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.rollout.llm_server import LLMServerManager
+
+        plan, cfg = group.plan, group.config
+        if plan.colocated:
+            self.servers = LLMServerManager.create(config=cfg, worker_group=group.wg, rollout_resource_pool=pool)
+        else:
+            self.servers = LLMServerManager.create(config=cfg, start_rank=plan.rollout_start_rank)
+        engine_config = omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout.checkpoint_engine)
+        self.sync = CheckpointEngineManager(
+            config=engine_config, actor_wg=group.wg, replicas=self.servers.get_replicas()
+        )
+        self.policy = ServerPolicy(
+            self.servers.get_client(),
+            group.tokenizer,
+            model_id=plan.path,
+            max_model_len=int(cfg.actor_rollout_ref.rollout.max_model_len),
+            chat_template_kwargs=group.chat_template_kwargs(),
+            timeout_s=group.verl.request_timeout_s,
+        )
+
+    def sync_weights(self, step: int) -> dict[str, float]:
+        metrics = self.sync.update_weights(global_steps=step) or {}
+        return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+
+    def sleep(self) -> None:
+        self.sync.sleep_replicas()
+
+    def close(self) -> None:
+        self.policy.close()
 
 
 def _number(v: Any) -> bool:

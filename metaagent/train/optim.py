@@ -1,0 +1,116 @@
+"""The one optimizer config (AdamW, gradient clipping, micro-batching, learning-rate schedule) and the one
+loss config (PPO-clip, aggregation, KL and entropy terms), with the name lists they accept.
+
+:class:`OptimizerConfig` is shared by every program that takes gradient steps: the RL trainer's ``optim``
+section (:class:`metaagent.train.config.OptimConfig` adds the loss knobs of
+:class:`metaagent.train.losses.LossConfig`), which the local backend hands to each
+:class:`~metaagent.train.update.PolicyUpdater` and the verl backend maps onto
+``actor_rollout_ref.actor.optim.*``; and SFT (:class:`metaagent.sft.trainer.SFTConfig`). Each program
+keeps its own defaults where the papers differ (SFT: no weight decay, cosine schedule).
+
+Learning rate of optimizer step ``s`` (0-based) out of ``T`` (:func:`lr_at`), with peak ``lr``, ``W``
+warmup steps and floor ``min_lr_ratio * lr``::
+
+    s < W:                 lr * (s + 1) / W                                 (linear warmup)
+    constant:              lr
+    cosine:                floor + (lr - floor) * (1 + cos(pi * p)) / 2,    p = min(1, (s - W) / max(1, T - W - 1))
+
+It is a pure function of the step, so a resumed run continues the schedule exactly without scheduler state.
+(verl's own warmup starts from 0 rather than ``lr / W``; with the default ``warmup_steps: 0`` both agree.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+
+from metaagent.config import Checked
+
+SCHEDULES = ("constant", "cosine")
+#: verl 0.9's POLICY_LOSS_REGISTRY (bypass_mode needs rollout importance weights: not offered)
+POLICY_LOSSES = (
+    "vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo",
+)  # fmt: skip
+#: verl's agg_loss modes (see metaagent.train.losses)
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+#: verl's kl_penalty types
+KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k1+", "k3+", "low_var_kl+")
+Beta = Annotated[float, Field(ge=0, lt=1)]
+
+
+@dataclass
+class OptimizerConfig(Checked):
+    """AdamW with global grad-norm clipping over token-budgeted micro-batches (paper §4.1: lr 5e-6; verl's
+    defaults otherwise)."""
+
+    lr: PositiveFloat = 5e-6  # peak learning rate (paper §4.1: 5e-6)
+    betas: tuple[Beta, Beta] = (0.9, 0.999)  # AdamW betas
+    weight_decay: NonNegativeFloat = 0.01  # AdamW decoupled weight decay (verl's default)
+    adam_eps: PositiveFloat = 1e-8  # AdamW epsilon
+    grad_clip: PositiveFloat = 1.0  # max global gradient norm
+    schedule: Literal["constant", "cosine"] = "constant"  # learning rate after warmup (see lr_at)
+    warmup_steps: NonNegativeInt = 0  # linear warmup from lr / warmup_steps over this many optimizer steps
+    min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1  # cosine: floor as a fraction of lr
+    micro_batch_tokens: PositiveInt = 4096  # padded tokens (rows x longest sequence) per forward/backward pass
+    logprob_chunk: PositiveInt = 256  # response tokens per LM-head chunk (never the B x T x V logits)
+    # "bfloat16" autocasts forward passes; master weights stay fp32 (no fp16: no loss scaler)
+    autocast: Literal["bfloat16"] | None = None
+
+
+@dataclass
+class LossConfig(Checked):
+    """PPO-clip settings (paper Eq. 2-3; :mod:`metaagent.train.losses`). ``clip_low``/``clip_high`` are the
+    ``eps`` of Eq. 2 below/above 1; the paper does not state eps, 0.2 is this project's choice (PPO's and
+    verl's default)."""
+
+    clip_low: Annotated[float, Field(gt=0, lt=1)] = 0.2  # eps of Eq. 2 below 1 (PPO's and verl's 0.2)
+    clip_high: PositiveFloat = 0.2  # eps of Eq. 2 above 1
+    dual_clip: bool = False  # verl's dual clip at clip_ratio_c (not in Eq. 2)
+    clip_ratio_c: Annotated[float, Field(gt=1)] = 3.0  # dual-clip bound for negative advantages (verl: 3)
+    policy_loss: Literal[POLICY_LOSSES] = "vanilla"  # any name in verl's policy-loss registry (vanilla, gspo, cispo, ...)
+    loss_agg_mode: Literal[LOSS_AGG_MODES] = "seq-mean-token-mean"  # Eq. 2's 1/|G| sum over trajectories; verl: token-mean
+    kl_coef: NonNegativeFloat = 0.0  # KL to a frozen reference model (0: no KL term, no reference model)
+    kl_type: Literal[KL_TYPES] = "low_var_kl"  # verl's kl_penalty estimator
+    entropy_coef: NonNegativeFloat = 0.0  # entropy bonus (verl: entropy_coeff); 0 as in the paper
+
+
+def lr_at(step: int, total_steps: int, cfg: OptimizerConfig) -> float:
+    """Learning rate of optimizer step ``step`` (0-based) of ``total_steps`` (module docstring)."""
+    base = float(cfg.lr)
+    if step < cfg.warmup_steps:
+        return base * (step + 1) / cfg.warmup_steps
+    if cfg.schedule == "constant":
+        return base
+    span = max(1, total_steps - cfg.warmup_steps - 1)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    floor = base * cfg.min_lr_ratio
+    return floor + (base - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def make_adamw(params: Any, cfg: OptimizerConfig) -> Any:
+    """torch AdamW with the config's betas, epsilon and weight decay, at the peak learning rate."""
+    import torch
+
+    return torch.optim.AdamW(
+        params, lr=float(cfg.lr), betas=tuple(cfg.betas), eps=cfg.adam_eps, weight_decay=cfg.weight_decay
+    )
+
+
+def autocast(cfg: OptimizerConfig, device_type: str) -> Any:
+    """The forward passes' autocast context (``cfg.autocast``; fp32 master weights either way)."""
+    import contextlib
+
+    import torch
+
+    if cfg.autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=getattr(torch, cfg.autocast))

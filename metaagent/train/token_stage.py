@@ -1,0 +1,80 @@
+"""The token stage: per-token advantages of estimators that finish their credit in the trainer (MAPPA).
+
+An estimator that registered a token stage (:func:`metaagent.credit.register_token_stage`) leaves each
+executor turn's *action reward* in the sample's scalar ``advantage``. After the samples are built this step
+
+1. drops samples cut by ``max_response_len`` (MAPPA masks truncated completions; counted);
+2. when the stage needs them (``needs_ref(options)``, e.g. MAPPA's beta > 0), gets ``log pi_ref`` of every
+   response token of the whole batch from the backend's reference pre-pass
+   (:meth:`metaagent.train.update.PolicyUpdater.ref_logprobs`), before any loss is computed;
+3. calls the stage on all executor samples at once (the batch-wide normalisation needs them all) and stores
+   the result in ``Sample.token_advantages``.
+
+Designer samples keep their scalar advantage (MAPPA: hierarchical Eq. 4-5 on outcome rewards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from metaagent.credit import TokenStage
+from metaagent.credit.mappa import Action
+from metaagent.records import EXECUTOR
+
+from .samples import Sample, SampleError, SampleSet
+
+RefLogprobs = Callable[[Sequence[Sample]], list[list[float]]]
+
+
+def apply_token_stage(
+    samples: SampleSet,
+    stage: TokenStage,
+    options: Mapping[str, Any],
+    *,
+    ref_logprobs: RefLogprobs | None,
+    group_of: Callable[[Sample], str],
+) -> SampleSet:
+    """``samples`` with per-token advantages on every executor sample (truncated ones dropped).
+
+    Args:
+        stage: the estimator's token stage.
+        options: the estimator's options (``algo`` fields and ``algo.options``).
+        ref_logprobs: the backend's reference pre-pass, ``samples -> [log pi_ref per response token]``.
+        group_of: the physical model of a sample (``norm_scope="model"`` normalises per model).
+
+    Adds ``samples/token_stage_actions``, ``samples/token_stage_truncated`` and, with reference log-probs,
+    ``credit/ref_kl_mean`` (mean ``log pi_old - log pi_ref`` over action tokens) to ``.metrics``.
+    """
+    metrics = dict(samples.metrics)
+    kept = [s for s in samples if not (s.role == EXECUTOR and s.truncated)]
+    metrics["samples/token_stage_truncated"] = float(len(samples) - len(kept))
+    actions = [s for s in kept if s.role == EXECUTOR]
+    metrics["samples/token_stage_actions"] = float(len(actions))
+    if actions:
+        ref: list[list[float]] | list[None] = [None] * len(actions)
+        if stage.needs_ref(dict(options)):
+            if ref_logprobs is None:
+                raise SampleError(f"the token stage of {stage.name!r} needs reference log-probs; the backend has none")
+            ref = ref_logprobs(actions)
+            kl = np.concatenate([np.asarray(s.old_logprobs) - np.asarray(r) for s, r in zip(actions, ref)])
+            metrics["credit/ref_kl_mean"] = float(kl.mean())
+        batch = [
+            Action(
+                reward=s.advantage,
+                old_logprobs=s.old_logprobs,
+                ref_logprobs=r,
+                episode=(*s.key[:3], s.agent),
+                order=s.key[3] if len(s.key) > 3 else 0,
+                group=group_of(s),
+            )
+            for s, r in zip(actions, ref)
+        ]
+        for s, adv in zip(actions, stage(batch, **dict(options))):
+            s.token_advantages = [float(x) for x in adv]
+        every = np.concatenate([np.asarray(s.token_advantages) for s in actions])
+        metrics["credit/token_adv_mean"] = float(every.mean())
+        metrics["credit/token_adv_std"] = float(every.std())
+    return SampleSet(kept, metrics)
