@@ -98,8 +98,12 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
     from metaagent.train.checkpoint import CheckpointError
     from metaagent.train.trainer import Trainer, TrainError
 
+    from metaagent.train.trackers import TrackerError
+
     display = TrainDisplay(show_samples=config.trainer.show_samples and not quiet)
-    start_errors: tuple[type[BaseException], ...] = (TrainError, ConfigError, CheckpointError, FileNotFoundError, ValueError)
+    start_errors: tuple[type[BaseException], ...] = (
+        TrainError, ConfigError, CheckpointError, TrackerError, FileNotFoundError, ValueError,
+    )  # fmt: skip
     run_errors: tuple[type[BaseException], ...] = (TrainError, CheckpointError)
     try:
         if plan is None:

@@ -91,6 +91,17 @@ class DataConfig(Checked):
 
 
 @dataclass
+class DynamicSamplingConfig(Checked):
+    """DAPO's dynamic sampling (metaagent.train.dynamic_sampling): drop trees without an informative group
+    of a trained role and draw fresh tasks until the batch holds the full number of informative groups per
+    role, at most ``max_extra_tasks`` extra tasks (full M x N trees) per step. Off: zero-variance groups stay
+    in the batch with advantage 0 (masked with ``algo.filter_zero_var``)."""
+
+    enabled: bool = False
+    max_extra_tasks: NonNegativeInt = 16
+
+
+@dataclass
 class AlgoConfig(Checked):
     """Credit assignment (paper Eq. 4–7)."""
 
@@ -101,6 +112,7 @@ class AlgoConfig(Checked):
     executor_unit: Literal[EXECUTOR_UNITS] = "call"  # "call" (Eq. 6-7: each agent call is a group member) | "execution"
     norm_by_std: bool = True
     filter_zero_var: bool = False
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -159,8 +171,28 @@ class TrainerConfig(Checked):
     val_tasks: int = 16
     val_repeats: int = 1
     val_greedy: bool = True
-    tensorboard: bool = True
+    tensorboard: bool = True  # false drops tensorboard from loggers
+    # metric destinations (metaagent.train.trackers): jsonl (required), tensorboard, wandb, mlflow (verl's
+    # trainer.logger, OpenRLHF's --use_wandb / --use_tensorboard); wandb and mlflow need their pip extras
+    loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    tracker_project: str = "metaagent"  # wandb project and MLflow experiment name
     show_samples: bool = True  # print a designer script and an agent reply each step
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        from metaagent.train.trackers import LOGGERS
+
+        bad = [n for n in self.loggers if n not in LOGGERS]
+        if bad or "jsonl" not in self.loggers:
+            raise ConfigError(
+                f"trainer.loggers must include 'jsonl' (resume and metaagent-replay read metrics.jsonl) and name only "
+                f"{LOGGERS}, got {self.loggers!r}"
+            )
+
+    def active_loggers(self) -> list[str]:
+        """``loggers`` in order, without tensorboard when ``tensorboard`` is false, each once."""
+        names = [n for n in self.loggers if self.tensorboard or n != "tensorboard"]
+        return list(dict.fromkeys(names))
 
 
 @dataclass

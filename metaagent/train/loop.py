@@ -37,6 +37,7 @@ from metaagent.rollout.metrics import rollout_metrics
 from metaagent.seeding import derive_seed
 from metaagent.train.config import TrainConfig
 from metaagent.train.metrics import MetricsLogger
+from metaagent.train.trackers import step_samples
 
 ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
 
@@ -73,7 +74,8 @@ def config_hash(cfg: TrainConfig) -> str:
     from metaagent.records import config_hash as record_hash
 
     d = cfg.to_dict()
-    d["trainer"] = {k: v for k, v in d["trainer"].items() if k not in ("steps", "out")}
+    # where metrics go does not decide anything either: a resumed run may add or drop a tracker
+    d["trainer"] = {k: v for k, v in d["trainer"].items() if k not in ("steps", "out", "loggers", "tracker_project")}
     return record_hash(d)
 
 
@@ -97,7 +99,10 @@ class TrainLoop:
         from metaagent.data import MixtureSampler
         from metaagent.train.schedule import StageSchedule
 
+        from metaagent.train.trackers import check_available
+
         self.config = cfg = config
+        check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
         self.run_dir = Path(cfg.trainer.out)
         if not resume and (self.run_dir / "run.json").is_file():
             self._move_aside_previous_run()
@@ -166,8 +171,11 @@ class TrainLoop:
         )
         self.logger = MetricsLogger(
             self.run_dir,
-            tensorboard=cfg.trainer.tensorboard,
+            loggers=cfg.trainer.active_loggers(),
             resume_step=self.start_step - 1 if checkpoint is not None else None,
+            run_id=self.run_id,
+            project=cfg.trainer.tracker_project,
+            config=None if checkpoint is not None else {**cfg.to_dict(), "run": run_info},
         )
 
     def _run_info(self) -> dict[str, Any]:
@@ -289,6 +297,30 @@ class TrainLoop:
             )
         return {**stage.annotate(trees), **protocol_metrics(trees, **self._credit_options())}
 
+    def _dynamic_sampling(self, trees: list[RolloutTree], step: int, active: frozenset[str]):
+        """DAPO's dynamic sampling per role (:mod:`metaagent.train.dynamic_sampling`): the kept trees and
+        ``rollout/dynamic_sampling/*``. Extra draws come from the same sampler (its checkpointed state
+        advances) with a seed per round, so a resumed run draws the same tasks."""
+        from metaagent.train.dynamic_sampling import group_targets, sample_informative
+
+        cfg = self.config
+
+        def draw(round_: int, n: int) -> list[RolloutTree]:
+            tasks = self.sampler.next_batch()[:n]
+            seed = derive_seed(cfg.trainer.seed, step, "rollout", "dynamic", round_)
+            return self.engine.rollout(tasks, step=step, seed=seed)
+
+        return sample_informative(
+            trees,
+            draw,
+            roles=active,
+            targets=group_targets(cfg.data.batch_size, cfg.rollout.m_designs, cfg.algo.executor_group),
+            max_extra_tasks=cfg.algo.dynamic_sampling.max_extra_tasks,
+            batch_size=cfg.data.batch_size,
+            executor_group=cfg.algo.executor_group,
+            executor_unit=cfg.algo.executor_unit,
+        )
+
     def train_step(self, step: int) -> StepResult:
         from metaagent.credit import assign_credit, get_token_stage
         from metaagent.train.models import temperatures
@@ -302,6 +334,9 @@ class TrainLoop:
         tasks = self.sampler.next_batch()
 
         trees = self.engine.rollout(tasks, step=step, seed=derive_seed(cfg.trainer.seed, step, "rollout"))
+        sampling_metrics: dict[str, Any] = {}
+        if cfg.algo.dynamic_sampling.enabled:
+            trees, sampling_metrics = self._dynamic_sampling(trees, step, active)
         t_rollout = time.perf_counter() - t_start
         post_metrics = self._post_rollout(trees)
         coach: dict[str, Any] = {}
@@ -344,6 +379,7 @@ class TrainLoop:
             "schedule/stage": stage.index,
             "schedule/switched": float(switched),
             **rollout_metrics(trees),
+            **sampling_metrics,
             **coach,
             **credit.metrics,
             **post_metrics,
@@ -358,6 +394,7 @@ class TrainLoop:
             "time/step_s": t_end - t_start,
         }
         self.logger.log(step, metrics)
+        self.logger.log_samples(step, step_samples(trees))
         return StepResult(step, metrics, trees)
 
     def validate(self, step: int) -> dict[str, Any]:

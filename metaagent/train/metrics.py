@@ -1,4 +1,5 @@
-"""Per-step metrics to ``metrics.jsonl`` (one object per step) and optionally TensorBoard."""
+"""Per-step metrics to ``metrics.jsonl`` (one object per step) and the configured trackers
+(TensorBoard, wandb, MLflow: :mod:`metaagent.train.trackers`)."""
 
 from __future__ import annotations
 
@@ -9,40 +10,64 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from metaagent.train.trackers import Tracker, open_trackers, scalars
+
 
 class MetricsLogger:
     """Append-only step metrics. On resume, lines of steps after the resume point are dropped first,
     because the resumed run regenerates them."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], *, tensorboard: bool = True, resume_step: int | None = None):
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        tensorboard: bool = True,
+        resume_step: int | None = None,
+        loggers: list[str] | tuple[str, ...] | None = None,
+        run_id: str | None = None,
+        project: str = "metaagent",
+        config: Mapping[str, Any] | None = None,
+    ):
+        """``loggers`` (``trainer.loggers``) names the trackers; None means jsonl plus TensorBoard when
+        ``tensorboard``. ``config`` is logged once to trackers that keep it (pass it on a fresh run only)."""
+        if loggers is None:
+            loggers = ("jsonl", "tensorboard") if tensorboard else ("jsonl",)
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is not None and self.path.exists():
             keep = [line for line in self.path.read_text().splitlines() if _step_of(line) <= resume_step]
             self.path.write_text("".join(line + "\n" for line in keep))
         self._f = open(self.path, "a", encoding="utf-8")
-        self._tb = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+        try:
+            self.trackers: list[Tracker] = open_trackers(
+                [n for n in loggers if n != "jsonl"], Path(run_dir), run_id=run_id, project=project,
+                config=config, resume=resume_step is not None,
+            )  # fmt: skip
+        except BaseException:
+            self._f.close()
+            raise
 
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         clean = {k: _jsonable(v) for k, v in metrics.items()}
         self._f.write(json.dumps({"step": step, **clean}, sort_keys=True) + "\n")
         self._f.flush()
-        if self._tb is not None:
-            for k, v in clean.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                    self._tb.add_scalar(k, v, step)
-            self._tb.flush()
+        if self.trackers:
+            numeric = scalars(clean)
+            for t in self.trackers:
+                t.log(step, numeric)
+
+    def log_samples(self, step: int, samples: Mapping[str, str]) -> None:
+        """A designer script and an agent reply of the step, to the trackers that keep text."""
+        if samples:
+            for t in self.trackers:
+                t.log_samples(step, samples)
 
     def close(self) -> None:
         if not self._f.closed:
             self._f.close()
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        trackers, self.trackers = self.trackers, []
+        for t in trackers:
+            t.close()
 
 
 def _jsonable(v: Any) -> Any:
