@@ -49,6 +49,10 @@ class PolicyConfig:
     # 0.94 of direct batched generation vs 0.80 static); off by default because batch composition then
     # depends on timing, so rollouts are not bit-reproducible across runs
     continuous: bool = False
+    # hf backend: MiB of KV cache kept for shared prompt prefixes (the designer's system prompt and API text,
+    # each agent's system prompt), reused by every prompt that starts with them; 0 = off. Dropped after every
+    # update. benchmarks/step.py measures it (vLLM's automatic prefix caching, on the local backend)
+    prefix_cache_mb: float = 256
     # extra chat-template variables, used identically by rollout, training, SFT and serving; None = the
     # template's default ({enable_thinking: false} where the template knows it: the paper's no-thinking mode)
     chat_template_kwargs: dict[str, Any] | None = None
@@ -69,6 +73,8 @@ class PolicyConfig:
             raise ConfigError("policy.backend=openai needs policy.base_url (the OpenAI-compatible endpoint)")
         if self.max_batch_size < 1:
             raise ConfigError(f"policy.max_batch_size must be >= 1, got {self.max_batch_size}")
+        if not self.prefix_cache_mb >= 0:
+            raise ConfigError(f"policy.prefix_cache_mb must be >= 0 (0 = off), got {self.prefix_cache_mb}")
 
     def model_for(self, role: str) -> str:
         if self.weights == "separate":
