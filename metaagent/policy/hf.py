@@ -15,6 +15,15 @@ A :class:`_RunningBatch` holds the live rows and their KV cache:
    record ``log_softmax(logits / T)`` at that token, drop finished rows from the cache and trim padding
    columns that no live row needs any more.
 
+Prefix reuse (``prefix_cache_mb``, :mod:`metaagent.policy.prefix_cache`): before the prefill, the block-
+aligned prefixes that several rows of ``admit`` share (the designer's system prompt and API text, an agent's
+system prompt and task) are prefilled once each and cached; each row then starts from its longest cached
+prefix and prefills only the rest, and its own full blocks are cached for later calls (the next turn of a
+conversation, the same agent in another execution). Rows with different cached lengths share one batch: the
+chains are left-padded into the cache, position ids stay absolute and the mask hides every pad, so a row
+sees exactly its prompt (equal to a full prefill up to float summation order, ~1e-6 in fp32). The cache
+is dropped when the weights change (:meth:`HFPolicy.weights_changed`, and a parameter fingerprint).
+
 Scheduling (``HFPolicy(continuous=...)``): static batching runs each ``generate`` call's requests to the
 end under a lock. Continuous batching admits the requests of other threads' calls into the running batch
 between decode steps; whichever caller holds the lock advances the shared batch until its own rows are
@@ -352,7 +361,7 @@ class _RunningBatch:
             p._prefill_shared(prompts)
             chains = [pc.match(ids, len(ids) - 1) for ids in prompts]
             pc.stats.hit_tokens += sum(len(c) * pc.block for c in chains)
-        new = _RunningBatch(p)
+        new = type(self)(p)  # a subclass's sampling applies to the first token too
         new.rows = list(rows)
         logits = new.prefill(prompts, chains)
         new._sample(logits)
