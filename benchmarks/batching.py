@@ -78,6 +78,8 @@ def in_thread(fn):
 
 
 def run_direct(policy: HFPolicy, requests: list[ChatRequest]) -> tuple[float, int, int]:
+    policy.weights_changed()  # every run starts from an empty prefix cache (repeats reuse the prompts)
+
     def go():
         t0 = time.perf_counter()
         out = policy.generate(requests)
@@ -89,6 +91,7 @@ def run_direct(policy: HFPolicy, requests: list[ChatRequest]) -> tuple[float, in
 def run_batcher(policy: HFPolicy, requests: list[ChatRequest], max_wait_s: float) -> tuple[float, int, int]:
     results: list = [None] * len(requests)
     barrier = threading.Barrier(len(requests) + 1)
+    policy.weights_changed()  # an empty prefix cache, as for run_direct
     with BatchingPolicy(policy, max_batch_size=len(requests), max_wait_s=max_wait_s) as batcher:
 
         def worker(i: int) -> None:
@@ -108,6 +111,8 @@ def run_batcher(policy: HFPolicy, requests: list[ChatRequest], max_wait_s: float
 
 
 def run_sequential(policy: HFPolicy, requests: list[ChatRequest]) -> tuple[float, int, int]:
+    policy.weights_changed()
+
     def go():
         t0 = time.perf_counter()
         tokens = sum(policy.generate([r])[0].completion_tokens for r in requests)
@@ -131,6 +136,7 @@ def multi_turn_requests(threads: int, turns: int, max_tokens: int) -> list[list[
 
 
 def run_threads_multi_turn(policy, per_thread: list[list[ChatRequest]]) -> tuple[float, int]:
+    policy.weights_changed()  # repeats start from an empty prefix cache
     tokens = [0] * len(per_thread)
     barrier = threading.Barrier(len(per_thread) + 1)
 

@@ -169,6 +169,7 @@ def main() -> None:
             model_rows = meter.rows / max(executor.stats().backend_calls, 1)
             executor.close()
         rows.append((f"rollout ({name})", turns, meter.tokens, secs, meter, model_rows))
+    static.weights_changed()  # the direct run starts from an empty prefix cache, as the rollouts did
     n, secs, tokens = run_direct(static, trees, args)
     rows.append(("direct batched generate", n, tokens, secs, None, min(n, args.max_batch_size)))
 

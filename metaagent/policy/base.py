@@ -125,12 +125,16 @@ class ChatRequest:
 
     ``role`` is the logical role (designer, executor) for accounting; ``agent`` is the agent's role name in
     the workflow script (e.g. "MathCritic"), which partial weight sharing routes on (``executor:<agent>``).
+    ``affinity`` groups requests whose prompts share a prefix (set by the rollout engine from the step,
+    task, design and agent, see :func:`team_affinity`): a backend with several servers sends equal keys to
+    the same server, whose prefix cache then holds their shared prompt. Empty: no affinity.
     """
 
     messages: list[dict[str, str]]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     role: str = EXECUTOR
     agent: str = ""
+    affinity: str = ""
 
     @property
     def route_name(self) -> str:
@@ -143,6 +147,20 @@ class ChatRequest:
             self.sampling = SamplingParams.from_mapping(self.sampling)
         if not isinstance(self.sampling, SamplingParams):
             raise RequestError(f"sampling must be SamplingParams or a dict, got {type(self.sampling).__name__}")
+
+
+def team_affinity(step: int | None, task: int, design: int | None = None, agent: str = "") -> str:
+    """The affinity key of a rollout request: ``s<step>/t<task>`` for the designer prompts of a task, plus
+    ``/d<design>/<agent>`` for an agent's calls in the executions of one design.
+
+    The execution index is deliberately not part of the key: the N executions of a design call the same
+    agents with the same system prompt and task, so their first calls share the whole prompt and later
+    turns extend it; all of them on one server is what makes its prefix cache hit.
+    """
+    key = f"s{step if step is not None else '-'}/t{task}"
+    if design is not None:
+        key += f"/d{design}/{agent or '-'}"
+    return key
 
 
 @dataclass
@@ -242,6 +260,10 @@ class Policy(abc.ABC):
                 f"{purpose} needs; use the 'hf' or 'vllm' backend, or an OpenAI-compatible server that returns "
                 "logprobs and token ids (e.g. `vllm serve` or `metaagent-serve`)"
             )
+
+    def weights_changed(self) -> None:
+        """The weights this policy samples from were updated: drop anything computed with the old ones
+        (e.g. the ``hf`` backend's prefix cache). Wrappers pass it on; no-op by default."""
 
     def close(self) -> None:
         """Release resources (threads, connections). Idempotent."""

@@ -137,6 +137,9 @@ class BatchingPolicy(Policy):
             raise ticket.error
         return ticket.results  # type: ignore[return-value]
 
+    def weights_changed(self) -> None:
+        self.backend.weights_changed()
+
     def stats(self) -> BatcherStats:
         """A copy of the counters."""
         with self._stats_lock:

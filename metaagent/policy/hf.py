@@ -15,6 +15,15 @@ A :class:`_RunningBatch` holds the live rows and their KV cache:
    record ``log_softmax(logits / T)`` at that token, drop finished rows from the cache and trim padding
    columns that no live row needs any more.
 
+Prefix reuse (``prefix_cache_mb``, :mod:`metaagent.policy.prefix_cache`): before the prefill, the block-
+aligned prefixes that several rows of ``admit`` share (the designer's system prompt and API text, an agent's
+system prompt and task) are prefilled once each and cached; each row then starts from its longest cached
+prefix and prefills only the rest, and its own full blocks are cached for later calls (the next turn of a
+conversation, the same agent in another execution). Rows with different cached lengths share one batch: the
+chains are left-padded into the cache, position ids stay absolute and the mask hides every pad, so a row
+sees exactly its prompt (equal to a full prefill up to float summation order, ~1e-6 in fp32). The cache
+is dropped when the weights change (:meth:`HFPolicy.weights_changed`, and a parameter fingerprint).
+
 Scheduling (``HFPolicy(continuous=...)``): static batching runs each ``generate`` call's requests to the
 end under a lock. Continuous batching admits the requests of other threads' calls into the running batch
 between decode steps; whichever caller holds the lock advances the shared batch until its own rows are
@@ -32,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from .base import ChatRequest, Completion, Policy, PolicyError, RequestError
 from .chat import chat_prompt_ids, resolve_chat_template_kwargs
+from .prefix_cache import DEFAULT_BLOCK, PrefixCache, shared_prefix_lengths
 
 if TYPE_CHECKING:
     import torch
@@ -41,6 +51,8 @@ if TYPE_CHECKING:
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 #: extra tokens decoded around a stop string when scanning the tail of a response for it
 STOP_SCAN_MARGIN = 8
+#: default memory bound of the prefix cache (MiB); SmolLM2-135M keeps ~45 KB of keys and values per token
+DEFAULT_PREFIX_CACHE_MB = 256
 
 
 @dataclass
@@ -78,6 +90,10 @@ class HFPolicy(Policy):
             a :class:`~metaagent.policy.batcher.BatchingPolicy`, continuous batching only helps with
             ``max_in_flight > 1``; threads may also call a continuous policy directly.
         model_id: the id recorded in completions (default: the name passed, or the config's name_or_path).
+        prefix_cache_mb: memory bound of the KV cache of shared prompt prefixes
+            (:mod:`metaagent.policy.prefix_cache`); 0 turns prefix reuse off. Models whose cache is not a
+            plain ``DynamicCache`` (sliding-window layers) never reuse prefixes.
+        prefix_block: tokens per cached block, the granularity of reuse.
     """
 
     def __init__(
@@ -92,6 +108,8 @@ class HFPolicy(Policy):
         continuous: bool = False,
         model_id: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
+        prefix_block: int = DEFAULT_BLOCK,
     ) -> None:
         super().__init__()
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
@@ -135,6 +153,18 @@ class HFPolicy(Policy):
         )  # continuous: rows waiting to be admitted
         self._pending_lock = threading.Lock()
         self._running: _RunningBatch | None = None  # continuous: the shared batch
+        if not prefix_cache_mb >= 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0 (0 = off), got {prefix_cache_mb!r}")
+        self.prefix_cache: PrefixCache | None = None
+        if prefix_cache_mb > 0 and _plain_dynamic(_new_cache(model)):
+            self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20), block=prefix_block)
+
+    def weights_changed(self) -> None:
+        """The trainer changed the weights: drop every cached prefix (a fingerprint of the parameters
+        guards this too, see :meth:`PrefixCache.check_weights`)."""
+        if self.prefix_cache is not None:
+            with self._lock:
+                self.prefix_cache.clear()
 
     # ------------------------------------------------------------------------------------- request prep
     def _stop_token_ids(self) -> frozenset[int]:
@@ -170,6 +200,23 @@ class HFPolicy(Policy):
             limit=min(request.sampling.max_tokens, self.max_context - len(prompt)),
             generator=_generator(request.sampling.seed),
         )
+
+    def _prefill_shared(self, prompts: list[list[int]]) -> None:
+        """Prefill, once each, the block-aligned prefixes that several of ``prompts`` share and that are
+        not cached yet (shortest first, so a longer one extends a shorter one's blocks)."""
+        pc = self.prefix_cache
+        assert pc is not None
+        needed = {
+            tuple(ids[:n])
+            for ids, n in zip(prompts, shared_prefix_lengths(prompts, pc.block))
+            if n > len(pc.match(ids, n)) * pc.block
+        }
+        for prefix in sorted(needed, key=len):
+            ids = list(prefix)
+            chain = pc.match(ids, len(ids))
+            if len(chain) * pc.block < len(ids):
+                _RunningBatch(self).prefill([ids], [chain])
+                pc.stats.shared_prefills += 1
 
     # -------------------------------------------------------------------------------------- scheduling
     def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
@@ -301,21 +348,71 @@ class _RunningBatch:
         self.tokens: torch.Tensor | None = None
 
     def admit(self, rows: list[_Row]) -> None:
-        """Prefill ``rows``, sample their first tokens and merge the unfinished ones into the batch."""
-        from transformers import DynamicCache
+        """Prefill ``rows``, sample their first tokens and merge the unfinished ones into the batch.
 
-        p = self.policy
-        device = p.model.device
-        ids, mask = _left_pad([r.prompt_ids for r in rows], p.tokenizer.pad_token_id)
-        ids, mask = ids.to(device), mask.to(device)  # (B, T)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
-        new = _RunningBatch(p)
-        new.rows, new.cache, new.attention_mask = list(rows), DynamicCache(config=p.model.config), mask
-        new.next_pos = positions[:, -1] + 1  # (B,)
-        logits = p._forward(ids, mask, positions, new.cache)  # (B, V)
+        With a prefix cache, prefixes that several of ``rows`` share are prefilled once first, and each row
+        then prefills only what follows its longest cached prefix.
+        """
+        p, pc = self.policy, self.policy.prefix_cache
+        prompts = [r.prompt_ids for r in rows]
+        chains: list[list[Any]] = [[] for _ in rows]
+        if pc is not None:
+            pc.check_weights(p.model)
+            p._prefill_shared(prompts)
+            chains = [pc.match(ids, len(ids) - 1) for ids in prompts]
+            pc.stats.hit_tokens += sum(len(c) * pc.block for c in chains)
+        new = type(self)(p)  # a subclass's sampling applies to the first token too
+        new.rows = list(rows)
+        logits = new.prefill(prompts, chains)
         new._sample(logits)
         if new.rows:
             self._merge(new)
+
+    def prefill(self, prompts: list[list[int]], chains: list[list[Any]]) -> torch.Tensor:
+        """Prefill ``prompts`` into this (empty) batch; return the last positions' logits (B, V).
+
+        Row ``i``'s first ``P_i = len(chains[i]) * block`` tokens come from its cached chain. Layout of the
+        cache columns, P = max P_i and S = the longest suffix: ``[pad | prefix_i]`` (P columns, the chains
+        left-padded) then ``[pad | suffix_i]`` (S columns, the prefilled tokens). Position ids are absolute
+        (``P_i + j`` for suffix token ``j``) and the attention mask zeroes every pad column, so each row
+        attends to exactly its own prompt, as in a prefill of the whole prompt.
+        """
+        import torch
+
+        p, pc = self.policy, self.policy.prefix_cache
+        device = p.model.device
+        starts = [len(c) * pc.block if c else 0 for c in chains]
+        ids, suffix_mask = _left_pad([s[n:] for s, n in zip(prompts, starts)], p.tokenizer.pad_token_id)
+        width = max(starts)
+        prefix_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        self.cache = _new_cache(p.model)
+        if width:
+            gathered: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+            for i, c in enumerate(chains):
+                if c and c[-1].id not in gathered:
+                    gathered[c[-1].id] = pc.gather(c)  # rows with the same chain share one copy
+                prefix_mask[i, width - starts[i] :] = 1
+            some = next(iter(gathered.values()))
+            for layer, (k0, v0) in enumerate(some):
+                keys, values = [], []
+                for c in chains:
+                    k, v = gathered[c[-1].id][layer] if c else (k0[:, :0], v0[:, :0])
+                    keys.append(_left_pad_seq(k, width, dim=1))
+                    values.append(_left_pad_seq(v, width, dim=1))
+                self.cache.update(torch.stack(keys), torch.stack(values), layer)  # (B, heads, P, head_dim)
+        ids, suffix_mask = ids.to(device), suffix_mask.to(device)  # (B, S)
+        mask = torch.cat([prefix_mask.to(device), suffix_mask], dim=1)  # (B, P + S)
+        positions = (torch.tensor(starts, device=device)[:, None] + suffix_mask.cumsum(-1) - 1).clamp(min=0)
+        self.attention_mask, self.next_pos = mask, positions[:, -1] + 1  # (B,)
+        logits = p._forward(ids, mask, positions, self.cache)  # (B, V)
+        if pc is not None:
+            pc.stats.prefilled_tokens += int(suffix_mask.sum())
+            total = mask.shape[1]
+            for i, (prompt, start) in enumerate(zip(prompts, starts)):
+                if len(prompt) - len(prompt) % pc.block > start:
+                    col = total - (len(prompt) - start)  # the row's first prefilled column
+                    pc.insert(prompt, start, [(l.keys[i, :, col:], l.values[i, :, col:]) for l in self.cache.layers])
+        return logits
 
     def step(self) -> None:
         """Feed each live row's newest token, then sample the next one."""
@@ -414,6 +511,12 @@ def _left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
         ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
         mask[i, width - len(s) :] = 1
     return ids, mask
+
+
+def _new_cache(model: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
 
 
 def _plain_dynamic(cache: Any) -> bool:

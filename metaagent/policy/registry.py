@@ -152,5 +152,9 @@ class RoutingPolicy(Policy):
                 out[i] = c
         return out  # type: ignore[return-value]
 
+    def weights_changed(self) -> None:
+        for policy in self.registry.physical():
+            policy.weights_changed()
+
     def close(self) -> None:
         self.registry.close()

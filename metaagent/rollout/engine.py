@@ -25,7 +25,7 @@ from typing import Any
 
 from metaagent.credit import fill_design_rewards
 from metaagent.data.tasks import Task
-from metaagent.policy.base import ChatRequest, Policy, PolicyError, SamplingParams
+from metaagent.policy.base import ChatRequest, Completion, Policy, PolicyError, SamplingParams, team_affinity
 from metaagent.records import (
     DESIGNER,
     EXECUTOR,
@@ -95,6 +95,7 @@ class _Job:
     exec_idx: int
     seed: int
     branch: bool = False  # tree sampling (training rollouts only)
+    step: int | None = None
 
 
 @dataclass
@@ -234,7 +235,11 @@ class RolloutEngine:
                     self.templates, task, cfg.k_templates, random.Random(s), cfg.template_selection
                 )
                 params = (sampling or cfg.designer.params()).replace(seed=s)
-                requests.append(ChatRequest(designer_messages(task, examples), params, role=DESIGNER))
+                requests.append(
+                    ChatRequest(
+                        designer_messages(task, examples), params, role=DESIGNER, affinity=team_affinity(step, b)
+                    )
+                )
                 shown.append([t.name for t in examples])
         self.observer.designs_started(len(requests))
         t0 = time.perf_counter()
@@ -299,7 +304,9 @@ class RolloutEngine:
         branch: bool = False,
     ) -> None:
         jobs = [
-            _Job(t, d, tasks[t], j, derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute"), branch)
+            _Job(
+                t, d, tasks[t], j, derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute"), branch=branch, step=step
+            )
             for t, tree in enumerate(trees)
             for d in tree.designs
             if d.valid
@@ -357,7 +364,7 @@ class RolloutEngine:
             execution = self.pool.run(
                 job.design.script,
                 job.task,
-                self.executor,
+                _TeamPolicy(self.executor, step=job.step, task=job.tree_idx, design=job.design.index),
                 self.config.limits,
                 sampling=params,
                 tools=tools,
@@ -386,6 +393,29 @@ class RolloutEngine:
             return score_execution(task, execution, self.reward_config)
         except Exception as e:  # a scorer bug must not be a silent 0: record it as an unscored execution
             return RewardRecord(None, None, None, error=f"reward could not be computed: {type(e).__name__}: {e}")
+
+
+class _TeamPolicy(Policy):
+    """The executor policy as one execution sees it: every agent call carries the affinity key of its
+    (step, task, design, agent), so a multi-server backend keeps a design's calls of an agent on one server."""
+
+    def __init__(self, policy: Policy, *, step: int | None, task: int, design: int) -> None:
+        super().__init__()
+        self.policy, self.step, self.task, self.design = policy, step, task, design
+        self.model_id = policy.model_id
+
+    @property
+    def provides_logprobs(self) -> bool:  # type: ignore[override]
+        return self.policy.provides_logprobs
+
+    def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        import dataclasses
+
+        tagged = [
+            r if r.affinity else dataclasses.replace(r, affinity=team_affinity(self.step, self.task, self.design, r.agent))
+            for r in requests
+        ]
+        return self.policy.generate(tagged)
 
 
 def make_pool(config: RolloutConfig, reward_config: Any = None):

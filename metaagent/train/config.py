@@ -53,6 +53,10 @@ class PolicyConfig(Checked):
     # 0.94 of direct batched generation vs 0.80 static); off by default because batch composition then
     # depends on timing, so rollouts are not bit-reproducible across runs
     continuous: bool = False
+    # hf backend: MiB of KV cache kept for shared prompt prefixes (the designer's system prompt and API text,
+    # each agent's system prompt), reused by every prompt that starts with them; 0 = off. Dropped after every
+    # update. benchmarks/step.py measures it (vLLM's automatic prefix caching, on the local backend)
+    prefix_cache_mb: Annotated[float, Field(ge=0)] = 256
     # extra chat-template variables, used identically by rollout, training, SFT and serving; None = the
     # template's default ({enable_thinking: false} where the template knows it: the paper's no-thinking mode)
     chat_template_kwargs: dict[str, Any] | None = None

@@ -43,6 +43,11 @@ class ModelSet:
     def model_ids(self) -> dict[str, str]:
         return {DESIGNER: self.paths[self.designer_key], **{p: self.paths[k] for p, k in self.executor_keys.items()}}
 
+    def weights_changed(self) -> None:
+        """Tell every rollout policy that the weights moved (an update or a restored checkpoint)."""
+        for p in self.policies.values():
+            p.weights_changed()
+
     def close(self) -> None:
         for p in self.policies.values():
             p.close()
@@ -105,6 +110,7 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             max_batch_size=cfg.max_batch_size,
             continuous=cfg.continuous,
             model_id=path,
+            prefix_cache_mb=cfg.prefix_cache_mb,
             chat_template_kwargs=cfg.chat_template_kwargs,
         )
         policies[key] = BatchingPolicy(

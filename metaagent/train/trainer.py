@@ -51,6 +51,7 @@ class Trainer(TrainLoop):
         from metaagent.train.checkpoint import load_checkpoint
 
         state = load_checkpoint(path, models=self.models.models, optimizers=self.updaters)
+        self.models.weights_changed()
         return self._load_loop_state(state, path)
 
     def save(self, next_step: int) -> Path:
@@ -82,10 +83,12 @@ class Trainer(TrainLoop):
     def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
         from metaagent.train.update import update_routed
 
-        return update_routed(
+        metrics = update_routed(
             self.updaters, samples, self.models.role_to_key, active_roles=active, pairs=pairs,
             dpo_beta=self.config.optim.dpo_beta,
         )  # fmt: skip
+        self.models.weights_changed()  # the prefix caches hold keys/values of the old weights
+        return metrics
 
     def close(self) -> None:
         super().close()

@@ -239,3 +239,24 @@ def test_ray_pool_gives_the_same_executions_as_the_local_pool(pool):
     ]
     assert strip(remote) == strip(local)
     assert all(e.status == "ok" for t in remote for _, e in t.executions())
+
+
+def test_requests_carry_team_affinity_keys(pool):
+    """Designer prompts are keyed by (step, task); agent calls by (step, task, design, agent), the same for
+    every execution of a design, so a multi-server backend keeps them on one server's prefix cache."""
+    seen: list[ChatRequest] = []
+
+    def reply(request: ChatRequest) -> str:
+        seen.append(request)
+        return fenced(SINGLE["reflection"]) if request.role == "designer" else agent_reply(request)
+
+    cfg = RolloutConfig(m_designs=2, n_executions=2)
+    RolloutEngine(ScriptedPolicy(reply), ScriptedPolicy(reply), cfg, pool=pool).rollout(TASKS, step=7, seed=0)
+    designer = sorted(r.affinity for r in seen if r.role == "designer")
+    assert designer == ["s7/t0", "s7/t0", "s7/t1", "s7/t1"]
+    agents = {(r.affinity, r.agent) for r in seen if r.role == "executor"}
+    assert {a for a, _ in agents} == {f"s7/t{t}/d{d}/{agent}" for t in (0, 1) for d in (0, 1)
+                                      for agent in ("AlgebraSolver", "MathCritic")}  # fmt: skip
+    assert all(a.endswith("/" + agent) for a, agent in agents)
+    per_key = {a: sum(r.affinity == a for r in seen) for a, _ in agents}
+    assert min(per_key.values()) >= 2  # both executions of a design share their agents' keys

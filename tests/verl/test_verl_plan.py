@@ -156,3 +156,14 @@ def test_composed_config_passes_verls_own_dataclass_validation():
 def test_verl_section_defaults_are_valid():
     v = VerlConfig()
     assert v.total_gpus == 8 and v.advantage_placement == "all_tokens" and v.old_log_prob == "rollout"
+
+
+@pytest.mark.parametrize("path", [PAPER, SINGLE])
+def test_shipped_gpu_configs_turn_vllm_prefix_caching_on(path):
+    cfg = load(path)
+    plan = resolve_plan(cfg)
+    assert plan.verl.enable_prefix_caching
+    assert compose_verl_config(cfg, plan, plan.models[0]).actor_rollout_ref.rollout.enable_prefix_caching
+    off = load(path, "verl.enable_prefix_caching=false")
+    plan = resolve_plan(off)
+    assert not compose_verl_config(off, plan, plan.models[0]).actor_rollout_ref.rollout.enable_prefix_caching

@@ -184,3 +184,17 @@ def test_tokenizer_without_chat_template_is_refused():
 
     with pytest.raises(PolicyError, match="chat template"):
         ServerPolicy(FakeClient(), Plain(), model_id="base-model", max_model_len=100)
+
+
+def test_request_ids_are_the_team_affinity_keys():
+    """verl's load balancer is sticky on the request id: a request with an affinity key is sent under that
+    key (the same server for a design's calls of one agent), one without gets a fresh uuid each time."""
+    from dataclasses import replace
+
+    client = FakeClient()
+    with policy(client) as p:
+        keyed = replace(req("a"), affinity="s3/t1/d0/Solver")
+        p.generate([keyed, keyed, req("b"), req("b")])
+    ids = [c["request_id"] for c in client.calls]
+    assert ids[0] == ids[1] == "s3/t1/d0/Solver"
+    assert ids[2] != ids[3] and len(ids[2]) == 32

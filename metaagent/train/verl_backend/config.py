@@ -81,6 +81,8 @@ class VerlConfig:
         gpu_memory_utilization: fraction of a GPU vLLM may take (weights + KV cache).
         max_num_seqs, max_num_batched_tokens: vLLM scheduler limits per replica.
         enforce_eager: disable CUDA graphs in vLLM (saves memory, slower decoding).
+        enable_prefix_caching: vLLM's automatic prefix caching (the designer's system prompt and each
+            agent's system prompt are computed once per replica; requests are routed by team affinity).
         train_tokens_per_gpu: token budget of one FSDP micro-batch (``ppo_max_token_len_per_gpu``);
             default: ``optim.max_prompt_tokens + optim.max_response_tokens`` (one longest sample).
         logprob_tokens_per_gpu: same for forward-only log-prob passes; default 2x the training budget.
@@ -121,6 +123,7 @@ class VerlConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     enforce_eager: bool = False
+    enable_prefix_caching: bool = True
     train_tokens_per_gpu: int | None = None
     logprob_tokens_per_gpu: int | None = None
     ulysses_sp: int = 1

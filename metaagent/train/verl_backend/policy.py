@@ -9,7 +9,12 @@ in-flight load balancing over the replicas, sticky sessions), token-in/token-out
 2. ``client.generate(prompt_ids=..., sampling_params=...)`` returns verl's ``TokenOutput`` with the sampled
    ``token_ids`` and their ``log_probs``; verl starts vLLM with ``logprobs_mode=processed_logprobs``, i.e.
    ``log_softmax(logits / T)`` as the Policy contract requires;
-3. the text is decoded here; ``finish_reason`` is ``stop`` when the last token is an end-of-turn token or
+3. the request id is the request's ``affinity`` key (step, task, design, agent; see
+   :func:`~metaagent.policy.base.team_affinity`) when it has one, a fresh uuid otherwise: verl's load
+   balancer is sticky on the request id, so the designer prompts of a task and a design's calls of one agent
+   go to the same vLLM replica and hit its prefix cache (``enable_prefix_caching``). verl hands vLLM a fresh
+   uuid per call itself (unless ``rollout.full_determinism``, which metaagent does not set);
+4. the text is decoded here; ``finish_reason`` is ``stop`` when the last token is an end-of-turn token or
    the text contains a stop string, ``length`` when the token budget ran out.
 
 The client is asynchronous (Ray actor calls); ``generate`` may be called from many threads (the engine
@@ -115,7 +120,7 @@ class ServerPolicy(Policy):
         futures: list[Future] = [
             asyncio.run_coroutine_threadsafe(
                 self.client.generate(
-                    uuid.uuid4().hex, prompt_ids=prompt, sampling_params=self.sampling_params(r, budget)
+                    request_id(r), prompt_ids=prompt, sampling_params=self.sampling_params(r, budget)
                 ),
                 self._loop,
             )
@@ -172,6 +177,11 @@ class ServerPolicy(Policy):
         self._thread.join(timeout=10)
         if not self._loop.is_running():
             self._loop.close()
+
+
+def request_id(request: ChatRequest) -> str:
+    """The id verl routes on: the request's affinity key (sticky), or a fresh uuid."""
+    return request.affinity or uuid.uuid4().hex
 
 
 def _stop_token_ids(tokenizer: Any) -> frozenset[int]:

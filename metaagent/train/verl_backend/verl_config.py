@@ -141,6 +141,7 @@ def metaagent_settings(
         f"{ar}.rollout.max_num_seqs": v.max_num_seqs,
         f"{ar}.rollout.max_num_batched_tokens": v.max_num_batched_tokens,
         f"{ar}.rollout.enforce_eager": v.enforce_eager,
+        f"{ar}.rollout.enable_prefix_caching": v.enable_prefix_caching,
         f"{ar}.rollout.free_cache_engine": model.colocated,
         f"{ar}.rollout.max_model_len": plan.max_model_len,
         f"{ar}.rollout.logprobs_mode": "processed_logprobs",  # log_softmax(logits / T): the Policy contract
