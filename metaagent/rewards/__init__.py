@@ -13,6 +13,7 @@ from .errors import CheckTimeout, RewardError, RunnerError, TestsFormatError
 from .format import delivery_format, format_components, solution_format
 from .math import DEFAULT_FALLBACKS, MathCheck, check_math, extract_answer, math_equal
 from .score import RewardConfig, reward_metrics, score_execution, score_executions, score_tree
+from . import allocators  # noqa: E402,F401  (registers the built-in turn-reward allocators)
 
 __all__ = [
     "DEFAULT_FALLBACKS",

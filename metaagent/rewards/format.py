@@ -31,7 +31,9 @@ def solution_format(
         return float(find_boxed(answer) is not None)
     if domain == "code":
         return float(extract_program(answer, languages=fence_languages) is not None)
-    raise ValueError(f"unknown domain {domain!r}; expected 'math' or 'code'")
+    if domain == "qa":
+        return float(bool(answer.strip()))
+    raise ValueError(f"unknown domain {domain!r}; expected 'math', 'code' or 'qa'")
 
 
 def delivery_format(turns: Sequence[AgentTurn]) -> float:
