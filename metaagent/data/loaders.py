@@ -96,6 +96,10 @@ SOURCES: dict[str, Source] = {
             mappers.bundled_row,
             note="offline set shipped in the package",
         ),
+        Source(
+            "bundled_qa", "qa", None, "all", mappers.bundled_row,
+            note="20 short questions over the bundled 32-passage corpus (metaagent.data.retrieval)",
+        ),
     )
 }
 
@@ -203,6 +207,13 @@ def _rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
         from .bundled import bundled_rows
 
         return bundled_rows(spec.split_name)
+    if spec.source == "bundled_qa":
+        import json
+
+        from .retrieval import QA_FILE
+
+        rows = [json.loads(line) for line in QA_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [r for r in rows if spec.split_name in ("all", r.get("split"))]
     return _hub_rows(spec)
 
 

@@ -92,17 +92,42 @@ class RunProgram:
         )
 
 
+class Retrieve:
+    """``retrieve(query)``: the top passages of the task's offline corpus (QA tasks; UnityMAS-O's retriever)."""
+
+    def __init__(self, corpus: str | None = None, *, k: int = 2) -> None:
+        self.corpus = corpus
+        self.k = k
+
+    def __call__(self, query: str) -> str:
+        """Search the offline corpus for a short query and return the best passages, one per line as
+        "[title] text", or "NO RESULTS" when nothing matches."""
+        if not isinstance(query, str):
+            raise TypeError(f"retrieve's query must be text, got {type(query).__name__}")
+        from metaagent.data.retrieval import CORPUS_FILE, corpus_retriever
+
+        hits = corpus_retriever(self.corpus or str(CORPUS_FILE)).search(query, self.k)
+        if not hits:
+            return "NO RESULTS"
+        return _clip("\n".join(f"[{p.title}] {p.text}" for p in hits))
+
+
 #: tool name -> the documented call (rendered by api_reference)
 TOOL_DOCS: dict[str, Callable[..., str]] = {
     "run_tests": RunTests.__call__,
     "run_program": RunProgram.__call__,
+    "retrieve": Retrieve.__call__,
 }
 
 
 def default_tools(task: Task | Mapping[str, Any] | str) -> dict[str, Callable[..., str]]:
-    """The tools of a task: ``run_tests`` (public tests, if any) and ``run_program``, for every domain."""
+    """The tools of a task: ``run_tests`` (public tests, if any) and ``run_program``, for every domain; QA tasks
+    also get ``retrieve`` over ``metadata["corpus"]`` (a corpus file; default the bundled corpus)."""
     public = None
+    tools: dict[str, Callable[..., str]] = {}
     if not isinstance(task, str):
         task = Task.coerce(task)
         public = task.metadata.get("public_tests") if isinstance(task.metadata, Mapping) else None
-    return {"run_tests": RunTests(public), "run_program": RunProgram()}
+        if task.domain == "qa":
+            tools["retrieve"] = Retrieve(task.metadata.get("corpus"))
+    return {"run_tests": RunTests(public), "run_program": RunProgram(), **tools}
