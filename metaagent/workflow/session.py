@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaagent.policy.base import ChatRequest, Policy, RequestError, SamplingParams
-from metaagent.records import EXECUTION_STATUSES, EXECUTOR, AgentTurn, Execution, ScriptError, ToolCall
+from metaagent.records import EXECUTION_STATUSES, EXECUTOR, AgentTurn, Execution, ScriptError, ToolCall, turn_graph
 from metaagent.seeding import call_seed
 
 from .channel import ChannelError, ChannelTimeout, ProtocolError
@@ -191,6 +191,7 @@ class Session:
             error=self.error,
             elapsed_s=elapsed_s,
             seed=self.seed,
+            graph=turn_graph(self.turns, self.tool_calls),
         )
 
     # ---- the message loop -----------------------------------------------------------------------------------

@@ -95,3 +95,25 @@ def test_parallel_qa_retrieves_each_query_and_shares_the_outcome(pool):
     assert [c.name for c in e.tool_calls] == ["retrieve", "retrieve"] and e.reward.correct == 1.0
     allocate_turn_rewards(trees, "shared_outcome", outcome="correct", format_weight=1.0)
     assert [t.reward.total for t in e.turns] == [1.0, 1.0]
+
+
+def test_the_workflow_graph_is_recorded_and_replayed(pool):
+    from rich.console import Console
+
+    from metaagent.records import RolloutTree, graph_lines
+    from metaagent.replay.console import print_execution
+    from metaagent.replay.report import _execution
+
+    trees = _rollout(pool, "unity_code_reflect", ScriptedPolicy(code_agents), CODE)
+    e = RolloutTree.from_json(trees[0].to_json()).designs[0].executions[0]  # survives the JSONL round trip
+    edges = {(x["src"], x["dst"], x["kind"]) for x in e.graph["edges"]}
+    # planner -> coder; the coder's program goes into the verifier; its report into the reflector, whose
+    # reflection reaches the next planner; the second verifier call reads the second coder
+    assert {("t0", "t1", "data"), ("t1", "x0", "data"), ("x0", "t2", "data"), ("t2", "t3", "data"),
+            ("t4", "x1", "data")} <= edges  # fmt: skip
+    assert [n["id"] for n in e.graph["nodes"]] == ["t0", "t1", "t2", "t3", "t4", "x0", "x1"]
+    assert graph_lines(e.graph)[1] == "t1 Coder (round 0) -> t2, -> x0"
+    console = Console(record=True, width=200)
+    print_execution(e, trees[0].task, console)
+    assert "workflow graph: t0 Planner (round 0) -> t1" in console.export_text()
+    assert "<b>workflow graph</b>" in _execution(e, trees[0].task) and "x0 run_tests [tool] -&gt; t2" in _execution(e, trees[0].task)
