@@ -18,5 +18,5 @@ print("step  " + "  ".join(k.split("/")[-1][:14].rjust(14) for k in keys))
 for r in rows:
     if "rollout/rounds_used" not in r:
         continue
-    print(f"{r['step']:>4}  " + "  ".join(f"{r.get(k, float('nan')):14.3f}" for k in keys))
+    print(f"{r['step']:>4}  " + "  ".join(f"{r.get(k, 0.0):14.3f}" for k in keys))
 PY
