@@ -1,17 +1,23 @@
-"""Throughput of the code reward: tests per second for a batch of APPS-style programs.
+"""Throughput of the code reward: tests per second for a batch of APPS-style programs, and the cost of
+the isolation layer per program side by side with the old path (no kernel isolation).
 
-    .venv/bin/python benchmarks/code_reward.py [--repeat 2] [--site-packages]
+    .venv/bin/python benchmarks/code_reward.py [--repeat 2] [--site-packages] [--isolation-rounds 5]
 
 The batch is every bundled code task (stdin/stdout and call-based, APPS format) with its reference
 solution, so every test runs to completion (no early stop). Programs are scored one after another; the
 ``workers`` setting is how many tests of one program run at once. Each test is one fresh Python process
 (``python -I -S`` by default), so the number is dominated by interpreter start-up.
+
+Isolation: every bundled program runs one test alternately with ``execution.isolation=none`` and with the
+layer ``auto`` picks here, ``--isolation-rounds`` times; the table gives the median milliseconds per program
+of each path and the median added by the layer (goal: < 20 ms).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from metaagent.data import code_references, load_bundled
+from metaagent.execution import isolation
 from metaagent.rewards import run_code_tests
 
 
@@ -32,6 +39,36 @@ def measure(tasks, refs, workers: int, site_packages: bool) -> tuple[int, float,
     return tests, time.perf_counter() - start, failed
 
 
+def isolation_cost(tasks, refs, rounds: int) -> None:
+    """Median ms per one-test program: the old path (no isolation) vs the active layer, interleaved."""
+    layer = isolation.configure("auto", quiet=True)
+    times: dict[str, list[float]] = {"none": [], layer.layer: []}
+    deltas: list[float] = []
+    for _ in range(rounds):
+        for task in tasks:
+            one = {k: v[:1] for k, v in task.tests.items() if isinstance(v, list)} | {
+                k: v for k, v in task.tests.items() if not isinstance(v, list)
+            }
+            pair = {}
+            for mode in ("none", layer.requested):
+                iso = isolation.configure(mode, quiet=True)
+                start = time.perf_counter()
+                result = run_code_tests(refs[task.id], one, workers=1)
+                pair[iso.layer] = 1000 * (time.perf_counter() - start)
+                if not result.all_passed:
+                    raise SystemExit(f"{task.id} failed under isolation={iso.layer}: {result.summary()}")
+            for name, ms in pair.items():
+                times[name].append(ms)
+            deltas.append(pair[layer.layer] - pair["none"])
+    isolation.configure("auto", quiet=True)
+    med = {name: statistics.median(v) for name, v in times.items()}
+    print(f"\nisolation: {layer.layer} ({', '.join(layer.covers())}); {len(deltas)} programs x 1 test")
+    print(f"{'path':>10} {'median ms/program':>18}")
+    for name, ms in med.items():
+        print(f"{name:>10} {ms:>18.1f}")
+    print(f"{'added':>10} {statistics.median(deltas):>18.1f}   (median of paired differences; goal < 20 ms)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -40,6 +77,7 @@ def main() -> None:
         "--repeat", type=int, default=2, help="passes over the batch per setting (best is kept)"
     )
     parser.add_argument("--site-packages", action="store_true", help="also measure python without -S")
+    parser.add_argument("--isolation-rounds", type=int, default=3, help="passes of the isolation comparison")
     args = parser.parse_args()
     tasks, refs = load_bundled(domain="code"), code_references()
     n_tests = sum(len(t.tests.get("inputs", [1])) for t in tasks)
@@ -58,6 +96,8 @@ def main() -> None:
         print(
             f"{workers:>7} {site!s:>5} {tests:>6} {best:>8.2f} {tests / best:>8.1f} {1000 * best / tests:>8.1f}"
         )
+    if args.isolation_rounds > 0:
+        isolation_cost(tasks, refs, args.isolation_rounds)
 
 
 if __name__ == "__main__":

@@ -254,7 +254,7 @@ class Counterfactual(_Record):
     """A re-execution of the same script with the agents outside ``members`` answered by a baseline."""
 
     members: list[str]  # role names that kept their policy
-    baseline: str  # noop | mask | reference | forced:<k>
+    baseline: str  # noop | mask | reference | forced:<k> / resample:<t> (prefix-judge runs) | correction:<t>
     seed: int | None
     status: str
     reward: RewardRecord | None = None

@@ -26,7 +26,7 @@ class TrainDisplay(RolloutObserver):
         self.show_samples = show_samples
         self.sample_chars = sample_chars
         self._progress: Progress | None = None
-        self._lock = threading.RLock()  # executions_started may open the progress itself (frozen designs)
+        self._lock = threading.RLock()  # executions_started calls designs_started (frozen designs skip the design stage)
         self._designs = self._execs = None
         self._failed = 0
         self._tokens = 0

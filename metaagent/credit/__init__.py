@@ -31,6 +31,7 @@ from .matrix import (
     hierarchical_credit,
 )
 from .registry import check_options, estimator_options, get_estimator, list_estimators, register_estimator
+from . import eval_aligned  # registers the "eval_aligned" estimator (seed 002)
 from . import unity as _unity  # noqa: E402,F401  (registers the "unity" estimator)
 
 __all__ = [

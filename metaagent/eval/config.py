@@ -79,6 +79,9 @@ class EvalConfig(BaseModel):
     report_only: bool = Field(False, description="only rewrite results.json, table.md and report.html from the records")
     html: bool = Field(True, description="write report.html")
     html_tasks: int = Field(20, ge=0, description="task replays in the HTML report")
+    isolation: Literal["auto", "landlock", "namespaces", "none"] = Field(
+        "auto", description="kernel isolation of model-written code (auto: the strongest available; none warns)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> EvalConfig:

@@ -153,7 +153,10 @@ class Evaluation:
     ) -> None:
         from metaagent.workflow import load_templates
 
+        from metaagent.execution.isolation import ExecutionConfig, for_config
+
         self.config = cfg = config
+        self.isolation = for_config(ExecutionConfig(cfg.isolation), purpose="eval")
         self.observer = observer or EvalObserver()
         self.templates = load_templates()
         self.ks = check_budgets(cfg.k or [1, cfg.n], cfg.n)
@@ -373,6 +376,7 @@ class Evaluation:
             "seed": self.config.seed,
             "models": {cell_label(d, e): {"designer": d, "executor": e} for d, e in self.cells},
             "identity": self.config.identity(),
+            "isolation": self.isolation.describe(),
             "metaagent_version": __version__,
             "created_at": time.time(),
         }

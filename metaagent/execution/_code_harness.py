@@ -8,12 +8,17 @@ stdout/stderr redirected to files. It
    result nonce from disk,
 2. sets resource limits: address space, CPU seconds (inherited by any child, so an escaped busy loop
    dies too), output file size, no core files,
-3. disables process creation, signalling and destructive file-system calls (``os.fork``, ``os.system``,
-   the ``fork_exec`` behind ``subprocess``, ``os.kill``, ``os.remove`` ... which also stops
-   ``shutil.rmtree``). This is a reliability guard against accidents, not a security boundary; the parent
-   also kills the whole process group,
-4. runs the program (stdio: as ``__main__``; call: calls ``fn_name``; assert: runs the test source),
-5. writes ``result.txt`` (a literal with the nonce), so a program that exits early cannot pass.
+3. confines itself with the isolation layer the parent chose (``spec["isolation"]``, the keyword
+   arguments of :func:`_confine.confine`: Landlock / namespaces, no capabilities, a seccomp filter; see
+   :mod:`metaagent.execution.isolation`); if that fails the program is not run (status ``isolation``),
+4. disables process creation and signalling at the Python level too (``os.fork``, ``os.system``, the
+   ``fork_exec`` behind ``subprocess``, ``os.kill`` ...), which gives clear errors for the common
+   accidents; the kernel layer is what holds when a program goes around them (``ctypes``). Without a
+   kernel layer, destructive file-system calls (``os.remove``, ``os.rename`` ... which also stops
+   ``shutil.rmtree``) are disabled too; under one they work inside the program's own temporary directory
+   only. The parent also kills the whole process group,
+5. runs the program (stdio: as ``__main__``; call: calls ``fn_name``; assert: runs the test source),
+6. writes ``result.txt`` (a literal with the nonce), so a program that exits early cannot pass.
 
 The expected output never reaches this process: the parent compares. Start-up cost matters (one process
 per test), so only built-in modules are imported here; ``traceback`` is imported when a program fails.
@@ -87,6 +92,11 @@ GUARDED_OS = (
     "setsid",
     "setpgid",
     "setpgrp",
+)
+
+#: file-system calls refused at the Python level only when no kernel layer confines the program (under
+#: Landlock / namespaces they work inside the program's own temporary directory: tempfile, shutil)
+GUARDED_FILES = (
     "remove",
     "unlink",
     "rmdir",
@@ -105,6 +115,9 @@ GUARDED_OS = (
     "chdir",
     "fchdir",
     "chroot",
+)
+
+GUARDED_IDS = (
     "setuid",
     "setgid",
     "seteuid",
@@ -132,10 +145,10 @@ def _set_limits(spec):
         resource.setrlimit(which, (soft, hard))
 
 
-def _guard():
+def _guard(confined):
     import _posixsubprocess  # built in: what subprocess and multiprocessing use to start processes
 
-    for name in GUARDED_OS:
+    for name in GUARDED_OS + GUARDED_IDS + (() if confined else GUARDED_FILES):
         if hasattr(os, name):
             setattr(os, name, _disabled("os." + name))
     _posixsubprocess.fork_exec = _disabled("starting a process")
@@ -233,10 +246,28 @@ def main():
     with open(spec["program"], encoding="utf-8") as f:
         program_source = f.read()
     result_path = os.path.abspath(spec["result"])
-    open_, write, close, exit_, stdout_flush = os.open, os.write, os.close, os._exit, sys.stdout.flush
+    write, close, exit_, stdout_flush = os.write, os.close, os._exit, sys.stdout.flush
+    lseek, ftruncate = os.lseek, os.ftruncate
+    # opened before the isolation layer turns the directory into a private tmpfs the parent cannot see
+    result_fd = os.open(result_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    confine = None
+    if spec.get("isolation"):
+        sys.path.insert(0, spec["confine_dir"])
+        try:
+            from _confine import confine
+        finally:
+            del sys.path[0]
     sys.setrecursionlimit(10_000)
     _set_limits(spec)
-    _guard()
+    if confine is not None:
+        try:
+            applied = confine(**spec["isolation"])
+        except BaseException as e:  # noqa: BLE001 - never run the program unconfined
+            payload = repr({"nonce": nonce, "status": "isolation", "value": "None", "error": f"{type(e).__name__}: {e}"})
+            write(result_fd, payload.encode("utf-8", "replace"))
+            exit_(0)
+        del applied
+    _guard(confined=confine is not None)
 
     error, value = "", None
     try:
@@ -264,9 +295,11 @@ def main():
     except BaseException as e:  # noqa: BLE001 - a broken __repr__ or a structure too deep to print
         status, error, shown = "exception", f"the return value cannot be printed: {type(e).__name__}", "None"
     payload = repr({"nonce": nonce, "status": status, "value": shown, "error": error[-4000:]})
-    fd = open_(result_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    write(fd, payload.encode("utf-8", "replace"))
-    close(fd)
+    data = payload.encode("utf-8", "replace")
+    lseek(result_fd, 0, 0)  # the program may have written to the inherited descriptor
+    write(result_fd, data)
+    ftruncate(result_fd, len(data))
+    close(result_fd)
     exit_(0)
 
 

@@ -10,9 +10,10 @@ without exceeding the environment's execution time or memory constraints."
   ``workers`` at a time, returning a :class:`CodeResult`. Test formats are described in
   :mod:`.code_tests`. The workflow tools (``run_tests``, ``run_program``) call this on the host.
 
-This is a reliability guard for model-written code, not a security sandbox: programs run as the current
-user with process creation and destructive file calls disabled, resource limits and a process-group kill.
-Run training on a machine or container that holds nothing you could not lose.
+Every program runs under the isolation layer of :mod:`.isolation` (Landlock or namespaces where the kernel
+offers them: no writes outside its temporary directory, no reads outside the Python installation and system
+libraries, no network, no new processes), plus resource limits and a process-group kill. The README's
+"Sandbox: what is covered" lists what that does and does not stop.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ def run_code_tests(
 ) -> CodeResult:
     """Run ``program`` on every test of ``tests`` (any form accepted by :func:`normalize_tests`).
 
-    Each test runs in its own process with ``time_limit_s`` wall-clock seconds and ``memory_mb`` of
+    Each test runs in its own process with ``time_limit_s`` CPU seconds (the wall clock allows 3x as much)
+    and ``memory_mb`` of
     address space; up to ``workers`` tests run at once. ``stop_on_failure`` skips tests not yet started
     once one fails (faster when only "all passed" matters). ``site_packages=False`` runs ``python -S``:
     standard library only, faster start.

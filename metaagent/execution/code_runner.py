@@ -2,18 +2,26 @@
 
 Each run gets a fresh temporary directory (its cwd), a clean environment (no inherited variables, so no
 secrets), stdin from the test, stdout/stderr to files capped by ``RLIMIT_FSIZE``, an address-space limit,
-a CPU limit and a wall-clock limit. The process starts its own session; when it ends (or on timeout) the
-whole process group is killed, so anything it forked dies with it. The child side is
-:mod:`metaagent.execution._code_harness`.
+a CPU-time limit and a generous wall-clock limit, and the isolation layer of
+:mod:`metaagent.execution.isolation` (applied by the child before the program runs). The process starts
+its own session; when it ends (or on timeout) the whole process group is killed, so anything it started
+dies with it. The child side is :mod:`metaagent.execution._code_harness`.
+
+Time: ``time_limit_s`` is CPU time (user + system of the process and its threads, read from ``wait4``'s
+resource usage), so a correct program is not failed because other tests were competing for the cores;
+``RLIMIT_CPU`` stops a busy program one second after it, and the wall clock (``wall_factor`` x the limit,
+at least the limit + 1 s) stops a program that sleeps or blocks.
 
 Statuses: ``passed``, ``wrong_answer`` (includes output over the size cap and failed assertions),
-``runtime_error``, ``timeout`` (wall clock or CPU limit), ``memory`` (address-space limit).
+``runtime_error``, ``timeout`` (CPU or wall-clock limit), ``memory`` (address-space limit).
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import os
+import select
 import secrets
 import shutil
 import signal
@@ -27,6 +35,7 @@ from typing import Any
 
 from .code_tests import TestSuite, call_result_matches, outputs_match
 from .errors import RunnerError
+from .isolation import CHILD_DIR, active
 from .process import kill_group
 
 TEST_STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory", "skipped")
@@ -43,15 +52,23 @@ CLEAN_ENV = {
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-test limits. ``max_output_bytes`` caps stdout (longer output is cut and fails the test)."""
+    """Per-test limits. ``time_limit_s`` is CPU seconds; the wall clock allows ``wall_factor`` times as much
+    (at least 1 s more). ``max_output_bytes`` caps stdout (longer output is cut and fails the test)."""
 
     time_limit_s: float = 4.0
     memory_mb: int = 1024
     max_output_bytes: int = 16 << 20
     python: str = sys.executable
     site_packages: bool = False  # False: ``python -S`` (stdlib only, ~25 ms faster start per test)
+    wall_factor: float = 3.0
+
+    @property
+    def wall_limit_s(self) -> float:
+        return max(self.time_limit_s * self.wall_factor, self.time_limit_s + 1.0)
 
     def __post_init__(self) -> None:
+        if not self.wall_factor >= 1:
+            raise ValueError(f"wall_factor must be >= 1, got {self.wall_factor}")
         if not self.time_limit_s > 0:
             raise ValueError(f"time_limit_s must be > 0, got {self.time_limit_s}")
         if self.memory_mb < 64:
@@ -69,6 +86,7 @@ class TestOutcome:
     index: int
     status: str  # one of TEST_STATUSES
     elapsed_s: float = 0.0
+    cpu_s: float = 0.0
     input: str = ""
     expected: str = ""
     actual: str = ""
@@ -128,6 +146,8 @@ def run_test_case(program: str, suite: TestSuite, index: int, limits: Limits) ->
             "memory_bytes": limits.memory_mb << 20,
             "cpu_seconds": max(1, int(limits.time_limit_s + 1.999)),
             "file_bytes": limits.max_output_bytes + 1,
+            "isolation": active().child_spec(str(workdir)),
+            "confine_dir": CHILD_DIR,
         }
         if suite.kind == "call":
             spec.update(fn_name=suite.fn_name, args=case.input)
@@ -157,13 +177,7 @@ def run_test_case(program: str, suite: TestSuite, index: int, limits: Limits) ->
                 )
             except OSError as e:
                 raise RunnerError(f"cannot start {limits.python!r} for a code test: {e}") from e
-            timed_out = False
-            try:
-                returncode = proc.wait(timeout=limits.time_limit_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                kill_group(proc.pid)
-                returncode = proc.wait()
+            timed_out, returncode, outcome.cpu_s = _wait_cpu(proc, limits.wall_limit_s)
             kill_group(proc.pid)  # descendants that outlived the program
         outcome.elapsed_s = time.monotonic() - start
         stdout, truncated = _read(workdir / "stdout.txt", limits.max_output_bytes)
@@ -177,6 +191,34 @@ def run_test_case(program: str, suite: TestSuite, index: int, limits: Limits) ->
         raise RunnerError(f"code runner failed to prepare or read a test directory: {e}") from e
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_cpu(proc: subprocess.Popen, wall_s: float) -> tuple[bool, int, float]:
+    """Wait for ``proc`` at most ``wall_s`` seconds (then kill its group); returns (timed out, return code,
+    CPU seconds it used). Waits on a pidfd and reaps with ``wait4`` (no polling); without pidfds, polls."""
+    timed_out = False
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    if pidfd is not None:
+        try:
+            if not select.select([pidfd], [], [], wall_s)[0]:
+                timed_out = True
+                kill_group(proc.pid)
+        finally:
+            os.close(pidfd)
+    else:
+        try:
+            proc.wait(timeout=wall_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(proc.pid)
+    if proc.returncode is None:
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        return timed_out, proc.returncode, usage.ru_utime + usage.ru_stime
+    return timed_out, proc.returncode, 0.0  # reaped by the fallback: CPU time unknown, the wall clock ruled
 
 
 def _literal(text: str) -> Any:
@@ -224,10 +266,12 @@ def _classify(
     def status(name: str, error: str = "") -> None:
         outcome.status, outcome.error = name, clip(error, 1000)
 
+    if result and result.get("status") == "isolation":
+        raise RunnerError(f"the isolation layer could not be applied to a test program: {result.get('error')}")
     if timed_out:
-        return status("timeout", f"wall-clock limit of {limits.time_limit_s:g}s exceeded")
-    if returncode < 0 and -returncode == signal.SIGXCPU:
-        return status("timeout", "CPU time limit exceeded")
+        return status("timeout", f"wall-clock limit of {limits.wall_limit_s:g}s exceeded")
+    if returncode == -signal.SIGXCPU or outcome.cpu_s > limits.time_limit_s:
+        return status("timeout", f"CPU time limit of {limits.time_limit_s:g}s exceeded ({outcome.cpu_s:.2f}s used)")
     if (
         outcome.output_truncated
         or (result and result.get("status") == "output_limit")

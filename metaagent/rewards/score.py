@@ -44,8 +44,13 @@ class RewardConfig:
 
     lam: float = 0.4  # weight of R_format
     code_correct: str = "all_pass"  # "all_pass" (paper App. B) or "pass_rate"
-    time_limit_s: float = 4.0  # per code test, wall clock
-    memory_mb: int = 1024  # per code test, address space
+    time_limit_s: float = 4.0  # per code test, CPU seconds, for tasks that carry no limit of their own
+    memory_mb: int = 1024  # per code test, address space, for tasks that carry no limit of their own
+    # tasks with their own limits (CodeContests: metadata time_limit_s / memory_limit_bytes): the test gets
+    # max(time_limit_floor_s, limit x time_limit_multiplier) CPU seconds and max(memory_floor_mb, limit) MB
+    time_limit_multiplier: float = 1.0
+    time_limit_floor_s: float = 1.0
+    memory_floor_mb: int = 256
     code_workers: int = DEFAULT_WORKERS  # code tests of one program run in parallel
     stop_on_failure: bool = True  # all_pass only: skip remaining tests after the first failure
     site_packages: bool = False  # let tested programs import installed packages (slower start)
@@ -74,9 +79,15 @@ class RewardConfig:
             )
         if not self.time_limit_s > 0:
             raise ValueError(f"RewardConfig.time_limit_s must be > 0 seconds, got {self.time_limit_s}")
-        if self.memory_mb < 64:
+        if self.memory_mb < 64 or self.memory_floor_mb < 64:
             raise ValueError(
-                f"RewardConfig.memory_mb must be >= 64 (Python needs ~30 MB), got {self.memory_mb}"
+                f"RewardConfig.memory_mb and memory_floor_mb must be >= 64 (Python needs ~30 MB), got "
+                f"{self.memory_mb}, {self.memory_floor_mb}"
+            )
+        if not self.time_limit_multiplier > 0 or not self.time_limit_floor_s > 0:
+            raise ValueError(
+                "RewardConfig.time_limit_multiplier and time_limit_floor_s must be > 0, got "
+                f"{self.time_limit_multiplier}, {self.time_limit_floor_s}"
             )
         for name in ("code_workers", "batch_workers"):
             if getattr(self, name) < 1:
@@ -110,6 +121,21 @@ class RewardConfig:
         if unknown:
             raise ValueError(f"unknown reward option(s) {sorted(unknown)}; known: {sorted(names)}")
         return cls(**dict(data))
+
+
+def code_limits(task: Task, config: RewardConfig) -> tuple[float, int]:
+    """(CPU seconds, memory MB) of each code test of ``task``: the task's own limits (CodeContests'
+    ``time_limit_s`` / ``memory_limit_bytes`` metadata) scaled by the config's multiplier and raised to its
+    floors, else the config's flat ``time_limit_s`` / ``memory_mb``."""
+    meta = task.metadata if isinstance(task.metadata, Mapping) else {}
+    time_s, memory_mb = config.time_limit_s, config.memory_mb
+    own_time = meta.get("time_limit_s")
+    if isinstance(own_time, (int, float)) and own_time > 0:
+        time_s = max(config.time_limit_floor_s, float(own_time) * config.time_limit_multiplier)
+    own_memory = meta.get("memory_limit_bytes")
+    if isinstance(own_memory, int) and own_memory > 0:
+        memory_mb = max(config.memory_floor_mb, own_memory >> 20)
+    return time_s, memory_mb
 
 
 def _error_record(kind: str, message: str, fmt: dict[str, float], details: dict[str, Any]) -> RewardRecord:
@@ -186,13 +212,15 @@ def score_execution(
             correct = 0.0
         else:
             pass_rate = cfg.code_correct == "pass_rate"
+            time_s, memory_mb = code_limits(task, cfg)
+            details["code_limits"] = {"time_limit_s": time_s, "memory_mb": memory_mb}
             try:
                 result = run_code_tests(
                     program,
                     task.tests,
                     fn_name=task.metadata.get("fn_name"),
-                    time_limit_s=cfg.time_limit_s,
-                    memory_mb=cfg.memory_mb,
+                    time_limit_s=time_s,
+                    memory_mb=memory_mb,
                     workers=cfg.code_workers,
                     stop_on_failure=cfg.stop_on_failure and not pass_rate,
                     site_packages=cfg.site_packages,

@@ -119,8 +119,13 @@ class ServeConfig:
     judge_max_tokens: int = 256
     record: str | None = None
     graceful_timeout_s: float = 30.0
+    isolation: str = "auto"  # kernel isolation of model-written code: auto | landlock | namespaces | none
 
     def __post_init__(self) -> None:
+        from metaagent.execution.isolation import ISOLATION_MODES
+
+        if self.isolation not in ISOLATION_MODES:
+            raise ConfigError(f"--isolation must be one of {ISOLATION_MODES}, got {self.isolation!r}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"--backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.backend == "openai" and not self.base_url:

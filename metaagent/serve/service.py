@@ -77,7 +77,10 @@ class TeamService:
         from metaagent.rewards import RewardConfig
         from metaagent.workflow import load_templates
 
+        from metaagent.execution.isolation import ExecutionConfig, for_config
+
         self.config = config
+        self.isolation = for_config(ExecutionConfig(config.isolation), purpose="serve")
         self.metrics = Metrics()
         self.run_id = f"serve-{uuid.uuid4().hex[:12]}"
         self.created = int(time.time())
@@ -202,6 +205,7 @@ class TeamService:
             out["models"] = self.models.describe()
         if self.frozen is not None:
             out["frozen_designer"] = self.frozen.name
+        out["isolation"] = {"layer": self.isolation.layer, "covers": self.isolation.covers()}
         if self.error:
             out["error"] = self.error
         return out

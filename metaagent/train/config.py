@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.config import ConfigError, load_config, to_dict
+from metaagent.execution.isolation import ExecutionConfig
 from metaagent.rollout.config import RolloutConfig
+from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
 
 BACKENDS = ("hf", "vllm", "openai")
 WEIGHTS = ("shared", "separate")
@@ -242,6 +244,9 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     verl: dict[str, Any] = field(default_factory=dict)  # GPU backend settings (see metaagent.train.verl_backend)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)  # isolation of model-written code
+    # evaluation-aligned credit's post-rollout stage (seed 002); used when algo.estimator is eval_aligned
+    eval_aligned: EvalAlignedConfig = field(default_factory=EvalAlignedConfig)
     turn_reward: TurnRewardConfig = field(default_factory=TurnRewardConfig)
 
     def __post_init__(self) -> None:
@@ -258,6 +263,12 @@ class TrainConfig:
                     "trainer's pi and pi_old (Eq. 3) are the full softmax, so the ratio would not compare the policy "
                     "that sampled the tokens; train with top_p=1 and top_k=0 (evaluation and serving may truncate)"
                 )
+
+        if self.algo.estimator == "eval_aligned" and not self.optim.dpo:
+            raise ConfigError(
+                "algo.estimator=eval_aligned trains failed episodes on preference pairs with the DPO loss: set "
+                "optim.dpo=true (and optim.kl_coef, the paper's eta, e.g. 0.001)"
+            )
 
     def reward_config(self):
         from metaagent.rewards import RewardConfig

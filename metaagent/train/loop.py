@@ -105,6 +105,7 @@ class TrainLoop:
         self.train_tasks = load_tasks(cfg.data.train)
         if not self.train_tasks:
             raise TrainError("data.train yielded no tasks; check the dataset specs in the config")
+        self.isolation = _isolation_for_training(cfg, self.train_tasks)
         self.val_tasks = load_tasks(cfg.data.val)[: cfg.trainer.val_tasks] if cfg.trainer.val_every else []
         ratio = {"math": cfg.data.math_fraction, "code": 1.0 - cfg.data.math_fraction}
         present = {t.domain for t in self.train_tasks}
@@ -163,6 +164,7 @@ class TrainLoop:
             "metaagent_version": __version__,
             "created_at": time.time(),
             "backend": self.backend,
+            "isolation": self.isolation.describe(),
         }
 
     def _find_checkpoint(self, resume: str | bool | None) -> Path | None:
@@ -238,6 +240,26 @@ class TrainLoop:
             common["role_models"] = dict(self.config.policy.role_models)  # per-model normalisation
         return {**{k: v for k, v in common.items() if k in known}, **dict(a.options)}
 
+    def _post_rollout(self, trees: list[RolloutTree]) -> dict[str, Any]:
+        """Work the estimator needs written into the records before it runs (a pure function over them):
+        evaluation-aligned credit's coalition re-runs, judges, bisection and pairs, then its protocol metrics."""
+        if self.config.algo.estimator != "eval_aligned":
+            return {}
+        from metaagent.credit.eval_aligned import protocol_metrics
+        from metaagent.rollout.eval_aligned import EvalAlignedStage
+
+        stage = getattr(self, "_eval_aligned_stage", None)
+        if stage is None:
+            reference = None
+            if self.config.eval_aligned.baseline == "reference":
+                from metaagent.policy.factory import build_policy
+
+                reference = build_policy(self.config.policy.backend, self.config.policy.model_for(EXECUTOR))
+            stage = self._eval_aligned_stage = EvalAlignedStage(
+                self.engine, self.config.eval_aligned, self._credit_options(), reference=reference
+            )
+        return {**stage.annotate(trees), **protocol_metrics(trees, **self._credit_options())}
+
     def train_step(self, step: int) -> StepResult:
         from metaagent.credit import assign_credit
         from metaagent.train.models import temperatures
@@ -251,6 +273,7 @@ class TrainLoop:
 
         trees = self.engine.rollout(tasks, step=step, seed=derive_seed(cfg.trainer.seed, step, "rollout"))
         t_rollout = time.perf_counter() - t_start
+        post_metrics = self._post_rollout(trees)
 
         turn_metrics: dict[str, float] = {}
         if cfg.turn_reward.allocator is not None:
@@ -289,6 +312,7 @@ class TrainLoop:
             **rollout_metrics(trees),
             **turn_metrics,
             **credit.metrics,
+            **post_metrics,
             **checks,
             **samples.metrics,
             **update_metrics,
@@ -363,3 +387,15 @@ class TrainLoop:
 
     def _rollout_path(self, step: int, prefix: str = "") -> Path:
         return self.run_dir / "rollouts" / f"{prefix}step_{step:06d}.jsonl"
+
+
+def _isolation_for_training(cfg: TrainConfig, tasks: list[Any]) -> Any:
+    """The isolation layer of this run's model-written code (``execution.isolation``); training on code
+    tasks refuses to start without one unless the config accepts that with ``execution.isolation=none``."""
+    from metaagent.execution.isolation import IsolationError, for_config
+
+    code = any(getattr(t, "domain", None) == "code" for t in tasks) and cfg.data.math_fraction < 1.0
+    try:
+        return for_config(cfg.execution, purpose="train", code_tasks=code)
+    except IsolationError as e:
+        raise TrainError(str(e)) from None

@@ -28,6 +28,11 @@ What is covered (each is a test in ``tests/workflow``):
 - process escapes: no module can be imported, there is no ``fork``; when the host runs as root the
   worker switches to ``nobody`` so that RLIMIT_NPROC = 0 also makes fork fail at the OS level; no file
   writes (RLIMIT_FSIZE = 0) and no core dumps;
+- the kernel layer (:mod:`metaagent.execution.isolation`, ``execution.isolation``): after the uid switch
+  each worker confines itself: Landlock reads only of the Python installation and the ``metaagent``
+  package, no writes, no TCP, no signals out (or read-only mounts + an empty network namespace under the
+  ``namespaces`` layer), no capabilities, and a seccomp filter (no new processes, no execve, no socket());
+  the layer is in the worker's ``ready`` message (``worker_info()``);
 - host safety: the host never unpickles or executes anything from a worker (JSON frames with a size
   cap); a worker that dies, hangs or talks nonsense is killed and replaced; other executions continue.
 
@@ -42,8 +47,8 @@ What is NOT covered:
 
 - this is not a security boundary against a determined attacker with a CPython or RestrictedPython
   exploit (a bug in the interpreter's C code, or in RestrictedPython's transformer). Workers run without
-  privileges only when the host is root; they share the host's kernel, filesystem view (read-only in
-  effect) and network namespace. Run training in a container or VM that holds nothing you could not lose;
+  privileges only when the host is root; they share the host's kernel (a kernel exploit is not
+  covered). Run training in a container or VM that holds nothing you could not lose;
 - side channels (timing, CPU contention between scripts);
 - memory limits are address-space limits (RLIMIT_AS), not cgroup limits; the pool's total memory is
   ``workers x memory_mb`` at worst;
@@ -54,6 +59,7 @@ What is NOT covered:
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import socket
 import subprocess
@@ -67,6 +73,7 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.errors import MetaAgentError
+from metaagent.execution import isolation
 from metaagent.execution.process import kill_process
 from metaagent.policy.base import Policy, SamplingParams
 from metaagent.records import Execution, ScriptError
@@ -78,6 +85,8 @@ from .session import Session, executor_sampling
 
 #: the package root, put on the worker's PYTHONPATH so it imports the same code as the host
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+#: the only part of it a confined worker may read (never the repository around it: runs, notes, .git)
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -110,6 +119,9 @@ class _Worker:
         argv = [python, "-s", "-m", "metaagent.workflow.worker", str(worker_end.fileno())]
         if not drop_privileges:
             argv.append("--no-drop-privileges")
+        confine = isolation.active().child_spec(None, extra_read=(_PACKAGE_DIR,))
+        if confine is not None:
+            argv.append("--isolation=" + json.dumps(confine))
         try:
             self.proc = subprocess.Popen(
                 argv,

@@ -10,12 +10,15 @@ answer ``done``. While the script runs, its agent and tool calls are messages to
 ``tool``), answered with text only: the worker never sees token ids or log-probs.
 
 Hardening at start-up: no core files, no file writes (RLIMIT_FSIZE 0), few file descriptors, a low
-recursion limit, and when started as root, a switch to the unprivileged ``nobody`` user so that
-RLIMIT_NPROC = 0 forbids ``fork`` (the kernel does not apply RLIMIT_NPROC to root).
+recursion limit, when started as root a switch to the unprivileged ``nobody`` user so that
+RLIMIT_NPROC = 0 forbids ``fork`` (the kernel does not apply RLIMIT_NPROC to root), and then the host's
+isolation layer (``--isolation=JSON``, :mod:`metaagent.execution.isolation`): reads only the Python
+installation and the ``metaagent`` package, no writes at all, no network, no new processes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -25,6 +28,8 @@ import time
 from typing import Any
 
 from RestrictedPython import compile_restricted_exec
+
+from metaagent.execution import _confine  # imported before the sandbox blocks imports
 
 from . import api
 from .api import LimitReached, Submitted
@@ -39,7 +44,7 @@ COMPILE_CACHE_SIZE = 128
 SCRIPT_FILENAME = "<script>"
 
 
-def _harden(drop_privileges: bool) -> dict[str, Any]:
+def _harden(drop_privileges: bool, isolation: dict[str, Any] | None = None) -> dict[str, Any]:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
@@ -52,11 +57,15 @@ def _harden(drop_privileges: bool) -> dict[str, Any]:
             dropped = True
         except OSError:
             pass
+    applied: dict[str, Any] | None = None
+    if isolation:  # after the uid switch (it needs CAP_SETUID, which confine drops)
+        applied = _confine.confine(**isolation)
     nproc_enforced = os.geteuid() != 0
     if nproc_enforced:
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
     sys.setrecursionlimit(RECURSION_LIMIT)
-    return {"uid": os.getuid(), "dropped_privileges": dropped, "nproc_limited": nproc_enforced}
+    return {"uid": os.getuid(), "dropped_privileges": dropped, "nproc_limited": nproc_enforced,
+            "isolation": applied["layer"] if applied else "none"}  # fmt: skip
 
 
 class Job:
@@ -286,7 +295,8 @@ def main(argv: list[str] | None = None) -> None:
         worker = Worker(channel)
         _warm_up(worker)
         info: dict[str, Any] = _memory_kb()  # before the uid switch: /proc/self is then unreadable
-        info.update(_harden(drop_privileges="--no-drop-privileges" not in argv))
+        isolation = next((json.loads(a.split("=", 1)[1]) for a in argv if a.startswith("--isolation=")), None)
+        info.update(_harden(drop_privileges="--no-drop-privileges" not in argv, isolation=isolation))
     except BaseException as e:  # noqa: BLE001 - tell the host why start-up failed
         channel.send({"op": "fatal", "error": f"{type(e).__name__}: {e}"})
         raise SystemExit(1) from None

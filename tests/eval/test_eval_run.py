@@ -95,6 +95,9 @@ def test_end_to_end_tables_json_replay_and_resume(tmp_path, pool):
 
     saved = json.loads((out / "results.json").read_text())
     assert saved["config"]["n"] == 2 and saved["ks"] == [1, 2] and "metaagent" in saved["versions"]
+    from metaagent.execution import isolation
+
+    assert json.loads((out / "run.json").read_text())["isolation"]["layer"] == isolation.active().layer
     assert saved["seeds"]["seed"] == 0
     table = (out / "table.md").read_text()
     assert "| Model | Method | bundled:test/math | bundled:test/code | Avg |" in table

@@ -198,8 +198,12 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_fork_through_ctypes_is_contained_by_process_group_kill(tmp_path):
-    """Bypassing the guard with libc fork: the grandchild is killed with the program's process group."""
+def test_fork_through_ctypes_is_contained_by_process_group_kill(tmp_path, monkeypatch):
+    """Bypassing the guard with libc fork, without the kernel isolation layer (which refuses the fork:
+    tests/execution/test_isolation.py): the grandchild is killed with the program's process group."""
+    from metaagent.execution import isolation
+
+    monkeypatch.setattr(isolation, "_active", isolation.resolve("none"))
     pid_file = tmp_path / "grandchild.pid"
     program = (
         "import ctypes, os, time\n"

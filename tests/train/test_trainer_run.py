@@ -158,7 +158,11 @@ def test_a_fresh_run_moves_an_earlier_run_aside(tmp_path):
     with Trainer(cfg):
         pass
     assert (tmp_path / "run.old-1" / "metrics.jsonl").read_text() == '{"step": 0}\n'  # kept, not appended to
-    assert json.loads((out / "run.json").read_text())["run_id"] != "old-1"
+    info = json.loads((out / "run.json").read_text())
+    assert info["run_id"] != "old-1"
+    from metaagent.execution import isolation
+
+    assert info["isolation"]["layer"] == isolation.active().layer  # the layer model-written code ran under
     assert not (out / "metrics.jsonl").exists() or (out / "metrics.jsonl").read_text() == ""
 
 

@@ -1,0 +1,118 @@
+"""Choosing the isolation layer: auto picks the strongest, a named layer that is missing is an error,
+training on code tasks refuses to start without a layer, evaluation and serving warn; the choice is
+recorded. Also the workflow worker's own confinement (what a RestrictedPython escape would meet)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from metaagent.config import ConfigError
+from metaagent.execution import isolation
+from metaagent.execution.isolation import ExecutionConfig, IsolationError, for_config, resolve
+
+NOTHING = {"landlock_abi": 0, "namespaces": False, "namespaces_error": "unshare: Operation not permitted",
+           "landlock": False, "landlock_error": "Landlock ABI 0"}  # fmt: skip
+
+
+@pytest.fixture
+def bare_machine(monkeypatch):
+    """A machine without Landlock and namespaces; restores this process's layer afterwards."""
+    monkeypatch.setattr(isolation, "probe", lambda: dict(NOTHING))
+    monkeypatch.setattr(isolation, "_active", isolation._active)
+    monkeypatch.setenv(isolation.ENV_VAR, os.environ.get(isolation.ENV_VAR, "auto"))
+
+
+def test_modes_are_validated():
+    with pytest.raises(ConfigError, match="execution.isolation must be one of"):
+        ExecutionConfig(isolation="docker")
+    with pytest.raises(IsolationError, match="must be one of"):
+        resolve("docker")
+    assert resolve("none").layer == "none" and resolve("none").child_spec("/tmp") is None
+
+
+def test_auto_picks_the_strongest_available_layer():
+    p = isolation.probe()
+    expected = "landlock" if p["landlock"] else "namespaces" if p["namespaces"] else "none"
+    assert resolve("auto").layer == expected
+    if isolation._landlock_abi() >= isolation.MIN_LANDLOCK_ABI:  # the kernel offers it: applying it must work
+        assert p["landlock"], p["landlock_error"]
+
+
+def test_training_on_code_refuses_without_a_layer_and_says_how_to_proceed(bare_machine):
+    with pytest.raises(IsolationError, match=r"refusing to train on code tasks.*execution\.isolation=none"):
+        for_config(ExecutionConfig(), purpose="train", code_tasks=True)
+    assert for_config(ExecutionConfig(), purpose="train", code_tasks=False).layer == "none"
+    assert for_config(ExecutionConfig("none"), purpose="train", code_tasks=True).layer == "none"
+    with pytest.raises(IsolationError, match="landlock is not available"):
+        for_config(ExecutionConfig("landlock"), purpose="eval")
+
+
+def test_evaluation_and_serving_warn_without_a_layer(bare_machine, caplog):
+    with caplog.at_level(logging.WARNING, logger="metaagent.execution.isolation"):
+        assert for_config(ExecutionConfig(), purpose="eval").layer == "none"
+    assert "WITHOUT kernel isolation" in caplog.text and "execution.isolation=none" in caplog.text
+
+
+def test_train_loop_refusal_is_a_train_error(bare_machine):
+    from metaagent.data.tasks import Task
+    from metaagent.train.config import TrainConfig
+    from metaagent.train.loop import TrainError, _isolation_for_training
+
+    code = [Task(id="c", domain="code", question="q", tests={"inputs": ["1"], "outputs": ["1"]})]
+    with pytest.raises(TrainError, match="execution.isolation=none"):
+        _isolation_for_training(TrainConfig(), code)
+    accepted = TrainConfig.load(overrides=["execution.isolation=none"])
+    assert _isolation_for_training(accepted, code).layer == "none"
+
+
+def test_serve_health_reports_the_layer():
+    from metaagent.serve.config import ServeConfig
+    from metaagent.serve.service import TeamService
+
+    service = TeamService(ServeConfig(model="tiny"), loader=lambda: None)
+    assert service.health()["isolation"]["layer"] == isolation.active().layer
+    with pytest.raises(ConfigError, match="--isolation"):
+        ServeConfig(isolation="docker")
+
+
+@pytest.mark.skipif(isolation.active().layer == "none", reason="no isolation layer on this machine")
+def test_a_confined_workflow_worker_cannot_read_home_write_or_connect(tmp_path):
+    """What a RestrictedPython escape inside a worker would meet: the worker's own hardening."""
+    secret = Path.home() / f".metaagent-worker-secret-{os.getpid()}"
+    secret.write_text("top secret")
+    from metaagent.workflow.sandbox import _PACKAGE_DIR
+
+    spec = isolation.active().child_spec(None, extra_read=(_PACKAGE_DIR,))
+    code = f"""
+import errno, json, os, socket, sys
+from metaagent.workflow.worker import _harden
+info = _harden(True, json.loads(sys.argv[1]))
+out = {{"info": info}}
+for name, f in [("read_home", lambda: open({str(secret)!r}).read()),
+                ("write_tmp", lambda: os.open({str(tmp_path / "x")!r}, os.O_WRONLY | os.O_CREAT)),
+                ("socket", lambda: socket.socket())]:
+    try:
+        f(); out[name] = "ESCAPED"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps(out))
+"""
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
+                              timeout=60, cwd="/")  # fmt: skip
+    finally:
+        secret.unlink()
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["info"]["isolation"] == isolation.active().layer
+    if isolation.active().layer == "landlock":
+        assert out["read_home"] == "EACCES"
+    assert out["write_tmp"] in ("EACCES", "EROFS", "EFBIG") and out["socket"] == "EPERM"
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,89 @@
+"""Code tests use the task's own limits (issue #15 item 5): a CodeContests task's time and memory limits
+reach the code runner (scaled by ``time_limit_multiplier``, raised to the floors), and the time limit is
+CPU time, so a program is judged by the CPU it used, not by how busy the machine was."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from metaagent.data.loaders import DatasetSpec, load_tasks
+from metaagent.data.tasks import Task
+from metaagent.records import Execution
+from metaagent.rewards import RewardConfig, score_execution
+from metaagent.rewards import score as score_module
+from metaagent.rewards.score import code_limits
+
+ROW = {
+    "name": "1_A. Sum",
+    "description": "Read a and b, print a + b.",
+    "public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
+    "private_tests": {"input": ["10 20\n"], "output": ["30\n"]},
+    "time_limit": {"seconds": 2, "nanos": 0},
+    "memory_limit_bytes": 512 << 20,
+}
+#: burns ~1 s of CPU, then answers
+BURN = "import time\nwhile time.process_time() < 1.0:\n    pass\na, b = map(int, input().split())\nprint(a + b)\n"
+
+
+@pytest.fixture
+def task(tmp_path) -> Task:
+    path = tmp_path / "cc.jsonl"
+    path.write_text(json.dumps(ROW) + "\n")
+    (task,) = load_tasks(DatasetSpec("code_contests", path=str(path)))
+    return task
+
+
+def answer(program: str) -> Execution:
+    return Execution(index=0, status="ok", answer=f"```python\n{program}```", submitted=True)
+
+
+def test_a_code_contests_task_with_a_2s_limit_gets_2s(task, monkeypatch):
+    assert task.metadata["time_limit_s"] == 2.0 and task.metadata["memory_limit_bytes"] == 512 << 20
+    assert code_limits(task, RewardConfig()) == (2.0, 512)
+    assert code_limits(task, RewardConfig(time_limit_multiplier=1.5)) == (3.0, 512)
+    assert code_limits(task, RewardConfig(time_limit_floor_s=5.0, memory_floor_mb=1024)) == (5.0, 1024)
+    untimed = Task(id="t", domain="code", question="q", tests=task.tests)
+    assert code_limits(untimed, RewardConfig(time_limit_s=4.0, memory_mb=768)) == (4.0, 768)
+
+    seen = {}
+    real = score_module.run_code_tests
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(score_module, "run_code_tests", spy)
+    record = score_execution(task, answer("a, b = map(int, input().split())\nprint(a + b)\n"), RewardConfig())
+    assert record.correct == 1.0
+    assert (seen["time_limit_s"], seen["memory_mb"]) == (2.0, 512)
+    assert record.details["code_limits"] == {"time_limit_s": 2.0, "memory_mb": 512}
+
+
+def test_the_limit_is_cpu_time_of_the_task(task):
+    # 1 s of CPU fits the task's 2 s (the wall clock allows 6 s: a busy machine does not fail it) ...
+    assert score_execution(task, answer(BURN), RewardConfig(time_limit_s=0.5)).correct == 1.0
+    # ... and not a flat 0.5 s limit (a task without its own limit): CPU or, on a busy machine, wall clock
+    untimed = Task(id="t", domain="code", question="q", tests=task.tests)
+    record = score_execution(untimed, answer(BURN), RewardConfig(time_limit_s=0.5, time_limit_floor_s=0.5))
+    assert record.correct == 0.0 and record.details["code"]["first_failure"]["status"] == "timeout"
+
+
+def test_limit_options_are_validated():
+    with pytest.raises(ValueError, match="time_limit_multiplier"):
+        RewardConfig(time_limit_multiplier=0)
+    with pytest.raises(ValueError, match="memory_floor_mb"):
+        RewardConfig(memory_floor_mb=10)
+
+
+def test_time_spent_waiting_is_not_counted_against_the_limit():
+    """1.5 s of wall clock (waiting, as a program does on a busy machine) under a 1 s limit passes: the limit
+    is CPU time; the wall clock (3x) only stops programs that never finish."""
+    from metaagent.execution.code import run_code_tests
+
+    result = run_code_tests("import time\ntime.sleep(1.5)\nprint(5)\n", {"inputs": [""], "outputs": ["5"]},
+                            time_limit_s=1.0)  # fmt: skip
+    assert result.all_passed, result.summary()
+    outcome = result.tests[0]
+    assert outcome.elapsed_s >= 1.5 and outcome.cpu_s < 1.0
