@@ -30,7 +30,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -283,6 +283,8 @@ class Execution(_Record):
     counterfactuals: list[Counterfactual] = field(default_factory=list)
     first_error: FirstError | None = None
     preferences: list[PreferencePair] = field(default_factory=list)
+    # the executed workflow graph (UnityMAS-O Eq. 5-6): {"nodes": [...], "edges": [...]}, see turn_graph
+    graph: dict[str, Any] | None = None
     _nested: ClassVar[dict[str, type]] = {
         "turns": AgentTurn,
         "tool_calls": ToolCall,
@@ -380,6 +382,53 @@ class RolloutTree(_Record):
         except json.JSONDecodeError as e:
             raise SchemaError(f"not valid JSON: {e}") from None
         return cls.from_dict(migrate(data))
+
+
+GRAPH_EDGE_KINDS = ("data", "order")
+_MIN_SHARED_CHARS = 8  # shorter texts are too common to show that one node read another
+
+
+def turn_graph(turns: Sequence[AgentTurn], tool_calls: Sequence[ToolCall] = ()) -> dict[str, Any]:
+    """The executed workflow graph of one execution: nodes are the agent turns (``t<index>``, with role,
+    ``role_turn`` and ``batch``) and tool calls (``x<index>``); edges ``{"src", "dst", "kind"}``:
+
+    - ``data``: turn -> turn from ``AgentTurn.parents`` (the earlier turns whose output is in the prompt);
+      turn -> tool when the turn's delivered text is in the call's arguments; tool -> turn when the call's
+      result is in the turn's messages;
+    - ``order``: a tool call with no data input follows the last turn before it.
+
+    Data edges are text containment, as ``parents`` is: a reconstruction, not instrumentation.
+    """
+    nodes: list[dict[str, Any]] = [
+        {"id": f"t{t.index}", "kind": "agent", "role": t.role, "role_turn": t.role_turn, "batch": t.batch}
+        for t in turns
+    ]
+    edges: list[dict[str, str]] = []
+    for t in turns:
+        edges += [{"src": f"t{p}", "dst": f"t{t.index}", "kind": "data"} for p in t.parents]
+    for c in tool_calls:
+        nodes.append({"id": f"x{c.index}", "kind": "tool", "role": c.name, "ok": c.ok, "after_turn": c.after_turn})
+        args = " ".join(str(v) for v in c.args.values())
+        inputs = []
+        for t in turns[: c.after_turn]:
+            out = (t.delivery if t.delivery is not None else t.response).strip()
+            if len(out) >= _MIN_SHARED_CHARS and out in args:
+                inputs.append(t)
+        edges += [{"src": f"t{t.index}", "dst": f"x{c.index}", "kind": "data"} for t in inputs]
+        if not inputs and c.after_turn > 0:
+            edges.append({"src": f"t{turns[c.after_turn - 1].index}", "dst": f"x{c.index}", "kind": "order"})
+        result = c.result.strip()
+        if len(result) >= _MIN_SHARED_CHARS:
+            probe = result[:200]
+            for t in turns[c.after_turn :]:
+                if any(probe in str(m.get("content", "")) for m in t.messages):
+                    edges.append({"src": f"x{c.index}", "dst": f"t{t.index}", "kind": "data"})
+    return {"nodes": nodes, "edges": edges}
+
+
+def execution_graph(execution: Execution) -> dict[str, Any]:
+    """The recorded graph of ``execution``, or the one rebuilt from its turns (records written before it)."""
+    return execution.graph if execution.graph is not None else turn_graph(execution.turns, execution.tool_calls)
 
 
 def config_hash(config: Mapping[str, Any]) -> str:
@@ -497,3 +546,16 @@ def read_trees(path: str | os.PathLike[str]) -> tuple[list[RolloutTree], list[Ba
     bad: list[BadLine] = []
     trees = list(iter_trees(path, bad))
     return trees, bad
+
+
+def graph_lines(graph: Mapping[str, Any]) -> list[str]:
+    """The graph as text for replay: one line per node with its outgoing edges, e.g.
+    ``t1 Coder (round 0) -> x0 run_tests``; ``~>`` marks an order edge."""
+    out_edges: dict[str, list[str]] = {}
+    for e in graph.get("edges", []):
+        out_edges.setdefault(e["src"], []).append(("~> " if e["kind"] == "order" else "-> ") + e["dst"])
+    lines = []
+    for n in graph.get("nodes", []):
+        label = f"{n['id']} {n['role']}" + (f" (round {n['role_turn']})" if n["kind"] == "agent" else " [tool]")
+        lines.append(label + (" " + ", ".join(out_edges[n["id"]]) if n["id"] in out_edges else ""))
+    return lines

@@ -35,6 +35,7 @@ from .registry import check_options, estimator_options, get_estimator, list_esti
 from . import eval_aligned  # registers the "eval_aligned" estimator (seed 002)
 from .registry import TokenStage, get_token_stage, register_token_stage
 from . import mappa  # noqa: E402,F401  (registers the "mappa" estimator and its token stage)
+from . import unity as _unity  # noqa: E402,F401  (registers the "unity" estimator)
 
 __all__ = [
     "COUNTERS",

@@ -101,6 +101,10 @@ SOURCES: dict[str, Source] = {
             Source(name, "plan", None, "train", plan_task, note="generated from seeds (AT-GRPO planning env)")
             for name in PLAN_SOURCES
         ),
+        Source(
+            "bundled_qa", "qa", None, "all", mappers.bundled_row,
+            note="20 short questions over the bundled 32-passage corpus (metaagent.data.retrieval)",
+        ),
     )
 }
 
@@ -213,6 +217,13 @@ def _rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
         from .plan import DEFAULT_COUNT
 
         return plan_rows(spec.source, spec.split_name, spec.limit or DEFAULT_COUNT, spec.env or {})
+    if spec.source == "bundled_qa":
+        import json
+
+        from .retrieval import QA_FILE
+
+        rows = [json.loads(line) for line in QA_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [r for r in rows if spec.split_name in ("all", r.get("split"))]
     return _hub_rows(spec)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from metaagent.errors import MetaAgentError
 
-DOMAINS = ("math", "code", "plan")  # plan: a host-side environment (metaagent.envs), metadata["env"]
+DOMAINS = ("math", "code", "plan", "qa")  # plan: a host-side environment (metaagent.envs), metadata["env"]; qa: short answers scored by F1 (UnityMAS-O)
 ADHOC = "adhoc"  # split of tasks without a reference answer or tests
 
 
@@ -46,6 +46,8 @@ class Task:
             return  # an ad-hoc task (e.g. a served question) has no reference and gets no correctness reward
         if self.domain == "math" and (self.answer is None or not str(self.answer).strip()):
             raise TaskError(f"task {self.id}: a math task needs a gold 'answer' (or split={ADHOC!r} for none)")
+        if self.domain == "qa" and not (self.answer or self.metadata.get("answers")):
+            raise TaskError(f"task {self.id}: a qa task needs a gold 'answer' or metadata.answers (or split={ADHOC!r})")
         if self.domain == "code" and not self.tests:
             raise TaskError(f"task {self.id}: a code task needs 'tests' (or split={ADHOC!r} for none)")
         if self.domain == "plan" and not isinstance(self.metadata.get("env"), Mapping):
@@ -77,4 +79,6 @@ class Task:
     def has_reference(self) -> bool:
         if self.domain == "plan":
             return isinstance(self.metadata.get("env"), Mapping)
+        if self.domain == "qa":
+            return bool(self.answer or self.metadata.get("answers"))
         return self.answer is not None if self.domain == "math" else bool(self.tests)

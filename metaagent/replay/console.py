@@ -265,6 +265,10 @@ def print_execution(execution: Execution, task: dict[str, Any], console: Console
         console.print(_turn_panel(turn, full))
     for call in [c for c in calls if c.after_turn >= len(execution.turns)]:
         console.print(_tool_panel(call, full))
+    if execution.turns:
+        from metaagent.records import execution_graph, graph_lines
+
+        console.print(Text("workflow graph: " + "; ".join(graph_lines(execution_graph(execution))), style="cyan"))
     for group in execution.groups:
         console.print(_group_panel(group, full))
     for cf in execution.counterfactuals:

@@ -266,6 +266,11 @@ def _execution(e: Execution, task: dict[str, Any], open_: bool = False) -> str:
             + "</div>"
         )
     parts += [tool(c) for c in calls if c.after_turn >= len(e.turns)]
+    if e.turns:
+        from metaagent.records import execution_graph, graph_lines
+
+        items = "".join(f"<li><code>{_e(line)}</code></li>" for line in graph_lines(execution_graph(e)))
+        parts.append(f'<div class="graph"><b>workflow graph</b> (nodes and their outgoing edges)<ul>{items}</ul></div>')
     parts += [_group(g) for g in e.groups]
     for cf in e.counterfactuals:
         cr = cf.reward

@@ -15,6 +15,7 @@ from .math import DEFAULT_FALLBACKS, MathCheck, check_math, extract_answer, math
 from . import at_math as _at_math  # noqa: F401  (registers the AT-GRPO math turn-reward presets)
 from . import plan as _plan  # noqa: F401  (registers the planning turn-reward presets)
 from .score import RewardConfig, reward_metrics, score_execution, score_executions, score_tree
+from . import allocators  # noqa: E402,F401  (registers the built-in turn-reward allocators)
 
 __all__ = [
     "DEFAULT_FALLBACKS",

@@ -36,7 +36,9 @@ def solution_format(
 
         final = parse_final(answer)
         return float(parse_actions(final) is not None or isinstance(parse_json(final), list))
-    raise ValueError(f"unknown domain {domain!r}; expected 'math', 'code' or 'plan'")
+    if domain == "qa":
+        return float(bool(answer.strip()))
+    raise ValueError(f"unknown domain {domain!r}; expected 'math', 'code', 'plan' or 'qa'")
 
 
 def delivery_format(turns: Sequence[AgentTurn]) -> float:

@@ -2,7 +2,8 @@
 
 ``R_correct`` is in {0, 1}: math answers are checked against the gold answer (:mod:`.math`), code
 answers are run on the task's hidden tests and count only if every test passes (:mod:`.code`); the
-``pass_rate`` variant uses the fraction of passed tests instead. ``R_format`` is in [0, 1]
+``pass_rate`` variant uses the fraction of passed tests instead. QA answers (UnityMAS-O) score their best token
+F1 against the gold answers (:mod:`.qa`), in [0, 1]. ``R_format`` is in [0, 1]
 (:mod:`.format`).
 
 Every component is kept in the :class:`~metaagent.records.RewardRecord`, not only the sum. A
@@ -179,6 +180,13 @@ def score_execution(
     if not execution.submitted:
         details["unsubmitted"] = execution.status
         correct = 0.0
+    elif task.domain == "qa":
+        from .qa import answer_f1, extract_qa_answer
+
+        pred = extract_qa_answer(execution.answer)
+        golds = task.metadata.get("answers") or [task.answer]
+        correct = answer_f1(pred, golds)
+        details["qa"] = {"pred": pred, "golds": list(golds), "f1": correct}
     elif task.domain == "math":
         pred = extract_answer(execution.answer, fallbacks=cfg.answer_fallbacks) if execution.answer else None
         check = check_math(pred, task.answer, rel_tol=cfg.math_rel_tol, timeout_s=cfg.math_timeout_s)

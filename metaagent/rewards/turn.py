@@ -5,13 +5,18 @@ turns after it ran. Both are registries by name, like the credit estimators.
 One signature each::
 
     turn_reward(task, turns_so_far, candidate) -> TurnReward        # during: one candidate of one call
-    allocator(task, execution) -> {turn index: TurnReward}           # after: from the execution's reward
+    allocator(task, execution, **options) -> {turn index: TurnReward}  # after: from the execution's reward
+
+The built-in allocators (``shared_outcome``, ``iterative_delta``, ``code_delta``, ``linear``: UnityMAS-O's
+rules and Eq. 12) live in :mod:`metaagent.rewards.allocators`; ``metaagent.rewards`` imports it, so they are
+registered whenever this module is.
 
 A reward that cannot be computed is ``TurnReward(total=None, error=...)``: counted, excluded, never 0.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,7 +26,7 @@ from metaagent.records import AgentTurn, Execution, RolloutTree, TurnReward
 from .errors import RewardError
 
 TurnRewardFn = Callable[[Mapping[str, Any], Sequence[AgentTurn], AgentTurn], TurnReward]
-Allocator = Callable[[Mapping[str, Any], Execution], dict[int, TurnReward]]
+Allocator = Callable[..., dict[int, TurnReward]]  # (task, execution, **options)
 
 _TURN_REWARDS: dict[str, TurnRewardFn] = {}
 _ALLOCATORS: dict[str, Allocator] = {}
@@ -61,23 +66,29 @@ def get_allocator(name: str) -> Allocator:
     return _ALLOCATORS[name]
 
 
-@register_allocator("shared_outcome")
-def shared_outcome(task: Mapping[str, Any], execution: Execution) -> dict[int, TurnReward]:
-    """Every turn gets the execution's reward (UnityMAS-O's shared outcome, ``full`` form)."""
-    r = execution.reward
-    if r is None or r.total is None:
-        error = "the execution's reward could not be computed" + (f": {r.error}" if r is not None and r.error else "")
-        return {k: TurnReward(None, "allocator", error=error) for k in range(len(execution.turns))}
-    return {k: TurnReward(r.total, "allocator", components={"outcome": r.total}) for k in range(len(execution.turns))}
+def allocator_options(name: str) -> dict[str, Any]:
+    """Keyword options of allocator ``name`` with their defaults (for config validation)."""
+    sig = inspect.signature(get_allocator(name))
+    return {p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
-def allocate_turn_rewards(trees: Sequence[RolloutTree], allocator: str) -> dict[str, float]:
-    """Write ``allocator``'s per-turn rewards into every executed turn; returns ``reward/turn_*`` counts."""
+def check_allocator_options(name: str, options: Mapping[str, Any]) -> None:
+    """Raise naming the unknown option(s) of allocator ``name`` and the allowed ones."""
+    allowed = allocator_options(name)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise RewardError(f"reward allocator {name!r} has no option(s) {unknown}; allowed: {sorted(allowed)}")
+
+
+def allocate_turn_rewards(trees: Sequence[RolloutTree], allocator: str, **options: Any) -> dict[str, float]:
+    """Write ``allocator``'s per-turn rewards into every executed turn; returns ``reward/turn_*`` counts
+    (``reward/turn_dropped_executions``: executions an allocator dropped with all their turns)."""
     fn = get_allocator(allocator)
+    check_allocator_options(allocator, options)
     counts: Counter[str] = Counter()
     for tree in trees:
         for _, execution in tree.executions():
-            rewards = fn(tree.task, execution)
+            rewards = fn(tree.task, execution, **options)
             unknown = sorted(set(rewards) - set(range(len(execution.turns))))
             if unknown:
                 raise RewardError(f"allocator {allocator!r} gave rewards to turns {unknown} that do not exist")
@@ -86,4 +97,31 @@ def allocate_turn_rewards(trees: Sequence[RolloutTree], allocator: str) -> dict[
                 if turn.reward is not None:
                     counts["reward/turn_rewards"] += 1
                     counts["reward/turn_reward_errors"] += int(turn.reward.total is None)
+            if any(t.reward is not None and t.reward.details.get("dropped") for t in execution.turns):
+                counts["reward/turn_dropped_executions"] += 1
     return {k: float(v) for k, v in sorted(counts.items())}
+
+
+def turn_reward_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
+    """Per-role means of the turn rewards and their components (``reward/turn/<role>``,
+    ``reward/turn/<role>/<component>``, computed rewards only) and the rounds each execution used
+    (``rollout/rounds_used``: 1 + the largest ``role_turn``, mean over executions with turns; the paper's
+    "used turns fall" curve)."""
+    totals: dict[str, list[float]] = {}
+    rounds: list[int] = []
+    for tree in trees:
+        for _, execution in tree.executions():
+            if execution.turns:
+                rounds.append(1 + max(t.role_turn for t in execution.turns))
+            for turn in execution.turns:
+                r = turn.reward
+                if r is None or r.total is None:
+                    continue
+                totals.setdefault(f"reward/turn/{turn.role}", []).append(r.total)
+                for name, value in r.components.items():
+                    totals.setdefault(f"reward/turn/{turn.role}/{name}", []).append(value)
+    out = {k: sum(v) / len(v) for k, v in sorted(totals.items())}
+    if rounds:
+        out["rollout/rounds_used"] = sum(rounds) / len(rounds)
+        out["rollout/rounds_used_max"] = float(max(rounds))
+    return out

@@ -43,17 +43,6 @@ from metaagent.rollout.prompts import designer_messages, select_templates
 from metaagent.seeding import derive_seed
 
 
-def _frozen_tools() -> tuple[str, ...]:
-    from metaagent.workflow.rules import DEFAULT_TOOL_NAMES
-    from metaagent.workflow.tools import PLAN_TOOL_NAMES
-
-    return (*DEFAULT_TOOL_NAMES, *PLAN_TOOL_NAMES)
-
-
-#: tools a frozen (hand-written) design may name; each execution is checked again with its task's own tools
-_FROZEN_TOOLS = _frozen_tools()
-
-
 @dataclass
 class FrozenDesign:
     """A fixed multi-agent system: the script every design of a task is replaced by."""
@@ -63,13 +52,17 @@ class FrozenDesign:
 
     @classmethod
     def resolve(cls, spec: str, templates: Sequence | None = None) -> FrozenDesign:
-        """A template name from the bank, or a path to a script file."""
+        """A template name from the bank, a fixed workflow (``metaagent/workflow/fixed_workflows``: the
+        seed systems' workflows, never shown to the designer), or a path to a script file."""
         path = Path(spec)
         if path.suffix == ".py" and path.is_file():
             return cls(name=f"file:{path}", script=path.read_text())
+        from metaagent.resources import package_path
         from metaagent.workflow import load_templates
 
         bank = {t.name: t for t in (templates if templates is not None else load_templates())}
+        fixed = {t.name: t for t in load_templates(package_path("workflow", "fixed_workflows"))}
+        bank = {**fixed, **bank}
         if spec in bank:
             return cls(name=f"template:{spec}", script=bank[spec].source)
         raise ValueError(
@@ -269,7 +262,9 @@ class RolloutEngine:
         self.observer.designs_done([d for row in out for d in row])
         return out
 
-    def _checked_design(self, index: int, source: str, sample: DesignerSample | None, text: str) -> Design:
+    def _checked_design(
+        self, index: int, source: str, sample: DesignerSample | None, text: str, tool_names: tuple[str, ...] | None = None
+    ) -> Design:
         from metaagent.workflow import analyze_script, check_script, extract_script
 
         script = extract_script(text)
@@ -279,12 +274,15 @@ class RolloutEngine:
                 errors=[Diagnostic(1, 0, "E-NO-SCRIPT", "no Python script found: reply with one ```python block")],
             )
             return Design(index=index, source=source, sample=sample, script=None, check=report, reward=0.0)
-        report = check_script(script) if source == DESIGNER else check_script(script, tool_names=_FROZEN_TOOLS)
+        report = check_script(script) if tool_names is None else check_script(script, tool_names=tool_names)
         structure = analyze_script(script) if report.ok else None
         return Design(index=index, source=source, sample=sample, script=script, check=report, structure=structure)
 
     def _frozen_design(self, frozen: FrozenDesign) -> Design:
-        design = self._checked_design(0, f"frozen:{frozen.name}", None, f"```python\n{frozen.script}\n```")
+        from metaagent.workflow import rules
+
+        tools = rules.DEFAULT_TOOL_NAMES + tuple(t for ts in rules.DOMAIN_TOOL_NAMES.values() for t in ts)
+        design = self._checked_design(0, f"frozen:{frozen.name}", None, f"```python\n{frozen.script}\n```", tools)
         if not design.valid:
             errors = "; ".join(str(e) for e in design.check.errors)
             raise ValueError(f"frozen design {frozen.name} does not pass the checker: {errors}")

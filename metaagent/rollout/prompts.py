@@ -22,6 +22,7 @@ Reply with the complete script in one ```python block and nothing after it."""
 DOMAIN_HINTS = {
     "math": "The final answer must be submitted in \\boxed{}.",
     "code": "The final answer must be a complete Python program in a ```python block.",
+    "qa": "The final answer is a short phrase (a name, date or number); tools: retrieve(query).",
 }
 
 

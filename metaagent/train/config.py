@@ -200,6 +200,29 @@ class TrainerConfig(Checked):
 
 
 @dataclass
+class TurnRewardConfig:
+    """Per-turn rewards after each rollout (UnityMAS-O, seed 001): a registered reward allocator
+    (:mod:`metaagent.rewards.allocators`: ``shared_outcome``, ``iterative_delta``, ``code_delta``, ``linear``)
+    writes ``AgentTurn.reward`` before credit assignment; estimators such as ``unity`` read it."""
+
+    allocator: str | None = None  # None: no per-turn rewards
+    options: dict[str, Any] = field(default_factory=dict)  # the allocator's keyword options
+
+    def __post_init__(self) -> None:
+        if self.allocator is None:
+            if self.options:
+                raise ConfigError("turn_reward.options needs turn_reward.allocator")
+            return
+        from metaagent.rewards.errors import RewardError
+        from metaagent.rewards.turn import check_allocator_options
+
+        try:
+            check_allocator_options(self.allocator, self.options)
+        except RewardError as e:
+            raise ConfigError(f"turn_reward: {e}") from None
+
+
+@dataclass
 class TrainConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -215,6 +238,7 @@ class TrainConfig:
     eval_aligned: EvalAlignedConfig = field(default_factory=EvalAlignedConfig)
     # MAPPA's coach: a judge that scores every agent action after each training execution (metaagent.rewards.coach)
     coach: CoachConfig = field(default_factory=CoachConfig)
+    turn_reward: TurnRewardConfig = field(default_factory=TurnRewardConfig)
 
     def __post_init__(self) -> None:
         self.reward_config()  # validate now, not at step 1

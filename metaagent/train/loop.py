@@ -275,6 +275,8 @@ class TrainLoop:
             "executor_group": a.executor_group,
             "executor_unit": a.executor_unit,
         }
+        if "role_models" in known and self.config.policy.role_models:
+            common["role_models"] = dict(self.config.policy.role_models)  # per-model normalisation
         return {**{k: v for k, v in common.items() if k in known}, **dict(a.options)}
 
     def _post_rollout(self, trees: list[RolloutTree]) -> dict[str, Any]:
@@ -345,6 +347,12 @@ class TrainLoop:
 
             coach = {**self.coach.take_metrics(), **coach_metrics(trees)}
 
+        turn_metrics: dict[str, float] = {}
+        if cfg.turn_reward.allocator is not None:
+            from metaagent.rewards.turn import allocate_turn_rewards, turn_reward_metrics
+
+            turn_metrics = allocate_turn_rewards(trees, cfg.turn_reward.allocator, **cfg.turn_reward.options)
+            turn_metrics.update(turn_reward_metrics(trees))
         credit = assign_credit(trees, cfg.algo.estimator, **self._credit_options())
         with TreeWriter(self._rollout_path(step), truncate=True) as w:
             for tree in trees:
@@ -381,6 +389,7 @@ class TrainLoop:
             **rollout_metrics(trees),
             **sampling_metrics,
             **coach,
+            **turn_metrics,
             **credit.metrics,
             **post_metrics,
             **checks,

@@ -32,8 +32,9 @@ from metaagent.records import (
     ToolCall,
     TurnGroup,
     TurnReward,
+    turn_graph,
 )
-from metaagent.seeding import branch_seed
+from metaagent.seeding import branch_seed, call_seed
 
 from .branching import Brancher, select_best
 
@@ -207,6 +208,7 @@ class Session:
             elapsed_s=elapsed_s,
             seed=self.seed,
             groups=self.groups,
+            graph=turn_graph(self.turns, self.tool_calls),
         )
 
     # ---- the message loop -----------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 
+from .rules import DOMAIN_TOOL_NAMES
+
 #: per-run limits of a program started by a tool (tools must stay fast: they run inside a rollout)
 TOOL_TIME_LIMIT_S = 2.0
 TOOL_MEMORY_MB = 512
@@ -119,7 +121,7 @@ class EnvStep:
 
 
 #: tools every plan task adds (their names; the checker of frozen designs allows them)
-PLAN_TOOL_NAMES = ("env_observe", "env_step")
+PLAN_TOOL_NAMES = DOMAIN_TOOL_NAMES["plan"]
 
 
 def plan_tools(task: Task) -> dict[str, Callable[..., str]]:
@@ -130,18 +132,40 @@ def plan_tools(task: Task) -> dict[str, Callable[..., str]]:
     return {"env_observe": EnvObserve(env), "env_step": EnvStep(env)}
 
 
+class Retrieve:
+    """``retrieve(query)``: the top passages of the task's offline corpus (QA tasks; UnityMAS-O's retriever)."""
+
+    def __init__(self, corpus: str | None = None, *, k: int = 2) -> None:
+        self.corpus = corpus
+        self.k = k
+
+    def __call__(self, query: str) -> str:
+        """Search the offline corpus for a short query and return the best passages, one per line as
+        "[title] text", or "NO RESULTS" when nothing matches."""
+        if not isinstance(query, str):
+            raise TypeError(f"retrieve's query must be text, got {type(query).__name__}")
+        from metaagent.data.retrieval import CORPUS_FILE, corpus_retriever
+
+        hits = corpus_retriever(self.corpus or str(CORPUS_FILE)).search(query, self.k)
+        if not hits:
+            return "NO RESULTS"
+        return _clip("\n".join(f"[{p.title}] {p.text}" for p in hits))
+
+
 #: tool name -> the documented call (rendered by api_reference)
 TOOL_DOCS: dict[str, Callable[..., str]] = {
     "run_tests": RunTests.__call__,
     "run_program": RunProgram.__call__,
     "env_observe": EnvObserve.__call__,
     "env_step": EnvStep.__call__,
+    "retrieve": Retrieve.__call__,
 }
 
 
 def default_tools(task: Task | Mapping[str, Any] | str) -> dict[str, Callable[..., str]]:
     """The tools of a task: ``run_tests`` (public tests, if any) and ``run_program``, for every domain;
-    plan tasks add ``env_observe`` and ``env_step`` on a fresh host-side environment."""
+    plan tasks add ``env_observe`` and ``env_step`` on a fresh host-side environment, QA tasks ``retrieve`` over
+    ``metadata["corpus"]`` (a corpus file; default the bundled corpus)."""
     public = None
     extra: dict[str, Callable[..., str]] = {}
     if not isinstance(task, str):
@@ -149,4 +173,6 @@ def default_tools(task: Task | Mapping[str, Any] | str) -> dict[str, Callable[..
         public = task.metadata.get("public_tests") if isinstance(task.metadata, Mapping) else None
         if task.domain == "plan":
             extra = plan_tools(task)
+        elif task.domain == "qa":
+            extra["retrieve"] = Retrieve(task.metadata.get("corpus"))
     return {"run_tests": RunTests(public), "run_program": RunProgram(), **extra}

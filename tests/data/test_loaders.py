@@ -178,6 +178,7 @@ def test_hub_failure_says_to_pass_a_local_file(monkeypatch):
 
 def test_every_source_is_registered_with_a_domain():
     assert set(loaders_module.SOURCES) == {
+        "bundled_qa",
         "polaris",
         "aime24",
         "aime25",
@@ -192,7 +193,7 @@ def test_every_source_is_registered_with_a_domain():
         "sokoban",
     }
     for name, source in loaders_module.SOURCES.items():
-        assert source.domain in ("math", "code", "math+code", "plan"), name
+        assert source.domain in ("math", "code", "math+code", "plan", "qa"), name
 
 
 def test_rows_without_usable_content_only_give_an_error_when_nothing_is_left(tmp_path):

@@ -32,12 +32,12 @@ def test_shared_outcome_writes_the_execution_reward_into_every_turn_and_errors_s
     ok, bad = tree.designs[0].executions
     assert [t.reward.total for t in ok.turns] == [1.4, 1.4] and ok.turns[0].reward.source == "allocator"
     assert all(t.reward.total is None and "runner crashed" in t.reward.error for t in bad.turns)
-    assert counts == {"reward/turn_reward_errors": 2.0, "reward/turn_rewards": 4.0}
+    assert counts == {"reward/turn_dropped_executions": 1.0, "reward/turn_reward_errors": 2.0, "reward/turn_rewards": 4.0}
 
 
 def test_registered_sources_by_name_and_their_errors():
     @register_allocator("last_turn_only_test")
-    def last(task, execution):
+    def last(task, execution, **options):
         return {len(execution.turns) - 1: TurnReward(1.0, "allocator")}
 
     tree = _tree(RewardRecord(1.0, 1.0, 0.0))
@@ -53,7 +53,7 @@ def test_registered_sources_by_name_and_their_errors():
         allocate_turn_rewards([tree], "no_such_allocator")
 
     @register_allocator("bad_turns_test")
-    def bad(task, execution):
+    def bad(task, execution, **options):
         return {7: TurnReward(1.0, "allocator")}
 
     with pytest.raises(RewardError, match="do not exist"):
