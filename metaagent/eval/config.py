@@ -70,6 +70,9 @@ class EvalConfig(BaseModel):
     executor_max_tokens: int = Field(384, ge=1, description="max new tokens of an agent reply")
     k_templates: int = Field(2, ge=0, description="in-context templates shown to the designer")
     template_selection: Literal["domain", "uniform"] = Field("domain", description="which templates the designer sees")
+    designer_prompt: Literal["auto", "full", "compact"] = Field(
+        "auto", description="designer prompt style; auto: the one the designer model was trained on, else full"
+    )
     timeout_s: float = Field(120.0, gt=0, description="wall-clock limit of one execution")
     concurrency: int = Field(4, ge=1, description="tasks in flight at once (their agent calls are batched)")
     sandbox_workers: int = Field(4, ge=1, description="sandbox worker processes")

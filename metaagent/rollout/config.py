@@ -54,7 +54,10 @@ class RolloutConfig:
     Attributes:
         m_designs: designs sampled per task (paper: 4).
         n_executions: executions per valid design (paper: 4).
-        k_templates: in-context templates shown to the designer per design.
+        k_templates: in-context templates shown to the designer per design (``full`` prompt only).
+        designer_prompt: "full" (API reference + k templates), "compact" (short API summary, no examples)
+            or "auto": the style the designer model was trained on (``metaagent_prompt.json`` in its
+            folder, e.g. ``embedded-sft``), else "full". See ``metaagent.rollout.prompts``.
         template_selection: "domain" picks templates whose domains include the task's, "uniform" any.
         frozen_designer: a template name or a script path; when set, every design is this frozen script
             (fixed multi-agent system) and no designer sample is produced.
@@ -68,6 +71,7 @@ class RolloutConfig:
     n_executions: int = 4
     k_templates: int = 2
     template_selection: str = "domain"
+    designer_prompt: str = "auto"
     designer: SamplingConfig = field(default_factory=_default_designer_sampling)
     executor: SamplingConfig = field(default_factory=_default_executor_sampling)
     frozen_designer: str | None = None
@@ -86,6 +90,12 @@ class RolloutConfig:
         if self.template_selection not in TEMPLATE_SELECTIONS:
             raise ConfigError(
                 f"rollout.template_selection must be one of {TEMPLATE_SELECTIONS}, got {self.template_selection!r}"
+            )
+        from metaagent.rollout.prompts import DESIGNER_PROMPT_CHOICES
+
+        if self.designer_prompt not in DESIGNER_PROMPT_CHOICES:
+            raise ConfigError(
+                f"rollout.designer_prompt must be one of {DESIGNER_PROMPT_CHOICES}, got {self.designer_prompt!r}"
             )
         if self.sandbox_workers < 1:
             raise ConfigError(f"rollout.sandbox_workers must be >= 1, got {self.sandbox_workers}")

@@ -59,6 +59,8 @@ from typing import Any
 
 from metaagent.config import ConfigError
 from metaagent.errors import MetaAgentError
+from metaagent.records import DESIGNER
+from metaagent.rollout.prompts import designer_prompt_of_examples, write_designer_prompt
 
 SCHEDULES = ("cosine", "constant")
 POLICY_KEY, ADAPTER_KEY = "policy", "adapter"
@@ -229,8 +231,11 @@ class SFTTrainer:
             betas=cfg.betas,
             weight_decay=cfg.weight_decay,  # type: ignore[arg-type]
         )
+        rows = read_chat_jsonl(cfg.data)
+        #: the designer prompt style of the designer examples (recorded in the saved model), or None
+        self.designer_prompt = designer_prompt_of_examples(rows) if DESIGNER in cfg.kinds else None
         self.samples = build_sft_samples(
-            read_chat_jsonl(cfg.data),
+            rows,
             self.tokenizer,
             max_len=cfg.max_len,
             kinds=cfg.kinds,
@@ -415,6 +420,9 @@ class SFTTrainer:
             state=self._state(),
             keep_last=self.config.keep_last,
         )
+        if self.designer_prompt:
+            for key in models:
+                write_designer_prompt(path / "models" / key, self.designer_prompt)
         _link(self.run_dir / "model", path / "models" / POLICY_KEY)
         if self.config.lora_rank > 0:
             _link(self.run_dir / "adapter", path / "models" / ADAPTER_KEY)
