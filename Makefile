@@ -10,7 +10,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.metaagent-installed
-DEMO_STEPS ?= 6
+DEMO_STEPS ?= 4
+DEMO_STAGE_LEN ?= 2
 PYTEST_ARGS ?=
 
 .PHONY: demo test install clean-venv
@@ -33,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/train-metaagent --config default --stage-len 30 --steps $(DEMO_STEPS)
+	$(VENV)/bin/train-metaagent --config default --stage-len $(DEMO_STAGE_LEN) --steps $(DEMO_STEPS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/designer_valid_rate.py --models embedded embedded-sft --designs 64
 
 Each model answers the same ``--designs`` designer prompts: held-out bundled tasks (``--split val``,
-levels 1-2, as in configs/default.yaml), the default designer prompt with ``--k-templates`` 1 in-context
-template, sampled at temperature 1.0 with 256 new tokens (the demo's designer budget) and the engine's
+levels 1-2, as in configs/default.yaml), the designer prompt ``--designer-prompt`` (``auto``: the style the
+model was trained on, ``full`` with ``--k-templates`` 1 in-context template, or ``compact``), sampled at temperature 1.0 with 256 new tokens (the demo's designer budget) and the engine's
 per-design seeds. A design is valid when a script is extracted from the reply and the workflow checker
 accepts it. ``embedded-sft`` is the alias of the committed cold-start adapter merged into the embedded model
 (``metaagent.policy.cold_start.load_cold_start()``); any other name is a model alias or HF directory.
@@ -28,6 +28,7 @@ def main() -> None:
     p.add_argument("--split", default="val")
     p.add_argument("--levels", nargs="+", type=int, default=[1, 2])
     p.add_argument("--k-templates", type=int, default=1)
+    p.add_argument("--designer-prompt", default="auto", choices=["auto", "full", "compact"])
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
@@ -64,12 +65,16 @@ def main() -> None:
             max_tokens=args.max_tokens,
             seed=args.seed,
             keep_examples=args.show,
+            designer_prompt=args.designer_prompt,
         )
         policy.close()
         results.append(r)
         lo, hi = r.wilson()
         print(
-            f"  {name}: {r.valid}/{r.designs} valid ({r.rate:.1%}, 95% CI {lo:.1%}-{hi:.1%}) in {time.perf_counter() - t0:.0f}s",
+            f"  {name} ({r.designer_prompt} prompt): {r.valid}/{r.designs} valid ({r.rate:.1%}, 95% CI "
+            f"{lo:.1%}-{hi:.1%}) in {time.perf_counter() - t0:.0f}s; {len(r.structures)} structure classes, "
+            f"top {r.top_structure_share:.0%}; {r.unique_prompt_share:.1%} of {r.agents} agents have a "
+            "byte-unique system prompt",
             flush=True,
         )
         for text in r.examples:

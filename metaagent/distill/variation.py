@@ -123,6 +123,19 @@ _NOT_UNITS = frozenset(
     ]
 )
 
+#: with ``structural=True``: a sentence about how the role works, by role word (or "*" for any role)
+ROLE_ADVICE: dict[str, tuple[str, ...]] = {
+    "Solver": ("Show each step.", "Check your arithmetic before answering.", "Write down what is given first."),
+    "Critic": ("Point out the first mistake you find.", "Check every step, not only the answer."),
+    "Judge": ("Prefer the answer with the clearest reasoning.", "Check each candidate before choosing."),
+    "Verifier": ("Redo the key computation yourself.", "Be strict."),
+    "Reviewer": ("Point out the first mistake you find.", "Be specific."),
+    "Planner": ("Keep the plan short.", "Number the steps."),
+    "Coder": ("Keep the program simple.", "Handle empty input."),
+    "*": ("Be concise.", "Think carefully.", "Be precise."),
+}
+P_ADVICE = 0.5
+
 # probabilities of each kind of change, per agent
 P_PREFIX, P_SYNONYM, P_OPENING, P_TOPIC_WORD, P_INTRO, P_FOCUS = 0.5, 0.4, 0.5, 0.5, 0.3, 0.7
 
@@ -272,11 +285,94 @@ def _shape(analysis: dict) -> tuple:
     return (analysis["structure"], analysis["pattern"], analysis["num_agents"], analysis["num_call_sites"])
 
 
-def instantiate(template, task: Task, rng: random.Random, *, vary: bool = True) -> Variant:
+#: structural variation (``instantiate(..., structural=True)``): rounds of ``for _ in range(N)`` loops,
+#: samples of ``parallel(agent, [task] * N)``, and the size of a list of agents (one dropped from a list of
+#: three or more, or one added as a copy of the first under an unused role word)
+ROUND_CHOICES = (1, 2, 3)
+SAMPLE_CHOICES = (3, 4, 5, 6)
+P_ROUNDS, P_SAMPLES, P_DROP_AGENT, P_ADD_AGENT = 0.5, 0.7, 0.3, 0.3
+
+
+def _is_agent_call(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "Agent"
+
+
+class _StructureRewriter(cst.CSTTransformer):
+    """Changes the counts of a template (rounds, samples, agents in a list); control flow stays."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
+        it = updated.iter
+        if (
+            isinstance(it, cst.Call)
+            and isinstance(it.func, cst.Name)
+            and it.func.value == "range"
+            and len(it.args) == 1
+            and isinstance(it.args[0].value, cst.Integer)
+            and self.rng.random() < P_ROUNDS
+        ):
+            n = self.rng.choice(ROUND_CHOICES)
+            arg = it.args[0].with_changes(value=cst.Integer(str(n)))
+            return updated.with_changes(iter=it.with_changes(args=[arg]))
+        return updated
+
+    def leave_BinaryOperation(self, original: cst.BinaryOperation, updated: cst.BinaryOperation):
+        if (
+            isinstance(updated.operator, cst.Multiply)
+            and isinstance(updated.left, cst.List)
+            and isinstance(updated.right, cst.Integer)
+            and self.rng.random() < P_SAMPLES
+        ):
+            return updated.with_changes(right=cst.Integer(str(self.rng.choice(SAMPLE_CHOICES))))
+        return updated
+
+    def leave_List(self, original: cst.List, updated: cst.List) -> cst.List:
+        elements = list(updated.elements)
+        if len(elements) < 2 or not all(_is_agent_call(e.value) for e in elements):
+            return updated
+        r = self.rng.random()
+        if len(elements) >= 3 and r < P_DROP_AGENT:
+            drop = self.rng.randrange(len(elements))
+            kept = [e for i, e in enumerate(elements) if i != drop]
+            kept[-1] = kept[-1].with_changes(comma=elements[-1].comma)
+            return updated.with_changes(elements=kept)
+        if r >= 1.0 - P_ADD_AGENT:
+            first = elements[0].value
+            role = first.args[0].value.evaluated_value if isinstance(first.args[0].value, cst.SimpleString) else None
+            if not isinstance(role, str):
+                return updated
+            prefix, word = _split_role(role)
+            taken = {
+                e.value.args[0].value.evaluated_value
+                for e in elements
+                if isinstance(e.value.args[0].value, cst.SimpleString)
+            }
+            options = [prefix + w for w in ROLE_WORD_SYNONYMS.get(word, ()) if prefix + w not in taken]
+            if not options:
+                return updated
+            new_role = self.rng.choice(options)
+            clone = first.with_changes(
+                args=[first.args[0].with_changes(value=cst.SimpleString(_literal(new_role))), *first.args[1:]]
+            )
+            last = elements[-1]
+            comma = last.comma if not isinstance(last.comma, cst.MaybeSentinel) else cst.Comma()
+            new = last.with_changes(value=clone, comma=last.comma)
+            elements[-1] = last.with_changes(comma=comma)
+            return updated.with_changes(elements=[*elements, new])
+        return updated
+
+
+def instantiate(
+    template, task: Task, rng: random.Random, *, vary: bool = True, structural: bool = False
+) -> Variant:
     """A variant of ``template`` (a :class:`metaagent.workflow.Template`) for ``task``.
 
     With ``vary=False`` (or when the variant would not pass the checker) the script is the template's own.
     Role names stay distinct within a script: a rename that would collide keeps the original name.
+    ``structural`` also varies the counts (:class:`_StructureRewriter`): the variant then keeps the
+    template's structure and pattern but may have a different number of agents and call sites.
     """
     from metaagent.workflow import analyze_script, check_script
 
@@ -291,19 +387,29 @@ def instantiate(template, task: Task, rng: random.Random, *, vary: bool = True) 
         if new_role in used:
             new_role = role
         used.add(new_role)
-        focus = _split_role(role)[1] not in NO_FOCUS_ROLE_WORDS
-        return new_role, vary_prompt(prompt, facts, rng, focus=focus)
+        word = _split_role(role)[1]
+        new_prompt = vary_prompt(prompt, facts, rng, focus=word not in NO_FOCUS_ROLE_WORDS)
+        if structural and rng.random() < P_ADVICE:
+            advice = ROLE_ADVICE.get(word) or ROLE_ADVICE["*"]
+            new_prompt = new_prompt.rstrip() + " " + rng.choice(advice)
+        return new_role, new_prompt
 
     rewriter = _AgentRewriter(rewrite)
     try:
-        script = cst.parse_module(source).visit(rewriter).code
+        module = cst.parse_module(source)
+        if structural:
+            module = module.visit(_StructureRewriter(rng))
+        script = module.visit(rewriter).code
     except cst.ParserSyntaxError:
         return Variant(template.name, source, (), (), False)
+    shape, want = _shape(analyze_script(script)), _shape(analyze_script(source))
+    if structural:
+        shape, want = shape[:2], want[:2]
     if (
         _control_words(script) != _control_words(source)
         or len(set(rewriter.roles)) != len(rewriter.roles)
         or not check_script(script).ok
-        or _shape(analyze_script(script)) != _shape(analyze_script(source))
+        or shape != want
     ):
         return Variant(template.name, source, (), (), False)
     return Variant(template.name, script, tuple(rewriter.roles), tuple(rewriter.prompts), script != source)

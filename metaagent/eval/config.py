@@ -64,6 +64,8 @@ class EvalConfig(Checked):
     executor_max_tokens: PositiveInt = 384  # max new tokens of an agent reply
     k_templates: NonNegativeInt = 2  # in-context templates shown to the designer
     template_selection: Literal["domain", "uniform"] = "domain"  # which templates the designer sees
+    # designer prompt style; auto: the one the designer model was trained on, else full
+    designer_prompt: Literal["auto", "full", "compact"] = "auto"
     timeout_s: PositiveFloat = 120.0  # wall-clock limit of one execution
     concurrency: PositiveInt = 4  # tasks in flight at once (their agent calls are batched)
     sandbox_workers: PositiveInt = 4  # sandbox worker processes

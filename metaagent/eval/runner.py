@@ -234,6 +234,7 @@ class Evaluation:
             n_executions=cfg.n,
             k_templates=cfg.k_templates,
             template_selection=cfg.template_selection,
+            designer_prompt=cfg.designer_prompt,
             designer=SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.designer_max_tokens),
             executor=SamplingConfig(
                 temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.executor_max_tokens, stop=[DELIVERY_CLOSE]

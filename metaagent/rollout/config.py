@@ -58,7 +58,10 @@ class RolloutConfig(Checked):
     Attributes:
         m_designs: designs sampled per task (paper: 4).
         n_executions: executions per valid design (paper: 4).
-        k_templates: in-context templates shown to the designer per design.
+        k_templates: in-context templates shown to the designer per design (``full`` prompt only).
+        designer_prompt: "full" (API reference + k templates), "compact" (short API summary, no examples)
+            or "auto": the style the designer model was trained on (``metaagent_prompt.json`` in its
+            folder, e.g. ``embedded-sft``), else "full". See ``metaagent.rollout.prompts``.
         template_selection: "domain" picks templates whose domains include the task's, "uniform" any.
         frozen_designer: a template name or a script path; when set, every design is this frozen script
             (fixed multi-agent system) and no designer sample is produced.
@@ -73,6 +76,9 @@ class RolloutConfig(Checked):
     n_executions: PositiveInt = 4
     k_templates: NonNegativeInt = 2
     template_selection: Literal[TEMPLATE_SELECTIONS] = "domain"
+    # designer prompt: full (API reference + in-context templates, for teachers and untrained models), compact
+    # (a short API summary, no examples, for trained designers), auto (the one the designer model records, else full)
+    designer_prompt: Literal["auto", "full", "compact"] = "auto"
     designer: SamplingConfig = field(default_factory=_default_designer_sampling)
     executor: SamplingConfig = field(default_factory=_default_executor_sampling)
     frozen_designer: str | None = None

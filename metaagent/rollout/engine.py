@@ -39,7 +39,7 @@ from metaagent.records import (
     ScriptError,
 )
 from metaagent.rollout.config import RolloutConfig
-from metaagent.rollout.prompts import designer_messages, select_templates
+from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt, select_templates
 from metaagent.seeding import derive_seed
 
 
@@ -140,6 +140,8 @@ class RolloutEngine:
         )
         if self.frozen is None and self.designer is None:
             raise ValueError("a designer policy is required unless rollout.frozen_designer is set")
+        #: "full" or "compact": the designer prompt style, "auto" resolved from the designer's model folder
+        self.designer_prompt = resolve_designer_prompt(self.config.designer_prompt, self.designer)
 
     # ---- public -------------------------------------------------------------------------------------------
 
@@ -221,18 +223,17 @@ class RolloutEngine:
     ) -> list[list[Design]]:
         cfg = self.config
         requests, shown = [], []
+        style = self.designer_prompt
         for b, task in enumerate(tasks):
             for i in range(m):
                 s = derive_seed(seed, step, task.id, b, i, "design")
                 examples = select_templates(
-                    self.templates, task, cfg.k_templates, random.Random(s), cfg.template_selection
+                    self.templates, task, cfg.k_templates if style == "full" else 0, random.Random(s),
+                    cfg.template_selection,
                 )
                 params = (sampling or cfg.designer.params()).replace(seed=s)
-                requests.append(
-                    ChatRequest(
-                        designer_messages(task, examples), params, role=DESIGNER, affinity=team_affinity(step, b)
-                    )
-                )
+                messages = designer_messages(task, examples, style=style)
+                requests.append(ChatRequest(messages, params, role=DESIGNER, affinity=team_affinity(step, b)))
                 shown.append([t.name for t in examples])
         self.observer.designs_started(len(requests))
         t0 = time.perf_counter()

@@ -1,6 +1,13 @@
-"""The designer prompt: role, workflow API (generated from the API source), k in-context templates, task.
+"""The designer prompt, in two styles, built here for rollouts, distillation, SFT data, evaluation and serving.
 
-One builder for training rollouts, distillation (the teacher sees the same prompt) and serving.
+- ``full``: role, the workflow API reference (generated from the API source), k in-context templates, task.
+  For teachers and untrained models (about 1,300 tokens with one template).
+- ``compact``: role, a short API summary (:data:`COMPACT_API`), no examples, task (about 250 tokens with a
+  short task). For designers that were trained on it (the cold start of ``scripts/make_cold_start.sh``).
+
+``auto`` (the rollout default) follows the model: a model folder that holds :data:`PROMPT_FILE` (written by
+``metaagent-sft`` and shipped with the cold-start adapter) gets the style it was trained on, any other model
+``full``.
 """
 
 from __future__ import annotations
@@ -9,6 +16,7 @@ import random
 from collections.abc import Sequence
 
 from metaagent.data.tasks import Task
+from metaagent.policy.models import PROMPT_FILE
 
 DESIGNER_SYSTEM = """\
 You are the designer of a multi-agent team. For the task you are given, write a short Python workflow \
@@ -26,6 +34,26 @@ DOMAIN_HINTS = {
 }
 
 
+#: the styles of :func:`designer_messages`; ``auto`` resolves to one of them (:func:`resolve_designer_prompt`)
+DESIGNER_PROMPTS = ("full", "compact")
+DESIGNER_PROMPT_CHOICES = ("auto", *DESIGNER_PROMPTS)
+
+
+COMPACT_SYSTEM = """\
+You design a team of agents for a task. Reply with one ```python block: a workflow script, nothing after it.
+No imports. `task` is the task text.
+Agent(name, system_prompt, memory=True) makes an agent; agent(message) returns its answer.
+parallel(agents, messages) calls agents at once and returns a list of answers.
+submit(answer) ends the workflow with the final answer; call it once.
+boxed(text) gives the last \\boxed{{}} content; majority(items) the most common item.
+Code tasks: run_tests(program) returns "PASS..." or "FAIL..."; run_program(program, input) its output.
+Write a system prompt for each agent about this task. Math answers go in \\boxed{{}}; a code answer is a \
+program in a ```python block."""
+
+#: the compact system prompt (a short API summary; the full reference is metaagent.workflow.api_reference())
+COMPACT_API = COMPACT_SYSTEM.format()
+
+
 def select_templates(templates: Sequence, task: Task, k: int, rng: random.Random, selection: str = "domain") -> list:
     """Pick k distinct templates; "domain" prefers templates whose domains include the task's domain."""
     if k <= 0 or not templates:
@@ -41,8 +69,18 @@ def format_template(t) -> str:
     return f"# Example: {t.name} ({t.structure}) - {t.description}\n```python\n{t.source.strip()}\n```"
 
 
-def designer_messages(task: Task, examples: Sequence, *, api: str | None = None) -> list[dict[str, str]]:
-    """Chat messages that ask the designer for a workflow script for ``task``."""
+def designer_messages(
+    task: Task, examples: Sequence, *, api: str | None = None, style: str = "full"
+) -> list[dict[str, str]]:
+    """Chat messages that ask the designer for a workflow script for ``task``.
+
+    ``style`` is one of :data:`DESIGNER_PROMPTS`; ``compact`` shows no examples (``examples`` is ignored).
+    """
+    if style == "compact":
+        user = f"Task domain: {task.domain}.\n\nTask:\n{task.question.strip()}"
+        return [{"role": "system", "content": COMPACT_API}, {"role": "user", "content": user}]
+    if style != "full":
+        raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPTS}, got {style!r}")
     if api is None:
         from metaagent.workflow import api_reference
 
@@ -57,3 +95,88 @@ def designer_messages(task: Task, examples: Sequence, *, api: str | None = None)
         {"role": "system", "content": DESIGNER_SYSTEM.format(api=api.strip() + "\n")},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
+
+
+def trained_designer_prompt(model_dir: str | None) -> str | None:
+    """The designer prompt style recorded in ``model_dir/PROMPT_FILE``, or None (no folder, no file)."""
+    import json
+    import os
+
+    if not model_dir:
+        return None
+    path = os.path.join(os.fspath(model_dir), PROMPT_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        style = json.load(f).get("designer_prompt")
+    return style if style in DESIGNER_PROMPTS else None
+
+
+def write_designer_prompt(model_dir, style: str) -> None:
+    """Record in a model folder which designer prompt style it was trained on."""
+    import json
+    import os
+
+    if style not in DESIGNER_PROMPTS:
+        raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPTS}, got {style!r}")
+    with open(os.path.join(os.fspath(model_dir), PROMPT_FILE), "w") as f:
+        json.dump({"designer_prompt": style}, f)
+        f.write("\n")
+
+
+def prompt_style(messages: Sequence[dict[str, str]]) -> str | None:
+    """Which style built these designer messages: "compact", "full", or None (neither)."""
+    system = messages[0].get("content", "") if messages and messages[0].get("role") == "system" else ""
+    if system == COMPACT_API:
+        return "compact"
+    if system.startswith(DESIGNER_SYSTEM.split("{api}")[0]):
+        return "full"
+    return None
+
+
+def designer_prompt_of_examples(rows: Sequence[dict]) -> str | None:
+    """The one designer prompt style of the designer examples among chat-example ``rows`` (None when there
+    are none, or they mix styles or use another prompt)."""
+    styles = {prompt_style(r["messages"]) for r in rows if r.get("kind") == "designer"}
+    return styles.pop() if len(styles) == 1 else None
+
+
+def _model_dir(policy) -> str | None:
+    """The local folder a policy's designer model was loaded from, when it can be told."""
+    registry = getattr(policy, "registry", None)
+    if registry is not None and hasattr(registry, "for_role"):
+        policy = registry.for_role("designer")
+    for _ in range(4):  # unwrap BatchingPolicy(backend=...) and similar wrappers
+        inner = getattr(policy, "backend", None) or getattr(policy, "inner", None)
+        if inner is None or inner is policy:
+            break
+        policy = inner
+    model = getattr(policy, "model", None)
+    path = getattr(getattr(model, "config", None), "name_or_path", None)
+    if path:
+        return str(path)
+    model_id = getattr(policy, "model_id", None)
+    return str(model_id) if model_id else None
+
+
+def resolve_designer_prompt(style: str, policy=None, *, model: str | None = None) -> str:
+    """``style`` itself unless it is ``auto``; then the style the designer model was trained on, else ``full``.
+
+    The model is ``model`` (an alias or folder, resolved with ``metaagent.policy.models.resolve_model``) or
+    the folder ``policy``'s designer model was loaded from.
+    """
+    if style != "auto":
+        if style not in DESIGNER_PROMPTS:
+            raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPT_CHOICES}, got {style!r}")
+        return style
+    folder = None
+    if model is not None:
+        from metaagent.policy.models import resolve_model
+
+        try:
+            folder = resolve_model(model)
+        except (FileNotFoundError, OSError):
+            folder = None
+    elif policy is not None:
+        folder = _model_dir(policy)
+    return trained_designer_prompt(folder) or "full"

@@ -82,6 +82,8 @@ class ServeConfig(Checked):
         max_designs / max_executions: caps on ``n_designs`` / ``n_executions`` per request.
         max_tokens_cap: cap on any ``max_tokens`` a request asks for.
         k_templates: in-context templates shown to the designer.
+        designer_prompt: "full", "compact" or "auto" (the style the designer model was trained on; see
+            ``metaagent.rollout.prompts``).
         designer_sampling / executor_sampling: defaults a request may override.
         judge_max_tokens: length of the judge's reply when ``select="judge"``.
         record: append every team as a RolloutTree (mode "serve") to this JSONL file.
@@ -118,6 +120,7 @@ class ServeConfig(Checked):
     max_executions: PositiveInt = 4
     max_tokens_cap: PositiveInt = 4096
     k_templates: NonNegativeInt = 2
+    designer_prompt: Literal["auto", "full", "compact"] = "auto"  # auto: the style the designer model records
     designer_sampling: SamplingConfig = field(default_factory=_default_designer_sampling)
     executor_sampling: SamplingConfig = field(default_factory=_default_executor_sampling)
     judge_max_tokens: PositiveInt = 256

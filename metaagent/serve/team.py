@@ -235,6 +235,7 @@ def _engine(
         m_designs=spec.n_designs,
         n_executions=spec.n_executions,
         k_templates=c.k_templates,
+        designer_prompt=c.designer_prompt,
         designer=c.designer_sampling,
         executor=c.executor_sampling,
         frozen_designer=c.frozen_designer,

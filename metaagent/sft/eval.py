@@ -19,7 +19,7 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.policy.base import ChatRequest, Policy, SamplingParams
-from metaagent.rollout.prompts import designer_messages, select_templates
+from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt, select_templates
 from metaagent.seeding import derive_seed
 
 
@@ -37,6 +37,23 @@ class ValidRate:
     cut_at_max_tokens: int = 0
     elapsed_s: float = 0.0
     examples: list[str] = field(default_factory=list, repr=False)
+    system_prompts: Counter = field(default_factory=Counter)  # agents' system prompts in the valid designs
+    designer_prompt: str = ""  # the prompt style the designs were asked with
+
+    @property
+    def agents(self) -> int:
+        return sum(self.system_prompts.values())
+
+    @property
+    def unique_prompt_share(self) -> float:
+        """Share of the valid designs' agents whose system prompt no other agent has (byte for byte)."""
+        n = self.agents
+        return sum(1 for c in self.system_prompts.values() if c == 1) / n if n else 0.0
+
+    @property
+    def top_structure_share(self) -> float:
+        """Share of the valid designs that have the most common structure class."""
+        return self.structures.most_common(1)[0][1] / self.valid if self.valid else 0.0
 
     @property
     def rate(self) -> float:
@@ -65,6 +82,10 @@ class ValidRate:
             "mean_tokens": round(self.mean_tokens, 1),
             "cut_at_max_tokens": self.cut_at_max_tokens,
             "elapsed_s": round(self.elapsed_s, 1),
+            "designer_prompt": self.designer_prompt,
+            "agents": self.agents,
+            "unique_prompt_share": round(self.unique_prompt_share, 4),
+            "top_structure_share": round(self.top_structure_share, 4),
         }
 
 
@@ -77,6 +98,7 @@ def designer_requests(
     selection: str = "domain",
     sampling: SamplingParams,
     seed: int = 0,
+    style: str = "full",
 ) -> list[ChatRequest]:
     """``designs`` designer requests over ``tasks``, in the engine's order (task-major, M = ceil(designs/B)),
     each with the engine's seed for its (seed, step=None, task, b, i)."""
@@ -87,10 +109,10 @@ def designer_requests(
     for b, task in enumerate(tasks):
         for i in range(m):
             s = derive_seed(seed, None, task.id, b, i, "design")
-            shown = select_templates(templates, task, k_templates, random.Random(s), selection)
-            requests.append(
-                ChatRequest(designer_messages(task, shown), sampling.replace(seed=s), role="designer")
-            )
+            k = k_templates if style == "full" else 0
+            shown = select_templates(templates, task, k, random.Random(s), selection)
+            messages = designer_messages(task, shown, style=style)
+            requests.append(ChatRequest(messages, sampling.replace(seed=s), role="designer"))
     order = sorted(range(len(requests)), key=lambda j: (j % m, j // m))  # spread the cut over all tasks
     return [requests[j] for j in sorted(order[:designs])]
 
@@ -106,18 +128,25 @@ def designer_valid_rate(
     seed: int = 0,
     templates: Sequence | None = None,
     keep_examples: int = 3,
+    designer_prompt: str = "auto",
 ) -> ValidRate:
-    """Sample ``designs`` designer replies from ``policy`` and count the valid scripts."""
+    """Sample ``designs`` designer replies from ``policy`` and count the valid scripts.
+
+    ``designer_prompt`` "auto" uses the style the policy's model was trained on (see
+    :func:`metaagent.rollout.prompts.resolve_designer_prompt`)."""
     from metaagent.workflow import analyze_script, check_script, extract_script, load_templates
 
     bank = list(templates) if templates is not None else load_templates()
     sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature)
+    style = resolve_designer_prompt(designer_prompt, policy)
     requests = designer_requests(
-        tasks, designs, templates=bank, k_templates=k_templates, sampling=sampling, seed=seed
+        tasks, designs, templates=bank, k_templates=k_templates, sampling=sampling, seed=seed, style=style
     )
     t0 = time.perf_counter()
     completions = policy.generate(requests)
-    result = ValidRate(model=policy.model_id, designs=len(completions), valid=0, no_script=0)
+    result = ValidRate(
+        model=policy.model_id, designs=len(completions), valid=0, no_script=0, designer_prompt=style
+    )
     result.elapsed_s = time.perf_counter() - t0
     tokens = 0
     for c in completions:
@@ -130,7 +159,9 @@ def designer_valid_rate(
         report = check_script(script)
         if report.ok:
             result.valid += 1
-            result.structures[analyze_script(script)["structure"]] += 1
+            analysis = analyze_script(script)
+            result.structures[analysis["structure"]] += 1
+            result.system_prompts.update(analysis["system_prompts"])
             if len(result.examples) < keep_examples:
                 result.examples.append(c.text)
         else:

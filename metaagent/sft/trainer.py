@@ -61,7 +61,9 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 
 from metaagent.config import ConfigError
 from metaagent.errors import MetaAgentError
+from metaagent.records import DESIGNER
 from metaagent.records import ROLES as KINDS  # an example trains the designer or an executor call
+from metaagent.rollout.prompts import designer_prompt_of_examples, write_designer_prompt
 from metaagent.train.optim import SCHEDULES, OptimizerConfig, autocast, lr_at, make_adamw
 
 __all__ = ["SFTConfig", "SFTError", "SFTTrainer", "epoch_order", "lr_at"]
@@ -179,8 +181,11 @@ class SFTTrainer:
             self.model = _with_lora(self.model, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_adamw(self.params, cfg)
+        rows = read_chat_jsonl(cfg.data)
+        #: the designer prompt style of the designer examples (recorded in the saved model), or None
+        self.designer_prompt = designer_prompt_of_examples(rows) if DESIGNER in cfg.kinds else None
         self.samples = build_sft_samples(
-            read_chat_jsonl(cfg.data),
+            rows,
             self.tokenizer,
             max_len=cfg.max_len,
             kinds=cfg.kinds,
@@ -366,6 +371,9 @@ class SFTTrainer:
             state=self._state(),
             keep_last=self.config.keep_last,
         )
+        if self.designer_prompt:
+            for key in models:
+                write_designer_prompt(path / "models" / key, self.designer_prompt)
         _link(self.run_dir / "model", path / "models" / POLICY_KEY)
         if self.config.lora_rank > 0:
             _link(self.run_dir / "adapter", path / "models" / ADAPTER_KEY)

@@ -55,9 +55,10 @@ class Trainer(TrainLoop):
         return self._load_loop_state(state, path)
 
     def save(self, next_step: int) -> Path:
-        from metaagent.train.checkpoint import save_checkpoint
+        from metaagent.rollout.prompts import write_designer_prompt
+        from metaagent.train.checkpoint import model_path, save_checkpoint
 
-        return save_checkpoint(
+        path = save_checkpoint(
             self.run_dir,
             next_step,
             models=self.models.models,
@@ -65,6 +66,9 @@ class Trainer(TrainLoop):
             optimizers=self.updaters,
             state=self._loop_state(next_step),
         )
+        for key in self.models.models:  # a checkpoint keeps the designer prompt its designer was trained with
+            write_designer_prompt(model_path(path, key), self.engine.designer_prompt)
+        return path
 
     def _reset_optimizer_moments(self) -> None:
         for updater in self.updaters.values():

@@ -127,7 +127,10 @@ def test_embedded_sft_alias_is_the_committed_adapter_merged():
 
     path = Path(resolve_model("embedded-sft"))
     assert path.name.startswith("embedded-sft-") and path.parent == cache_dir() / "models"
-    assert json.loads((path / "metaagent_cold_start.json").read_text())["adapter"].endswith("sft_data/cold_start")
+    assert json.loads((path / "metaagent_cold_start.json").read_text())["adapter"].endswith("cold_start_adapter")
+    from metaagent.rollout.prompts import resolve_designer_prompt
+
+    assert resolve_designer_prompt("auto", model="embedded-sft") == "compact"  # trained on the compact prompt
     merged, _ = load_model_and_tokenizer("embedded-sft")
     base, _ = load_model_and_tokenizer("embedded")
     changed = [n for (n, a), (_, b) in zip(merged.state_dict().items(), base.state_dict().items()) if not torch.equal(a, b)]

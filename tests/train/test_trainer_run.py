@@ -149,6 +149,35 @@ def test_executor_learns_the_delivery_format(tmp_path, warm):
     assert sum(delivery[8:]) / 8 > max(0.8, sum(delivery[:4]) / 4 + 0.15), delivery
 
 
+def test_designer_learns_to_write_valid_scripts(tmp_path, warm):
+    """designer_only on a designer warm-started to write a valid or a refused script about half the time
+    (compact prompt): the refused design earns 0 (paper: invalid design -> 0), the valid one the mean reward of
+    its executions, so GRPO over the M designs of a task raises the valid-script rate."""
+    designer = warm_tiny(tmp_path / "warm_mixed", "designer_mixed")
+    cfg = _config(
+        tmp_path / "learn",
+        {**warm, "designer": designer},
+        "schedule.mode=designer_only",
+        "rollout.designer_prompt=compact",
+        "rollout.m_designs=8",
+        "rollout.n_executions=1",
+        "data.batch_size=4",
+        "optim.lr=1e-3",
+        "trainer.steps=16",
+        "trainer.save_every=0",
+    )
+    with Trainer(cfg) as trainer:
+        assert trainer.engine.designer_prompt == "compact"
+        results = trainer.train()
+    valid = [r.metrics["rollout/valid_script_rate"] for r in results]
+    reward = [r.metrics["rollout/reward/designer"] for r in results]
+    print("valid-script rate curve:", " ".join(f"{x:.2f}" for x in valid))
+    print("designer reward curve:", " ".join(f"{x:.2f}" for x in reward))
+    first, later = sum(valid[:4]) / 4, sum(valid[8:]) / 8
+    assert later > first + 0.15 and later > 0.7, valid
+    assert sum(reward[8:]) / 8 > sum(reward[:4]) / 4, reward
+
+
 def test_a_fresh_run_moves_an_earlier_run_aside(tmp_path):
     out = tmp_path / "run"
     out.mkdir()

@@ -2,6 +2,8 @@
 behaviour with reward variance, so GRPO has something to learn in seconds.
 
 - designer: answers every designer prompt with ``SCRIPT`` (a valid one-agent workflow);
+- designer, ``"designer_mixed"``: answers every compact designer prompt with ``SCRIPT`` or ``BROKEN`` (about
+  half each; ``BROKEN`` calls an undefined function, so the checker refuses it and the design earns 0);
 - executor: answers every agent prompt with ``TAGGED`` or ``UNTAGGED`` (about half each). ``TAGGED`` earns the full
   format reward (delivery tag + boxed answer: R = 0.4), ``UNTAGGED`` none (R = 0), unless "3" happens to be
   the right answer.
@@ -15,6 +17,7 @@ from pathlib import Path
 SCRIPT = 'solver = Agent("Solver", "Solve it.")\nsubmit(solver(task))\n'
 TAGGED = "<delivery>\\boxed{3}</delivery>"
 UNTAGGED = "I think it is 3."
+BROKEN = "answer = solve(task)\nsubmit(answer)\n"
 TRAIN_SPEC = {"source": "bundled", "split": "train", "levels": [1], "domain": "math"}
 
 
@@ -35,6 +38,18 @@ def designer_examples(n: int = 24) -> list[dict]:
         reply = f"```python\n{SCRIPT}```"
         rows.append({"messages": [*messages, {"role": "assistant", "content": reply}], "kind": "designer"})
     return rows
+
+
+def mixed_designer_examples(n: int = 24) -> list[dict]:
+    """Every compact designer prompt answered once with ``SCRIPT`` (valid) and once with ``BROKEN`` (refused)."""
+    from metaagent.rollout.prompts import designer_messages
+
+    return [
+        {"messages": [*designer_messages(task, [], style="compact"), {"role": "assistant", "content": reply}],
+         "kind": "designer"}
+        for task in _tasks(n)
+        for reply in (f"```python\n{SCRIPT}```", f"```python\n{BROKEN}```")
+    ]
 
 
 def executor_examples(n: int = 24) -> list[dict]:
@@ -68,13 +83,13 @@ def warm_tiny(out: Path, kind: str, *, steps: int | None = None, lr: float = 1e-
     """SFT the tiny model on ``kind`` examples; returns the merged model folder (a valid ``--model``)."""
     from metaagent.sft.trainer import SFTConfig, SFTTrainer
 
-    rows = designer_examples() if kind == "designer" else executor_examples()
-    steps = steps or (100 if kind == "designer" else 60)
+    rows = {"designer": designer_examples, "designer_mixed": mixed_designer_examples}.get(kind, executor_examples)()
+    steps = steps or (60 if kind == "executor" else 100)
     out.mkdir(parents=True, exist_ok=True)
     data = out / f"{kind}.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = SFTConfig(
-        data=[str(data)], model="tiny", out=str(out / f"sft_{kind}"), kinds=[kind], epochs=1000, max_steps=steps, lr=lr,
+        data=[str(data)], model="tiny", out=str(out / f"sft_{kind}"), kinds=[kind.split("_")[0]], epochs=1000, max_steps=steps, lr=lr,
         batch_size=8, schedule="constant", seed=0,
     )
     return str(SFTTrainer(cfg).run())

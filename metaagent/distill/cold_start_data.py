@@ -1,0 +1,184 @@
+"""Cold-start SFT data at scale without a teacher: designer examples from the template bank, executor examples
+from the embedded model's own correct replies.
+
+``scripts/make_cold_start_data.py`` writes both files; ``scripts/make_cold_start.sh`` trains on them.
+
+- **Designer examples** (:func:`designer_examples`): for every task, ``per_task`` designs. Design ``i`` of
+  task ``j`` takes the structure class ``(i + j) mod S`` of the S classes the task's domain has in the bank
+  (single, ensemble, reflection, debate, solver-tester, other), so structures are balanced within each domain;
+  the template inside a class is drawn with a seeded RNG. The reply is the template instantiated for the task
+  by :func:`metaagent.distill.variation.instantiate` with ``structural=True``: role names and system prompts
+  written for the task's topic and content, judge/critic wording paraphrased, and the counts varied (rounds,
+  samples, agents in a list). The prompt is :func:`metaagent.rollout.prompts.designer_messages` in the
+  requested style (``compact`` for the embedded cold start). Every reply passes the workflow checker, keeps
+  its template's structure class, and fits ``budget`` tokens; duplicates are dropped.
+- **Executor examples** (:func:`executor_examples`): replies the embedded model itself wrote in correct
+  executions (``sft_data/executor.jsonl``, made by template-only ``metaagent-distill``), kept only when the
+  gold answer appears in the reply; the reply is cut after the sentence that first states it and closed
+  with the delivery block the team protocol asks for (``<delivery>\\boxed{answer}</delivery>``), so every
+  executor example is correct and well formatted.
+
+Both kinds are rows of :data:`metaagent.distill.examples.EXAMPLE_FIELDS` (``source`` is
+``template-bank`` / ``self-distilled``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from metaagent.data.tasks import Task
+from metaagent.records import DESIGNER, EXECUTOR
+from metaagent.rollout.prompts import designer_messages
+from metaagent.seeding import derive_seed
+from metaagent.workflow.protocol import DELIVERY_CLOSE, DELIVERY_OPEN
+
+from .examples import _row
+from .variation import fenced, instantiate
+
+DESIGNER_SOURCE = "template-bank"
+EXECUTOR_SOURCE = "self-distilled"
+
+
+def structure_classes(templates: Sequence, domain: str) -> dict[str, list]:
+    """The bank's templates of ``domain``, by structure class (sorted by class name, then template name)."""
+    out: dict[str, list] = {}
+    for t in sorted(templates, key=lambda t: (t.structure, t.name)):
+        if domain in t.domains:
+            out.setdefault(t.structure, []).append(t)
+    return out
+
+
+def designer_examples(
+    tasks: Sequence[Task],
+    templates: Sequence,
+    *,
+    per_task: int,
+    seed: int = 0,
+    style: str = "compact",
+    fits: Callable[[str], bool] = lambda script: True,
+    attempts: int = 8,
+) -> list[dict[str, Any]]:
+    """``per_task`` designer examples per task, balanced over structure classes (see the module docstring)."""
+    from metaagent.workflow import analyze_script
+
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for j, task in enumerate(tasks):
+        classes = structure_classes(templates, task.domain)
+        if not classes:
+            continue
+        names = list(classes)
+        messages = designer_messages(task, [], style=style)
+        for i in range(per_task):
+            rng = random.Random(derive_seed(seed, task.id, i, "cold-start-design"))
+            structure = names[(i + j) % len(names)]
+            variant = None
+            for _ in range(attempts):
+                template = rng.choice(classes[structure])
+                candidate = instantiate(template, task, rng, vary=True, structural=True)
+                if fits(candidate.script):
+                    variant = candidate
+                    break
+            if variant is None:
+                continue
+            analysis = analyze_script(variant.script)
+            row = _row(
+                [*messages, {"role": "assistant", "content": fenced(variant.script)}],
+                DESIGNER,
+                {
+                    "task_id": task.id,
+                    "domain": task.domain,
+                    "level": _level(task),
+                    "source": DESIGNER_SOURCE,
+                    "seed": seed,
+                    "structure": analysis["structure"],
+                    "pattern": analysis["pattern"],
+                    "design": i,
+                },
+                template=variant.template,
+                model="templates",
+                correct=None,
+                finish_reason="stop",
+            )
+            if row["id"] not in seen:
+                seen.add(row["id"])
+                rows.append(row)
+    return rows
+
+
+def _level(task: Task) -> int:
+    level = (task.metadata or {}).get("level")
+    return int(level) if isinstance(level, int) else -1
+
+
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)|\n")
+
+
+def _states_answer(text: str, answer: str) -> int | None:
+    """End offset of the first sentence of ``text`` that states ``answer`` (as a whole number/word), or None."""
+    m = re.search(rf"(?<![\w.]){re.escape(answer)}(?![\w]|\.\d)", text)
+    if m is None:
+        return None
+    end = _SENTENCE_END.search(text, m.end())
+    return end.end() if end else len(text)
+
+
+def format_reply(reply: str, answer: str) -> str | None:
+    """``reply`` cut after the sentence that first states ``answer`` and closed with the delivery block; None
+    when the reply never states the answer."""
+    cut = _states_answer(reply, answer)
+    if cut is None:
+        return None
+    body = reply[:cut].rstrip()
+    for tag in (DELIVERY_OPEN, DELIVERY_CLOSE):
+        body = body.replace(tag, "")
+    return f"{body}\n{DELIVERY_OPEN}\\boxed{{{answer}}}{DELIVERY_CLOSE}"
+
+
+def executor_examples(rows: Iterable[dict[str, Any]], tasks: Sequence[Task]) -> tuple[list[dict[str, Any]], Counter]:
+    """Correct, well-formatted executor examples from the embedded model's own kept replies (math tasks with a
+    gold answer); returns the rows and counts of what was kept and dropped, by reason."""
+    answers = {t.id: t.answer for t in tasks if t.domain == "math" and t.answer}
+    out: list[dict[str, Any]] = []
+    counts: Counter = Counter()
+    seen: set[str] = set()
+    for row in rows:
+        if row.get("kind") != EXECUTOR:
+            continue
+        answer = answers.get(row.get("task_id", ""))
+        if answer is None:
+            counts["dropped: no gold answer"] += 1
+            continue
+        if row.get("correct") is not True:
+            counts["dropped: not from a correct execution"] += 1
+            continue
+        messages = [dict(m) for m in row["messages"]]
+        reply = format_reply(messages[-1]["content"], str(answer).strip())
+        if reply is None:
+            counts["dropped: reply does not state the answer"] += 1
+            continue
+        messages[-1]["content"] = reply
+        new = _row(
+            messages,
+            EXECUTOR,
+            {k: row[k] for k in ("task_id", "domain", "level", "seed", "structure", "pattern", "design")},
+            source=EXECUTOR_SOURCE,
+            agent=row.get("agent", ""),
+            execution=row.get("execution", -1),
+            turn=row.get("turn", -1),
+            model=row.get("model", ""),
+            correct=True,
+            reward=row.get("reward"),
+            finish_reason="stop",
+        )
+        if new["id"] in seen:
+            counts["dropped: duplicate"] += 1
+            continue
+        seen.add(new["id"])
+        out.append(new)
+        counts["kept"] += 1
+    return out, counts

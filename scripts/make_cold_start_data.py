@@ -1,0 +1,83 @@
+"""Write the cold-start SFT data for the embedded model (no teacher): designer examples from the template bank
+for every training task, executor examples from the embedded model's own correct replies.
+
+    .venv/bin/python scripts/make_cold_start_data.py --out sft_data/cold_start_v2
+
+Writes OUT/designer.jsonl, OUT/executor.jsonl and OUT/manifest.json (command, counts per domain, structure and
+template, share of byte-unique system prompts). See metaagent/distill/cold_start_data.py for how each example
+is made; scripts/make_cold_start.sh trains the committed adapter on these files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="sft_data/cold_start_v2")
+    p.add_argument("--split", default="train", help="bundled split whose tasks get designer examples")
+    p.add_argument("--per-task", type=int, default=12, help="designer examples per task")
+    p.add_argument("--style", default="compact", choices=["compact", "full"], help="designer prompt style")
+    p.add_argument("--max-script-tokens", type=int, default=300, help="a reply (fenced script) fits this")
+    p.add_argument("--executor-from", default="sft_data/executor.jsonl", help="self-distilled executor replies")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+
+    from metaagent.data import DatasetSpec, load_tasks
+    from metaagent.distill.cold_start_data import designer_examples, executor_examples
+    from metaagent.policy.models import load_tokenizer
+    from metaagent.sft.data import read_chat_jsonl
+    from metaagent.workflow import analyze_script, extract_script, load_templates
+
+    tokenizer = load_tokenizer("embedded")
+    tasks = load_tasks(DatasetSpec(source="bundled", split=args.split))
+    designer = designer_examples(
+        tasks,
+        load_templates(),
+        per_task=args.per_task,
+        seed=args.seed,
+        style=args.style,
+        fits=lambda script: len(tokenizer.encode("```python\n" + script + "\n```")) + 1 <= args.max_script_tokens,
+    )
+    executor, executor_counts = executor_examples(read_chat_jsonl([args.executor_from]), tasks)
+
+    os.makedirs(args.out, exist_ok=True)
+    for name, rows in (("designer", designer), ("executor", executor)):
+        with open(os.path.join(args.out, f"{name}.jsonl"), "w") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    prompts: Counter = Counter()
+    agents = 0
+    for row in designer:
+        for prompt in analyze_script(extract_script(row["messages"][-1]["content"]) or "")["system_prompts"]:
+            prompts[prompt] += 1
+            agents += 1
+    manifest = {
+        "command": "python scripts/make_cold_start_data.py " + " ".join(sys.argv[1:]),
+        "args": vars(args),
+        "tasks": len(tasks),
+        "designer": len(designer),
+        "executor": len(executor),
+        "executor_counts": dict(executor_counts),
+        "designer_by_domain": dict(Counter(r["domain"] for r in designer)),
+        "designer_by_structure": dict(Counter(r["structure"] for r in designer).most_common()),
+        "designer_by_template": dict(Counter(r["template"] for r in designer).most_common()),
+        "agents": agents,
+        "byte_unique_system_prompt_share": round(sum(1 for c in prompts.values() if c == 1) / max(1, agents), 4),
+    }
+    with open(os.path.join(args.out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+        f.write("\n")
+    print(json.dumps(manifest, indent=1))
+
+
+if __name__ == "__main__":
+    main()
