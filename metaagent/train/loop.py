@@ -323,6 +323,24 @@ class TrainLoop:
             executor_unit=cfg.algo.executor_unit,
         )
 
+    def _annotate(self, trees: list[RolloutTree]) -> dict[str, Any]:
+        """Everything written into the records between the rollout and the (pure) estimator, in order:
+        evaluation-aligned credit's re-runs and judges, the coach's per-action scores (scored during the rollout;
+        here their metrics) and the turn-reward allocator (UnityMAS-O)."""
+        cfg = self.config
+        metrics: dict[str, Any] = self._post_rollout(trees)
+        if self.coach is not None:
+            from metaagent.rewards.coach import coach_metrics
+
+            metrics.update(self.coach.take_metrics())
+            metrics.update(coach_metrics(trees))
+        if cfg.turn_reward.allocator is not None:
+            from metaagent.rewards.turn import allocate_turn_rewards, turn_reward_metrics
+
+            metrics.update(allocate_turn_rewards(trees, cfg.turn_reward.allocator, **cfg.turn_reward.options))
+            metrics.update(turn_reward_metrics(trees))
+        return metrics
+
     def train_step(self, step: int) -> StepResult:
         from metaagent.credit import assign_credit, get_token_stage
         from metaagent.train.models import temperatures
@@ -340,19 +358,7 @@ class TrainLoop:
         if cfg.algo.dynamic_sampling.enabled:
             trees, sampling_metrics = self._dynamic_sampling(trees, step, active)
         t_rollout = time.perf_counter() - t_start
-        post_metrics = self._post_rollout(trees)
-        coach: dict[str, Any] = {}
-        if self.coach is not None:
-            from metaagent.rewards.coach import coach_metrics
-
-            coach = {**self.coach.take_metrics(), **coach_metrics(trees)}
-
-        turn_metrics: dict[str, float] = {}
-        if cfg.turn_reward.allocator is not None:
-            from metaagent.rewards.turn import allocate_turn_rewards, turn_reward_metrics
-
-            turn_metrics = allocate_turn_rewards(trees, cfg.turn_reward.allocator, **cfg.turn_reward.options)
-            turn_metrics.update(turn_reward_metrics(trees))
+        annotation_metrics = self._annotate(trees)
         credit = assign_credit(trees, cfg.algo.estimator, **self._credit_options())
         with TreeWriter(self._rollout_path(step), truncate=True) as w:
             for tree in trees:
@@ -388,10 +394,8 @@ class TrainLoop:
             "schedule/switched": float(switched),
             **rollout_metrics(trees),
             **sampling_metrics,
-            **coach,
-            **turn_metrics,
+            **annotation_metrics,
             **credit.metrics,
-            **post_metrics,
             **checks,
             **samples.metrics,
             **update_metrics,
