@@ -58,7 +58,7 @@ def main() -> None:
     from metaagent.policy.models import resolve_model
     from metaagent.train.config import TrainConfig
     from metaagent.train.samples import Sample
-    from metaagent.train.update import PolicyUpdater, UpdateConfig
+    from metaagent.train.update import PolicyUpdater
     from metaagent.train.verl_backend.batch import build_update_batch
     from metaagent.train.verl_backend.plan import resolve_plan
     from metaagent.train.verl_backend.verl_config import compose_verl_config
@@ -90,9 +90,7 @@ def main() -> None:
 
     lr, agg = 1e-3, "seq-mean-token-mean"
     local = copy.deepcopy(model).train()
-    updater = PolicyUpdater(
-        local, config=UpdateConfig(lr=lr, weight_decay=0.01, grad_clip=1.0, loss_agg_mode=agg, compute_entropy=False)
-    )
+    updater = PolicyUpdater(local, lr=lr, weight_decay=0.01, grad_clip=1.0, loss_agg_mode=agg, compute_entropy=False)
     m_local = updater.update(samples)
     after_local = logprobs(local.eval(), samples)
 

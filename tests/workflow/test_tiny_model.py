@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from metaagent.data import Task
+from metaagent.data.loaders import load_tasks
 from metaagent.workflow import default_tools, load_templates
 
 TEMPLATES = {t.name: t for t in load_templates()}
@@ -31,7 +32,9 @@ def tiny():
 @pytest.mark.parametrize("name", sorted(TEMPLATES))
 def test_template_runs_with_the_tiny_model(pool, tiny, name):
     template = TEMPLATES[name]
-    task = TASKS[template.domains[0]]
+    domain = template.domains[0]
+    # plan templates need a plan task: its env tools (env_observe, env_step) come from the task's environment
+    task = load_tasks({"source": "planpath", "split": "test", "limit": 1, "env": {"size": 5}})[0] if domain == "plan" else TASKS[domain]
     ex = pool.run(
         template.source,
         task,
