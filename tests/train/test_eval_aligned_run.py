@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def one_thread():
 
 
 def warm_team(root: Path) -> str:
-    """SFT the tiny model on the team's real agent prompts, each answered tagged and untagged."""
+    """SFT the tiny model on the team's real agent prompts, each answered tagged (two in three) and untagged."""
     from metaagent.data.tasks import Task
     from metaagent.policy import ScriptedPolicy
     from metaagent.rollout.config import RolloutConfig
@@ -61,7 +62,7 @@ def warm_team(root: Path) -> str:
         engine.rollout([Task.coerce(t) for t in TASKS], seed=0, frozen=FrozenDesign(script=SCRIPT, name="warm"))
     finally:
         engine.close()
-    rows = [{"messages": [*p, {"role": "assistant", "content": r}], "kind": "executor"} for p in prompts for r in (TAGGED, UNTAGGED)]
+    rows = [{"messages": [*p, {"role": "assistant", "content": r}], "kind": "executor"} for p in prompts for r in (TAGGED, TAGGED, UNTAGGED)]
     data = root / "executor.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = SFTConfig(data=[str(data)], model="tiny", out=str(root / "sft"), kinds=["executor"], epochs=1000, max_steps=60,
@@ -85,7 +86,7 @@ def run(tmp_path_factory):
             f"data.train=[{{source: bundled, path: {root / 'tasks.jsonl'}}}]",
             "data.val=[]",
             "data.batch_size=2",
-            "rollout.n_executions=4",
+            "rollout.n_executions=8",  # 4 left the 1-in-2 tagged checker reply at one success: too close to none
             "rollout.executor.max_tokens=12",
             "rollout.executor.stop=['</delivery>']",
             f"rollout.frozen_designer={root / 'team.py'}",
@@ -97,6 +98,7 @@ def run(tmp_path_factory):
             "optim.kl_coef=0.001",
             "optim.lr=1e-3",
             "trainer.steps=1",
+            f"trainer.seed={os.environ.get('EA_TEST_SEED', '0')}",
             "trainer.save_every=0",
             "trainer.tensorboard=false",
             f"trainer.out={root / 'run'}",
