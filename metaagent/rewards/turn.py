@@ -16,68 +16,27 @@ A reward that cannot be computed is ``TurnReward(total=None, error=...)``: count
 
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from metaagent.records import AgentTurn, Execution, RolloutTree, TurnReward
+from metaagent.records import AgentTurn, RolloutTree, TurnReward
+from metaagent.registry import Registry
 
 from .errors import RewardError
 
 TurnRewardFn = Callable[[Mapping[str, Any], Sequence[AgentTurn], AgentTurn], TurnReward]
 Allocator = Callable[..., dict[int, TurnReward]]  # (task, execution, **options)
 
-_TURN_REWARDS: dict[str, TurnRewardFn] = {}
-_ALLOCATORS: dict[str, Allocator] = {}
+_TURN_REWARDS: Registry[TurnRewardFn] = Registry("turn reward", RewardError)
+_ALLOCATORS: Registry[Allocator] = Registry("reward allocator", RewardError)
 
-
-def _register(table: dict[str, Any], kind: str, name: str) -> Callable[[Any], Any]:
-    if not isinstance(name, str) or not name:
-        raise RewardError(f"{kind} name must be a non-empty string, got {name!r}")
-
-    def decorator(fn: Any) -> Any:
-        old = table.get(name)
-        if old is not None and old is not fn:
-            raise RewardError(f"{kind} {name!r} is already registered ({old.__module__}.{old.__name__})")
-        table[name] = fn
-        return fn
-
-    return decorator
-
-
-def register_turn_reward(name: str) -> Callable[[TurnRewardFn], TurnRewardFn]:
-    return _register(_TURN_REWARDS, "turn reward", name)
-
-
-def register_allocator(name: str) -> Callable[[Allocator], Allocator]:
-    return _register(_ALLOCATORS, "reward allocator", name)
-
-
-def get_turn_reward(name: str) -> TurnRewardFn:
-    if name not in _TURN_REWARDS:
-        raise RewardError(f"unknown turn reward {name!r}; known: {sorted(_TURN_REWARDS)}")
-    return _TURN_REWARDS[name]
-
-
-def get_allocator(name: str) -> Allocator:
-    if name not in _ALLOCATORS:
-        raise RewardError(f"unknown reward allocator {name!r}; known: {sorted(_ALLOCATORS)}")
-    return _ALLOCATORS[name]
-
-
-def allocator_options(name: str) -> dict[str, Any]:
-    """Keyword options of allocator ``name`` with their defaults (for config validation)."""
-    sig = inspect.signature(get_allocator(name))
-    return {p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-def check_allocator_options(name: str, options: Mapping[str, Any]) -> None:
-    """Raise naming the unknown option(s) of allocator ``name`` and the allowed ones."""
-    allowed = allocator_options(name)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        raise RewardError(f"reward allocator {name!r} has no option(s) {unknown}; allowed: {sorted(allowed)}")
+register_turn_reward = _TURN_REWARDS.register
+get_turn_reward = _TURN_REWARDS.get
+register_allocator = _ALLOCATORS.register
+get_allocator = _ALLOCATORS.get
+allocator_options = _ALLOCATORS.options
+check_allocator_options = _ALLOCATORS.check_options
 
 
 def allocate_turn_rewards(trees: Sequence[RolloutTree], allocator: str, **options: Any) -> dict[str, float]:
