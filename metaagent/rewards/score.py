@@ -24,8 +24,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+
+from metaagent.config import Checked, ConfigError
 from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES, DEFAULT_WORKERS, extract_program, run_code_tests
 from metaagent.records import Execution, RewardRecord, RolloutTree
 
@@ -39,80 +42,44 @@ UNSUBMITTED_FORMAT = ("zero", "delivery")
 
 
 @dataclass(frozen=True)
-class RewardConfig:
+class RewardConfig(Checked):
     """How executions are scored. Defaults follow the paper (lam = 0.4, all tests must pass)."""
 
-    lam: float = 0.4  # weight of R_format
-    code_correct: str = "all_pass"  # "all_pass" (paper App. B) or "pass_rate"
-    time_limit_s: float = 4.0  # per code test, CPU seconds, for tasks that carry no limit of their own
-    memory_mb: int = 1024  # per code test, address space, for tasks that carry no limit of their own
+    lam: NonNegativeFloat = 0.4  # weight of R_format (paper: 0.4)
+    code_correct: Literal[CODE_CORRECTNESS] = "all_pass"  # "all_pass" (paper App. B) or "pass_rate"
+    time_limit_s: PositiveFloat = 4.0  # per code test, CPU seconds, for tasks that carry no limit of their own
+    # per code test, address space, for tasks that carry no limit of their own (Python needs ~30 MB)
+    memory_mb: Annotated[int, Field(ge=64)] = 1024
     # tasks with their own limits (CodeContests: metadata time_limit_s / memory_limit_bytes): the test gets
     # max(time_limit_floor_s, limit x time_limit_multiplier) CPU seconds and max(memory_floor_mb, limit) MB
-    time_limit_multiplier: float = 1.0
-    time_limit_floor_s: float = 1.0
-    memory_floor_mb: int = 256
-    code_workers: int = DEFAULT_WORKERS  # code tests of one program run in parallel
+    time_limit_multiplier: PositiveFloat = 1.0
+    time_limit_floor_s: PositiveFloat = 1.0
+    memory_floor_mb: Annotated[int, Field(ge=64)] = 256
+    code_workers: PositiveInt = DEFAULT_WORKERS  # code tests of one program run in parallel
     stop_on_failure: bool = True  # all_pass only: skip remaining tests after the first failure
     site_packages: bool = False  # let tested programs import installed packages (slower start)
-    math_rel_tol: float = DEFAULT_REL_TOL
-    math_timeout_s: float = DEFAULT_TIMEOUT_S
-    answer_fallbacks: tuple[str, ...] = DEFAULT_FALLBACKS
-    fence_languages: tuple[str, ...] = DEFAULT_FENCE_LANGUAGES
-    batch_workers: int = 4  # executions scored at once by score_executions
+    math_rel_tol: Annotated[float, Field(gt=0, lt=1)] = DEFAULT_REL_TOL
+    math_timeout_s: PositiveFloat = DEFAULT_TIMEOUT_S
+    answer_fallbacks: tuple[str, ...] = DEFAULT_FALLBACKS  # regexes with a named group (?P<answer>...)
+    fence_languages: Annotated[tuple[str, ...], Field(min_length=1)] = DEFAULT_FENCE_LANGUAGES  # ("python", "py", "")
+    batch_workers: PositiveInt = 4  # executions scored at once by score_executions
     # R_format of an execution that never submitted: "zero" (no final solution, no format reward) or
     # "delivery" (keep the delivery share of its turns: half of delivery_format). R_correct is 0 either way.
-    unsubmitted_format: str = "zero"
+    unsubmitted_format: Literal[UNSUBMITTED_FORMAT] = "zero"
 
     def __post_init__(self) -> None:
-        # YAML and JSON give lists; keep the config hashable and immutable.
-        object.__setattr__(self, "answer_fallbacks", tuple(self.answer_fallbacks))
-        object.__setattr__(self, "fence_languages", tuple(self.fence_languages))
-        if not self.lam >= 0:
-            raise ValueError(f"RewardConfig.lam must be >= 0 (paper: 0.4), got {self.lam}")
-        if self.unsubmitted_format not in UNSUBMITTED_FORMAT:
-            raise ValueError(
-                f"RewardConfig.unsubmitted_format must be one of {UNSUBMITTED_FORMAT}, got {self.unsubmitted_format!r}"
-            )
-        if self.code_correct not in CODE_CORRECTNESS:
-            raise ValueError(
-                f"RewardConfig.code_correct must be one of {CODE_CORRECTNESS}, got {self.code_correct!r}"
-            )
-        if not self.time_limit_s > 0:
-            raise ValueError(f"RewardConfig.time_limit_s must be > 0 seconds, got {self.time_limit_s}")
-        if self.memory_mb < 64 or self.memory_floor_mb < 64:
-            raise ValueError(
-                f"RewardConfig.memory_mb and memory_floor_mb must be >= 64 (Python needs ~30 MB), got "
-                f"{self.memory_mb}, {self.memory_floor_mb}"
-            )
-        if not self.time_limit_multiplier > 0 or not self.time_limit_floor_s > 0:
-            raise ValueError(
-                "RewardConfig.time_limit_multiplier and time_limit_floor_s must be > 0, got "
-                f"{self.time_limit_multiplier}, {self.time_limit_floor_s}"
-            )
-        for name in ("code_workers", "batch_workers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"RewardConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 < self.math_rel_tol < 1:
-            raise ValueError(
-                f"RewardConfig.math_rel_tol must be in (0, 1), e.g. 1e-6; got {self.math_rel_tol}"
-            )
-        if not self.math_timeout_s > 0:
-            raise ValueError(f"RewardConfig.math_timeout_s must be > 0 seconds, got {self.math_timeout_s}")
+        super().__post_init__()  # types and ranges (YAML and JSON lists become tuples: hashable, immutable)
         for pattern in self.answer_fallbacks:
             try:
                 compiled = re.compile(pattern)
             except re.error as e:
-                raise ValueError(
+                raise ConfigError(
                     f"RewardConfig.answer_fallbacks: {pattern!r} is not a valid regex: {e}"
                 ) from None
             if "answer" not in compiled.groupindex:
-                raise ValueError(
+                raise ConfigError(
                     f"RewardConfig.answer_fallbacks: {pattern!r} needs a named group (?P<answer>...) for the answer"
                 )
-        if not self.fence_languages:
-            raise ValueError(
-                'RewardConfig.fence_languages must not be empty; use ("python", "py", "") for example'
-            )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RewardConfig:
