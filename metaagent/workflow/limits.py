@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
+from pydantic import Field
+
+from metaagent.config import check_fields
 from metaagent.errors import MetaAgentError
+
+Seconds = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(strict=True, gt=0)]
 
 
 class LimitsError(MetaAgentError, ValueError):
@@ -37,45 +43,21 @@ class Limits:
         max_answer_chars: characters of the submitted answer.
     """
 
-    timeout_s: float = 30.0
-    total_timeout_s: float | None = None
-    memory_mb: int = 512
-    cpu_s: float | None = None
-    max_agent_calls: int = 32
-    max_total_tokens: int = 65_536
-    max_tool_calls: int = 16
-    max_output_chars: int = 20_000
-    max_message_chars: int = 200_000
-    max_answer_chars: int = 200_000
+    timeout_s: Seconds = 30.0
+    total_timeout_s: Seconds | None = None
+    memory_mb: Annotated[int, Field(strict=True, gt=63)] = 512
+    cpu_s: Seconds | None = None
+    max_agent_calls: Count = 32
+    max_total_tokens: Count = 65_536
+    max_tool_calls: Annotated[int, Field(strict=True, ge=0)] = 16
+    max_output_chars: Count = 20_000
+    max_message_chars: Count = 200_000
+    max_answer_chars: Count = 200_000
+
+    field_label: ClassVar[Callable[[str], str]] = staticmethod(lambda name: f"limits.{name}")
 
     def __post_init__(self) -> None:
-        def positive(name: str, integer: bool, minimum: float = 0.0) -> None:
-            value = getattr(self, name)
-            ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-            if isinstance(value, bool) or not ok_type or not value > minimum or not math.isfinite(value):
-                kind = "an integer" if integer else "a number"
-                raise LimitsError(f"limits.{name} must be {kind} > {minimum:g}, got {value!r}")
-
-        positive("timeout_s", False)
-        if self.total_timeout_s is not None:
-            positive("total_timeout_s", False)
-        positive("memory_mb", True, 63)
-        if self.cpu_s is not None:
-            positive("cpu_s", False)
-        for name in (
-            "max_agent_calls",
-            "max_total_tokens",
-            "max_output_chars",
-            "max_message_chars",
-            "max_answer_chars",
-        ):
-            positive(name, True)
-        if (
-            isinstance(self.max_tool_calls, bool)
-            or not isinstance(self.max_tool_calls, int)
-            or self.max_tool_calls < 0
-        ):
-            raise LimitsError(f"limits.max_tool_calls must be an integer >= 0, got {self.max_tool_calls!r}")
+        check_fields(self, LimitsError)
 
     @property
     def cpu_seconds(self) -> int:
