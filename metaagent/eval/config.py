@@ -27,6 +27,8 @@ IDENTITY_FIELDS = (
     "template_selection",
     "timeout_s",
     "dtype",
+    "role_models",
+    "swap_roles",
 )
 
 
@@ -46,6 +48,12 @@ class EvalConfig(Checked):
     executor_model: str | None = None  # executor of a single mixed cell (with --designer-model)
     grid_designers: list[str] = field(default_factory=list)  # co-evolution grid: designer checkpoints (crossed with grid_executors)
     grid_executors: list[str] = field(default_factory=list)  # co-evolution grid: executor checkpoints (crossed with grid_designers)
+    # per-role executor models in every cell (AT-GRPO's per-role policies, L3): agent role-name pattern (fnmatch,
+    # "executor:" optional) -> model; agents matching none use the cell's executor. AT-GRPO Table 3 "training in
+    # SA, eval in MAS": --role-models '{"ToolAgent": <SA tool ckpt>, "PlanAgent": <SA plan ckpt>}' --methods fixed:at_plan
+    role_models: dict[str, str] = field(default_factory=dict)
+    # AT-GRPO Table 3 "w/ swapped policies": two role_models keys whose models are exchanged (default: no swap)
+    swap_roles: list[str] = field(default_factory=list)
     backend: Literal[BACKENDS] = "hf"  # policy backend for every model
     base_url: str | None = None  # openai backend: the endpoint root, e.g. http://127.0.0.1:8000/v1
     api_key_env: str = "OPENAI_API_KEY"  # openai backend: environment variable with the API key
@@ -90,6 +98,10 @@ class EvalConfig(Checked):
             raise EvalError("--grid-designers and --grid-executors go together (their cross product); give both")
         if self.backend == "openai" and not self.base_url:
             raise EvalError("--backend openai needs --base-url (the endpoint root, e.g. http://127.0.0.1:8000/v1)")
+        if self.swap_roles and (len(set(self.swap_roles)) != 2 or not set(self.swap_roles) <= set(self.role_models)):
+            raise EvalError(
+                f"--swap-roles takes two different keys of --role-models {sorted(self.role_models)}, got {self.swap_roles}"
+            )
         bad = [k for k in self.k if not 1 <= k <= self.n]
         if bad:
             raise EvalError(
@@ -110,6 +122,14 @@ class EvalConfig(Checked):
         if self.designer_model:
             return [(self.designer_model, str(self.executor_model))]
         return [(m, m) for m in self.models]
+
+    def effective_role_models(self) -> dict[str, str]:
+        """``role_models`` with the two ``swap_roles`` entries' models exchanged (Table 3's swapped policies)."""
+        out = dict(self.role_models)
+        if self.swap_roles:
+            a, b = self.swap_roles
+            out[a], out[b] = self.role_models[b], self.role_models[a]
+        return out
 
     def identity(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in IDENTITY_FIELDS}

@@ -38,6 +38,9 @@ SA_SCRIPTS = {
     "submit(solver(task))\n",
     "code": 'solver = Agent("Assistant", "Answer with a complete Python program in one ```python block.")\n'
     "submit(solver(task))\n",
+    # planning puzzles (AT-GRPO): the environment applies the submitted answer once (rewards.plan.plan_success)
+    "plan": 'solver = Agent("Assistant", "Give the final answer on a line starting with ##### (move list or grid).")\n'
+    "submit(solver(task))\n",
 }
 
 #: the same structure written for the other domain (both directions)

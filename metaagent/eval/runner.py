@@ -308,7 +308,7 @@ class Evaluation:
             executor = self._policy(part.executor, "executor")
             self._engines[key] = RolloutEngine(
                 designer=designer or executor,
-                executor=executor,
+                executor=self._role_routing(executor),
                 config=rcfg,
                 pool=self._pool,
                 run_id=self.run_id,
@@ -316,6 +316,17 @@ class Evaluation:
                 templates=self.templates,
             )
         return self._engines[key]
+
+    def _role_routing(self, executor: Policy) -> Policy:
+        """The cell's executor, or a router sending each agent to its ``role_models`` model (swapped by
+        ``swap_roles``) and every other agent to the cell's executor."""
+        role_models = self.config.effective_role_models()
+        if not role_models:
+            return executor
+        from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
+
+        routes = {p if p.startswith("executor:") else f"executor:{p}": self._policy(m, "executor") for p, m in role_models.items()}
+        return RoutingPolicy(PolicyRegistry({**routes, "executor": executor}))
 
     def _run_jobs(self, jobs: list[tuple[Part, Task]], parts: Sequence[Part]) -> None:
         from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait

@@ -12,6 +12,7 @@ from metaagent.execution.code_tests import TestSuite, normalize_tests
 from .errors import CheckTimeout, RewardError, RunnerError, TestsFormatError
 from .format import delivery_format, format_components, solution_format
 from .math import DEFAULT_FALLBACKS, MathCheck, check_math, extract_answer, math_equal
+from . import at_code as _at_code  # noqa: F401  (registers the AT-GRPO coder-tester turn-reward preset)
 from . import at_math as _at_math  # noqa: F401  (registers the AT-GRPO math turn-reward presets)
 from . import plan as _plan  # noqa: F401  (registers the planning turn-reward presets)
 from .score import RewardConfig, reward_metrics, score_execution, score_executions, score_tree

@@ -39,15 +39,15 @@ def math_components(task: Mapping[str, Any], turns_so_far: Sequence[AgentTurn], 
     """The candidate's terms, or an error text when a check could not be decided."""
     from metaagent.execution.code import extract_program
 
-    from .plan import run_tool_program
+    from .plan import run_tool_program, script_text
 
     gold = str(task.get("answer") or "")
     if not gold:
         return "the task has no gold answer"
     text = candidate.delivery if candidate.delivery is not None else candidate.response
     if role_kind(candidate.role) == "tool":
-        s_fmt = float(extract_program(candidate.response) is not None)
-        ran, shown = run_tool_program(candidate.response)
+        s_fmt = float(extract_program(script_text(candidate)) is not None)
+        ran, shown = run_tool_program(script_text(candidate))
         step = _correct(f"\\boxed{{{shown.strip()}}}", gold) if ran and shown.strip() else 0.0
         reasoner = [t for t in turns_so_far if role_kind(t.role) != "tool"]
         team = _correct(reasoner[-1].delivery or reasoner[-1].response, gold) if reasoner else 0.0

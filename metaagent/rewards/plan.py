@@ -47,13 +47,18 @@ def run_tool_program(text: str) -> tuple[bool, str]:
     return outcome.status in ("passed", "wrong_answer"), outcome.actual or ""
 
 
+def script_text(candidate: AgentTurn) -> str:
+    """What the workflow script receives from the call: the delivery block's content, else the reply."""
+    return candidate.delivery if candidate.delivery is not None else candidate.response
+
+
 def _score(preset: str, task: Mapping[str, Any], candidate: AgentTurn, env: PlanEnv) -> TurnReward:
     kind = role_kind(candidate.role)
-    if kind == "tool":
-        executed, printed = run_tool_program(candidate.response)
+    if kind == "tool":  # the program the script would hand to run_program
+        executed, printed = run_tool_program(script_text(candidate))
         comps = env.components(printed, kind, executed=executed)
     else:
-        comps = env.components(candidate.delivery if candidate.delivery is not None else candidate.response, kind)
+        comps = env.components(script_text(candidate), kind)
     total = mix_reward(comps, preset, env.name)
     return TurnReward(total, "env", components=dict(comps), details={"preset": preset, "kind": kind, "env_turn": env.turn})
 

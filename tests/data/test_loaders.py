@@ -65,6 +65,8 @@ def test_apps_introductory_stdio_and_call_based():
     assert stdio.tests == {"inputs": ["1 2\n", "5 7\n", "-3 3\n"], "outputs": ["3\n", "12\n", "0\n"]}
     assert stdio.metadata["public_tests"] == {"inputs": ["1 2\n", "5 7\n"], "outputs": ["3\n", "12\n"]}
     assert call.metadata["fn_name"] == "solve" and call.tests["fn_name"] == "solve"
+    # one reference solution kept for the reward side (AT-GRPO's tester check); call-based tasks keep none
+    assert stdio.metadata["reference_solution"].startswith("a, b = map(int") and "reference_solution" not in call.metadata
     assert "Use this starter code" in call.question and call.metadata["starter_code"].startswith("def solve")
     assert run_code_tests("a, b = map(int, input().split())\nprint(a + b)\n", stdio.tests).all_passed
     assert run_code_tests("def solve(xs):\n    return sum(xs)\n", call.tests).all_passed  # wrapped outputs

@@ -119,3 +119,15 @@ def test_branching_on_the_live_environment_selects_the_solving_candidate(pool):
     credit = assign_credit(trees, "at_grpo")
     assert credit.metrics["credit/at_grpo/groups"] == sum(len(e.groups) for t in trees for _, e in t.executions())
     assert credit.metrics["credit/at_grpo/selected_is_best"] == credit.metrics["credit/at_grpo/groups"]
+
+
+def test_single_tool_template_applies_the_programs_output(pool):
+    """AT-GRPO Table 3's tool agent alone (``single_plan_tool``): its program's printed move list is the answer."""
+    cfg = RolloutConfig(m_designs=1, n_executions=1, frozen_designer="single_plan_tool", executor=SamplingConfig(max_tokens=256))
+    engine = RolloutEngine(None, ScriptedPolicy(solver(False)), cfg, pool=pool)
+    for tree in engine.rollout(TASKS, step=0, seed=1):
+        e = tree.designs[0].executions[0]
+        assert e.status == "ok", e.error
+        assert [t.role for t in e.turns] == ["ToolAgent"]
+        assert [c.name for c in e.tool_calls] == ["env_observe", "run_program", "env_step"]
+        assert e.reward.correct == 1.0
