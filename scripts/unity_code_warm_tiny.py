@@ -1,7 +1,10 @@
 """UnityMAS-O's reflective code loop (workflow D) end to end on CPU with a warm-started tiny model, under
 ``unity/whiten``: a curve in minutes instead of hours.
 
-    python scripts/unity_code_warm_tiny.py [--steps 16] [--out runs/unity_code_warm_tiny] [--curve DIR]
+    python scripts/unity_code_warm_tiny.py [--steps 16] [--out runs/unity_code_warm_tiny] [--curve DIR] [overrides...]
+
+Extra ``section.field=value`` overrides go to the training config, e.g. ``'algo.options={mode: gae}'`` for the
+paper's GAE with a critic instead of ``whiten``.
 
 1. Tasks: three bundled level-1 stdin problems (absolute_difference, square, sum_two), every one in every step.
 2. Warm start: a few SFT steps teach the tiny random model (real tokenizer) the prompts the sandbox really sends
@@ -29,10 +32,10 @@ from pathlib import Path
 
 TITLES = ("absolute_difference", "square", "sum_two")
 BUNDLED = Path(__file__).resolve().parents[1] / "metaagent" / "data" / "bundled"
-PLAN = "<delivery>1. Read the input. 2. Compute the answer. 3. Print it.</delivery>"
-PLAN_UNTAGGED = "Read the input and print the answer."
-REFLECT = "<delivery>The program ignores the input; compute the answer from it.</delivery>"
-REFLECT_UNTAGGED = "It is wrong."
+PLAN = "<delivery>Read, compute, print.</delivery>"
+PLAN_UNTAGGED = "Read and print."
+REFLECT = "<delivery>Use the input.</delivery>"
+REFLECT_UNTAGGED = "Wrong."
 WRONG = "```python\nprint(0)\n```"
 
 
@@ -93,10 +96,12 @@ def warm_start(out: Path, tasks_path: Path, refs: dict[str, str], steps: int) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=16)
-    parser.add_argument("--sft-steps", type=int, default=80)
+    parser.add_argument("--sft-steps", type=int, default=400)
     parser.add_argument("--out", default="runs/unity_code_warm_tiny")
     parser.add_argument("--curve", default=None, help="curve folder (default OUT/curve)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warm", default=None, help="a warm-started model folder from an earlier run (skips the SFT)")
+    parser.add_argument("overrides", nargs="*", help="training config overrides (section.field=value)")
     args = parser.parse_args()
 
     import torch
@@ -109,21 +114,24 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     tasks_path, refs = write_tasks(out)
-    model = warm_start(out, tasks_path, refs, args.sft_steps)
+    model = args.warm or warm_start(out, tasks_path, refs, args.sft_steps)
     print(f"warm start: {model} ({time.perf_counter() - t0:.0f} s)", flush=True)
     cfg = TrainConfig.load("unity_code_cpu", [
         f"policy.model={model}", f'data.train=[{{source: bundled, path: "{tasks_path}"}}]', "data.val=[]",
         "data.batch_size=3", "rollout.executor.max_tokens=40", "optim.lr=1e-3", f"trainer.steps={args.steps}",
-        f"trainer.out={out / 'run'}",
+        f"trainer.out={out / 'run'}", *args.overrides,
     ])  # fmt: skip
+
+    def show(result) -> None:
+        m = result.metrics
+        print(f"step {result.step}: " + " ".join(
+            f"{k.split('/')[-1]}={m.get(k, float('nan')):.3f}"
+            for k in ("reward/turn/Planner", "reward/turn/Coder", "reward/turn/Reflector", "rollout/rounds_used",
+                      "credit/execution_reward_mean", "time/step_s")
+        ), flush=True)  # fmt: skip
+
     with Trainer(cfg) as trainer:
-        for result in trainer.train():
-            m = result.metrics
-            print(f"step {result.step}: " + " ".join(
-                f"{k.split('/')[-1]}={m.get(k, float('nan')):.3f}"
-                for k in ("reward/turn/Planner", "reward/turn/Coder", "reward/turn/Reflector", "rollout/rounds_used",
-                          "credit/execution_reward_mean", "time/step_s")
-            ), flush=True)  # fmt: skip
+        trainer.train(on_step=show)
     curve = args.curve or str(out / "curve")
     subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "unity_code_curve.py"),
                     str(out / "run"), curve], check=True)  # fmt: skip
