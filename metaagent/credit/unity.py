@@ -78,15 +78,11 @@ def gae_advantages(
 
 
 def whiten_tokens(advantages: Sequence[np.ndarray], *, eps: float = WHITEN_EPS) -> list[np.ndarray]:
-    """verl's ``masked_whiten`` over every response token of a model's batch: with all tokens ``x`` of the
-    (L_a,) arrays together, ``(x - mean) / sqrt(var_unbiased + eps)``; returns the arrays in the same shapes.
-    Fewer than two tokens in all: zeros."""
-    flat = np.concatenate([np.asarray(a, dtype=np.float64) for a in advantages]) if advantages else np.zeros(0)
-    if flat.size < 2:
-        return [np.zeros(len(a)) for a in advantages]
-    scale = 1.0 / math.sqrt(float(flat.var(ddof=1)) + eps)
-    mean = float(flat.mean())
-    return [(np.asarray(a, dtype=np.float64) - mean) * scale for a in advantages]
+    """verl's ``masked_whiten`` over every response token of a model's batch: :func:`masked_whiten` of all
+    tokens of the (L_a,) arrays together, returned in the same shapes (fewer than two tokens: zeros)."""
+    arrays = [np.asarray(a, dtype=np.float64) for a in advantages]
+    flat = np.asarray(masked_whiten(np.concatenate(arrays).tolist(), eps=eps)) if arrays else np.zeros(0)
+    return np.split(flat, np.cumsum([len(a) for a in arrays])[:-1]) if arrays else []
 
 
 def gae_token_stage(
