@@ -33,7 +33,7 @@ from .matrix import (
 from . import at_grpo as _at_grpo  # noqa: F401  (registers the "at_grpo" estimator)
 from .registry import check_options, estimator_options, get_estimator, list_estimators, register_estimator
 from . import eval_aligned  # registers the "eval_aligned" estimator (seed 002)
-from .registry import TokenStage, get_token_stage, register_token_stage
+from .registry import TokenCredit, TokenStage, get_token_stage, register_token_stage
 from . import mappa  # noqa: E402,F401  (registers the "mappa" estimator and its token stage)
 from . import unity as _unity  # noqa: E402,F401  (registers the "unity" estimator)
 
@@ -45,6 +45,7 @@ __all__ = [
     "CreditError",
     "CreditResult",
     "GroupResult",
+    "TokenCredit",
     "TokenStage",
     "MatrixCredit",
     "TreeCredit",

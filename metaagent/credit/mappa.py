@@ -75,6 +75,8 @@ class Action:
         episode: actions with the same episode key are one agent's trajectory (``agent_episode`` scope).
         order: position of the action in its episode (call order).
         group: normalisation group (the model key for ``norm_scope="model"``).
+        values: (L,) the critic's values ``V_t`` of the response tokens, for stages with a critic (UnityMAS-O
+            GAE); None when the stage needs none.
     """
 
     reward: float
@@ -84,6 +86,7 @@ class Action:
     episode: Hashable = None
     order: int = 0
     group: Hashable = "batch"
+    values: Sequence[float] | None = None
 
 
 def _check_options(beta: float, gamma: float, return_scope: str, norm_scope: str) -> None:

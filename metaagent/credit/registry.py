@@ -13,6 +13,7 @@ room for per-(agent, turn) groups (AT-GRPO), judge process rewards (MAPPA) and S
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from metaagent.registry import Registry
@@ -36,20 +37,44 @@ check_options = _ESTIMATORS.check_options
 # action token). Such an estimator registers a *token stage* under its own name: after the samples are built
 # (and, when ``needs_ref(options)``, after a reference-model pass over the whole batch), the trainer calls
 #
-#     stage(actions: Sequence[Action], **options) -> list[np.ndarray]     # one (L,) array per action
+#     stage(actions: Sequence[Action], **options) -> list[np.ndarray] | TokenCredit  # one (L,) array per action
 #
-# and uses the arrays as the samples' per-token advantages.
+# and uses the arrays as the samples' per-token advantages (a ``TokenCredit`` also carries the critic's value
+# targets; such a stage gets the critic's values of every token in ``Action.values``: ``needs_values``).
+
+
+@dataclass
+class TokenCredit:
+    """What a token stage may return instead of a plain list of advantages: per action, the (L,) advantages
+    and, for a stage with a critic, the (L,) value targets (returns) the critic is trained towards."""
+
+    advantages: list[Any]
+    returns: list[Any] | None = None
 
 
 class TokenStage:
-    """A registered token stage: ``fn`` and whether it needs reference log-probs for given options."""
+    """A registered token stage: ``fn`` and, for given options, whether it runs at all (``active``), whether it
+    needs reference log-probs (``needs_ref``) or critic values (``needs_values``: ``Action.values``), and
+    whether truncated completions are dropped before it (``drop_truncated``)."""
 
-    def __init__(self, name: str, fn: Callable[..., list[Any]], needs_ref: Callable[[dict[str, Any]], bool]) -> None:
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        needs_ref: Callable[[dict[str, Any]], bool],
+        *,
+        active: Callable[[dict[str, Any]], bool] = lambda options: True,
+        needs_values: Callable[[dict[str, Any]], bool] = lambda options: False,
+        drop_truncated: bool = True,
+    ) -> None:
         self.name = name
         self.fn = fn
         self.needs_ref = needs_ref
+        self.active = active
+        self.needs_values = needs_values
+        self.drop_truncated = drop_truncated
 
-    def __call__(self, actions: Any, **options: Any) -> list[Any]:
+    def __call__(self, actions: Any, **options: Any) -> Any:
         return self.fn(actions, **options)
 
 
@@ -57,15 +82,28 @@ _TOKEN_STAGES: dict[str, TokenStage] = {}
 
 
 def register_token_stage(
-    name: str, fn: Callable[..., list[Any]], *, needs_ref: Callable[[dict[str, Any]], bool] = lambda options: False
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    needs_ref: Callable[[dict[str, Any]], bool] = lambda options: False,
+    active: Callable[[dict[str, Any]], bool] = lambda options: True,
+    needs_values: Callable[[dict[str, Any]], bool] = lambda options: False,
+    drop_truncated: bool = True,
 ) -> None:
-    """Declare that estimator ``name`` finishes its advantages per token in the trainer with ``fn``."""
+    """Declare that estimator ``name`` finishes its advantages per token in the trainer with ``fn`` (for the
+    options where ``active`` is true)."""
     old = _TOKEN_STAGES.get(name)
     if old is not None and old.fn is not fn:
         raise CreditError(f"token stage {name!r} is already registered ({old.fn.__module__}.{old.fn.__name__})")
-    _TOKEN_STAGES[name] = TokenStage(name, fn, needs_ref)
+    _TOKEN_STAGES[name] = TokenStage(
+        name, fn, needs_ref, active=active, needs_values=needs_values, drop_truncated=drop_truncated
+    )
 
 
-def get_token_stage(name: str) -> TokenStage | None:
-    """The token stage of estimator ``name``, or None when its advantages are final after credit."""
-    return _TOKEN_STAGES.get(name)
+def get_token_stage(name: str, options: dict[str, Any] | None = None) -> TokenStage | None:
+    """The token stage of estimator ``name``, or None when its advantages are final after credit (also when
+    ``options`` are given and the stage is not active for them, e.g. ``unity`` outside ``mode: gae``)."""
+    stage = _TOKEN_STAGES.get(name)
+    if stage is not None and options is not None and not stage.active(dict(options)):
+        return None
+    return stage

@@ -6,6 +6,7 @@ Layout of one checkpoint (``run_dir/checkpoints/step_00000030/``)::
     state.json         the caller's JSON state (schedule, sampler position, ...) plus "rng" (python/numpy/torch)
     models/<key>/      ``save_pretrained`` output (+ tokenizer): a valid ``--model`` path on its own
     optim/<key>.pt     optimizer/updater state (``torch.save``; read back with ``weights_only=True``)
+    critics/<key>/     a GAE critic's value model (``save_pretrained``), beside ``optim/critic-<key>.pt``
 
 A checkpoint is built in a hidden temporary folder next to its final place and renamed into place, so a
 crash never leaves a half-written ``step_*`` folder; :func:`latest_checkpoint` ignores anything without
@@ -157,6 +158,7 @@ def save_checkpoint(
     optimizers: Mapping[str, Any] | None = None,
     state: Mapping[str, Any] | None = None,
     keep_last: int | None = None,
+    critics: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write checkpoint ``step`` atomically and return its folder.
 
@@ -166,6 +168,8 @@ def save_checkpoint(
         optimizers: key -> ``PolicyUpdater`` / ``torch.optim.Optimizer`` (anything with ``state_dict``).
         state: JSON-serialisable training state; RNG states are added under ``"rng"``.
         keep_last: delete all but the newest ``keep_last`` checkpoints afterwards (None keeps all).
+        critics: key -> :class:`~metaagent.train.critic.Critic` (value model in ``critics/<key>/``, optimizer in
+            ``optim/critic-<key>.pt``).
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise CheckpointError(f"step must be an integer >= 0, got {step!r}")
@@ -183,7 +187,14 @@ def save_checkpoint(
         for key, opt in (optimizers or {}).items():
             (tmp / "optim").mkdir(exist_ok=True)
             torch.save(_optimizer_state(opt), tmp / "optim" / f"{_check_key(key)}.pt")
-        return {"models": model_dirs, "optimizers": sorted(optimizers or {})}
+        critic_dirs = {}
+        for key, critic in (critics or {}).items():
+            critic.model.save_pretrained(tmp / "critics" / _check_key(key), safe_serialization=True)
+            critic_dirs[key] = f"critics/{key}"
+            (tmp / "optim").mkdir(exist_ok=True)
+            torch.save(critic.state_dict(), tmp / "optim" / f"critic-{key}.pt")
+        extra = {"critics": critic_dirs} if critic_dirs else {}
+        return {"models": model_dirs, "optimizers": sorted(optimizers or {}), **extra}
 
     final = write_checkpoint(run_dir, step, state or {}, fill)
     if keep_last is not None:
@@ -270,6 +281,7 @@ def load_checkpoint(
     models: Mapping[str, torch.nn.Module] | None = None,
     optimizers: Mapping[str, Any] | None = None,
     restore_rng: bool = True,
+    critics: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Restore a checkpoint into existing objects and return the saved JSON state (with ``"step"``).
 
@@ -277,6 +289,7 @@ def load_checkpoint(
         models: key -> model to load the saved weights into (or build fresh ones from :func:`model_path`).
         optimizers: key -> object with ``load_state_dict`` (``PolicyUpdater`` or optimizer).
         restore_rng: restore python/numpy/torch RNG states.
+        critics: key -> :class:`~metaagent.train.critic.Critic` to load the saved value model and optimizer into.
     """
     path = Path(path)
     meta = read_meta(path)
@@ -289,6 +302,12 @@ def load_checkpoint(
                 f"checkpoint {path} has no optimizer state {key!r}; it has {meta['optimizers']}"
             )
         opt.load_state_dict(torch.load(f, map_location="cpu", weights_only=True))
+    for key, critic in (critics or {}).items():
+        saved = meta.get("critics", {})
+        if key not in saved:
+            raise CheckpointError(f"checkpoint {path} has no critic {key!r}; it has {sorted(saved)} (saved without mode gae?)")
+        load_model_weights(critic.model, path / saved[key])
+        critic.load_state_dict(torch.load(path / "optim" / f"critic-{key}.pt", map_location="cpu", weights_only=True))
     return read_state(path, restore_rng=restore_rng)
 
 

@@ -223,6 +223,21 @@ class TurnRewardConfig:
 
 
 @dataclass
+class CriticConfig(Checked):
+    """The value model of estimators whose token stage needs one (``unity`` with ``algo.options.mode: gae``,
+    UnityMAS-O Eq. 20-21; :mod:`metaagent.train.critic`). One critic per trained physical model, as the authors'
+    code (one verl critic worker group per LLM); the defaults are verl's ``critic`` section's."""
+
+    model: str | None = None  # None: each critic starts from the weights of the model it pairs with (authors' code)
+    lr: PositiveFloat = 1e-5  # verl critic.optim.lr
+    weight_decay: Annotated[float, Field(ge=0)] = 0.01  # verl critic.optim.weight_decay
+    grad_clip: PositiveFloat = 1.0  # verl critic.grad_clip
+    cliprange_value: PositiveFloat = 0.5  # verl critic.cliprange_value (eps_v of the clipped value loss)
+    loss_agg_mode: Literal[LOSS_AGG_MODES] = "token-mean"  # verl critic.loss_agg_mode
+    warmup_steps: NonNegativeInt = 0  # verl trainer.critic_warmup: the first steps train the critic only
+
+
+@dataclass
 class TrainConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -239,6 +254,7 @@ class TrainConfig:
     # MAPPA's coach: a judge that scores every agent action after each training execution (metaagent.rewards.coach)
     coach: CoachConfig = field(default_factory=CoachConfig)
     turn_reward: TurnRewardConfig = field(default_factory=TurnRewardConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)  # GAE estimators' value model (unity mode: gae)
 
     def __post_init__(self) -> None:
         self.reward_config()  # validate now, not at step 1

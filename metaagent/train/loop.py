@@ -89,6 +89,7 @@ class TrainLoop:
 
     backend = "local"
     supports_token_advantages = False  # the update trains on Sample.token_advantages (token-stage estimators)
+    supports_critic = False  # the backend trains a value model per model (GAE token stages: unity mode gae)
     config: TrainConfig
     engine: RolloutEngine
     logger: MetricsLogger
@@ -138,9 +139,14 @@ class TrainLoop:
     ) -> None:
         """Restore ``checkpoint`` (or write run.json and config.yaml), then start the engine and the log."""
         cfg = self.config
-        from metaagent.credit import get_token_stage
-
-        if get_token_stage(cfg.algo.estimator) is not None and not self.supports_token_advantages:
+        stage = self._token_stage()
+        if stage is not None and stage.needs_values(self._credit_options()) and not self.supports_critic:
+            raise TrainError(
+                f"algo.estimator={cfg.algo.estimator} with these options needs a critic per model, which the "
+                f"{self.backend} backend does not train yet (verl's critic worker group per model is not wired: "
+                "its values, value loss and checkpoints can only be checked on a GPU run); use trainer.backend=local"
+            )
+        if stage is not None and not self.supports_token_advantages:
             raise TrainError(
                 f"algo.estimator={cfg.algo.estimator} computes per-token advantages, which the {self.backend} backend "
                 "does not train on yet; use trainer.backend=local"
@@ -250,11 +256,23 @@ class TrainLoop:
         """The physical model that trains ``sample`` (per-model normalisation of token stages)."""
         return "policy"
 
-    def _token_stage_needs_ref(self) -> bool:
+    def _values(self, samples: Any) -> list[list[float]]:
+        """The critic's values ``V_t`` of every response token of ``samples`` (GAE token stages)."""
+        raise TrainError(f"the {self.backend} backend has no critic; GAE estimators run on trainer.backend=local")
+
+    def _token_stage(self) -> Any:
+        """The estimator's token stage when it is active for the configured options, else None."""
         from metaagent.credit import get_token_stage
 
-        stage = get_token_stage(self.config.algo.estimator)
+        return get_token_stage(self.config.algo.estimator, self._credit_options())
+
+    def _token_stage_needs_ref(self) -> bool:
+        stage = self._token_stage()
         return stage is not None and stage.needs_ref(self._credit_options())
+
+    def _token_stage_needs_values(self) -> bool:
+        stage = self._token_stage()
+        return stage is not None and stage.needs_values(self._credit_options())
 
     def _check_samples(self, trees: list[RolloutTree], samples: Any) -> dict[str, Any]:
         """Extra consistency metrics of a backend (default none)."""
@@ -342,7 +360,7 @@ class TrainLoop:
         return metrics
 
     def train_step(self, step: int) -> StepResult:
-        from metaagent.credit import assign_credit, get_token_stage
+        from metaagent.credit import assign_credit
         from metaagent.train.models import temperatures
         from metaagent.train.token_stage import apply_token_stage
         from metaagent.train.samples import build_pair_samples, build_samples
@@ -371,11 +389,12 @@ class TrainLoop:
             max_prompt_len=cfg.optim.max_prompt_tokens,
             max_response_len=cfg.optim.max_response_tokens,
         )
-        token_stage = get_token_stage(cfg.algo.estimator)
-        if token_stage is not None:  # per-token advantages after a reference pre-pass over the whole batch
+        token_stage = self._token_stage()
+        if token_stage is not None:  # per-token advantages after a reference / critic pre-pass over the whole batch
             samples = apply_token_stage(
-                samples, token_stage, self._credit_options(), ref_logprobs=self._ref_logprobs, group_of=self._model_key
-            )
+                samples, token_stage, self._credit_options(), ref_logprobs=self._ref_logprobs, group_of=self._model_key,
+                values=self._values,
+            )  # fmt: skip
         checks = self._check_samples(trees, samples)
         t_update = time.perf_counter()
         switched = step > 0 and self.schedule.stage(step - 1).index != stage.index

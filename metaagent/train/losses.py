@@ -248,3 +248,62 @@ def dpo_loss(
         "train/dpo_margin": float(margin.detach().mean()),
         "train/dpo_accuracy": float((margin.detach() > 0).float().mean()),
     }
+
+
+#: metrics of :func:`value_loss` that are this micro-batch's share of the whole batch's loss
+VALUE_SUMMED_METRICS = frozenset({"train/critic/vf_loss"})
+
+
+def value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    cliprange_value: float,
+    batch: GlobalBatch,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped value loss of one micro-batch (the critic of UnityMAS-O's GAE, Eq. 20-21), by verl's own
+    ``core_algos.compute_value_loss`` (as its critic worker calls it)::
+
+        V_clip = clip(V_theta, V_old - eps_v, V_old + eps_v)
+        L_V    = 0.5 * agg( max((V_theta - R)^2, (V_clip - R)^2) )
+
+    Args:
+        vpreds: (B, R) values of the response tokens under the critic being trained (differentiable).
+        returns: (B, R) value targets ``R_t = A_t + V_old_t`` (GAE before whitening).
+        values: (B, R) the critic's values at rollout time (``V_old``; the pre-update pass).
+        response_mask: (B, R) 1 for response tokens, 0 for padding.
+        cliprange_value: ``eps_v`` (verl ``critic.cliprange_value``, default 0.5).
+        batch: sizes of the whole step's batch; the loss is this micro-batch's share of it.
+
+    Returns:
+        ``(loss, metrics)``: ``train/critic/vf_loss`` (adds up over micro-batches), ``train/critic/vf_clipfrac``
+        and ``train/critic/vpred_mean`` (means over this micro-batch's tokens).
+    """
+    shape = vpreds.shape
+    for name, t in (("returns", returns), ("values", values), ("response_mask", response_mask)):
+        if t.shape != shape:
+            raise LossError(f"{name} has shape {tuple(t.shape)} but vpreds has {tuple(shape)}")
+    if not cliprange_value > 0:
+        raise LossError(f"cliprange_value must be > 0, got {cliprange_value}")
+    core_algos, _ = _verl()
+    mask = response_mask.to(vpreds.dtype)
+    loss, clipfrac = core_algos.compute_value_loss(
+        vpreds=vpreds,
+        returns=returns.to(vpreds.dtype),
+        values=values.to(vpreds.dtype),
+        response_mask=mask,
+        cliprange_value=cliprange_value,
+        loss_agg_mode=loss_agg_mode,
+        dp_size=1,
+        batch_num_tokens=batch.num_tokens,
+        global_batch_size=batch.num_samples,
+        loss_scale_factor=batch.loss_scale_factor,
+    )
+    return loss, {
+        "train/critic/vf_loss": float(loss.detach()),
+        "train/critic/vf_clipfrac": float(clipfrac),
+        "train/critic/vpred_mean": _token_mean(vpreds, mask),
+    }

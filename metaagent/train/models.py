@@ -152,3 +152,53 @@ def temperatures(rollout_cfg: Any) -> Mapping[str, float]:
         DESIGNER: rollout_cfg.designer.temperature or 1.0,
         EXECUTOR: rollout_cfg.executor.temperature or 1.0,
     }
+
+
+def make_critics(models: ModelSet, critic: Any, optim: OptimConfig) -> dict[str, Any]:
+    """One :class:`~metaagent.train.critic.Critic` per physical model (the authors' critic per LLM), its value
+    model from ``critic.model`` or else the same weights as the policy it pairs with; AdamW at ``critic.lr``
+    with the policy's betas, epsilon and micro-batch budget."""
+    from metaagent.train.critic import Critic, load_value_model
+    from metaagent.train.optim import OptimizerConfig
+
+    base = optim.optimizer()
+    settings = {f: getattr(base, f) for f in OptimizerConfig.__dataclass_fields__}
+    settings.update(lr=critic.lr, weight_decay=critic.weight_decay, grad_clip=critic.grad_clip, schedule="constant", warmup_steps=0)
+    out = {}
+    for key, model in models.models.items():
+        value_model = load_value_model(critic.model or models.paths[key], device=str(model.device))
+        out[key] = Critic(
+            value_model, optim=OptimizerConfig(**settings), cliprange_value=critic.cliprange_value,
+            loss_agg_mode=critic.loss_agg_mode, pad_id=models.tokenizers[key].pad_token_id or 0,
+        )  # fmt: skip
+    return out
+
+
+def critic_values(critics: Mapping[str, Any], samples: Any, role_to_key: Mapping[str, str]) -> list[list[float]]:
+    """``V_t`` of every response token of ``samples`` under the critic of its own model, in input order."""
+    from metaagent.train.samples import route_samples
+
+    out: dict[int, list[float]] = {}
+    index = {id(s): n for n, s in enumerate(samples)}
+    for key, group in route_samples(samples, role_to_key).items():
+        if key not in critics:
+            raise ValueError(f"samples routed to model key {key!r} that has no critic; critics: {sorted(critics)}")
+        for s, v in zip(group, critics[key].values(group)):
+            out[index[id(s)]] = v
+    return [out[n] for n in range(len(samples))]
+
+
+def update_critics(critics: Mapping[str, Any], samples: Any, role_to_key: Mapping[str, str]) -> dict[str, float]:
+    """One value-loss step of every critic on its model's samples; ``train/critic/*`` (one model) or
+    ``train/critic/<key>/*`` (several)."""
+    from metaagent.train.samples import route_samples
+
+    routed = route_samples(samples, role_to_key)
+    metrics: dict[str, float] = {}
+    for key, critic in critics.items():
+        m = critic.update(routed.get(key, []))
+        if len(critics) == 1:
+            metrics.update(m)
+        else:
+            metrics.update({f"train/critic/{key}/{k.removeprefix('train/critic/')}": v for k, v in m.items()})
+    return metrics

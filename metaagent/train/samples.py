@@ -52,6 +52,8 @@ class Sample:
     task_id: str = ""
     truncated: bool = False
     token_advantages: list[float] | None = None  # per response token; overrides ``advantage`` in the loss
+    values: list[float] | None = None  # critic values V_t of the response tokens (GAE token stages; pre-update)
+    returns: list[float] | None = None  # the critic's value targets R_t = A_t + V_t (before whitening)
 
     @property
     def num_tokens(self) -> int:

@@ -32,9 +32,10 @@ class Trainer(TrainLoop):
 
     backend = "local"
     supports_token_advantages = True
+    supports_critic = True
 
     def __init__(self, config: TrainConfig, *, resume: str | bool | None = None, observer: RolloutObserver | None = None):
-        from metaagent.train.models import load_models, make_updaters
+        from metaagent.train.models import load_models, make_critics, make_updaters
 
         self._init_data(config, resume)
         checkpoint = self._find_checkpoint(resume)
@@ -42,6 +43,8 @@ class Trainer(TrainLoop):
         self.updaters = make_updaters(
             self.models, config.optim, total_steps=config.trainer.steps, need_ref=self._token_stage_needs_ref()
         )
+        # GAE (unity mode: gae): one value model per physical model, as the authors' critic per LLM
+        self.critics = make_critics(self.models, config.critic, config.optim) if self._token_stage_needs_values() else {}
         self._open_run(checkpoint, designer=self.models.designer, executor=self.models.executor(), observer=observer)
 
     def _model_ids(self) -> dict[str, str]:
@@ -50,7 +53,7 @@ class Trainer(TrainLoop):
     def _restore(self, path: Path) -> int:
         from metaagent.train.checkpoint import load_checkpoint
 
-        state = load_checkpoint(path, models=self.models.models, optimizers=self.updaters)
+        state = load_checkpoint(path, models=self.models.models, optimizers=self.updaters, critics=self.critics)
         self.models.weights_changed()
         return self._load_loop_state(state, path)
 
@@ -65,6 +68,7 @@ class Trainer(TrainLoop):
             tokenizers=self.models.tokenizers,
             optimizers=self.updaters,
             state=self._loop_state(next_step),
+            critics=self.critics,
         )
         for key in self.models.models:  # a checkpoint keeps the designer prompt its designer was trained with
             write_designer_prompt(model_path(path, key), self.engine.designer_prompt)
@@ -84,13 +88,25 @@ class Trainer(TrainLoop):
 
         return model_key(sample, self.models.role_to_key)
 
+    def _values(self, samples: Any) -> list[list[float]]:
+        from metaagent.train.models import critic_values
+
+        return critic_values(self.critics, samples, self.models.role_to_key)
+
     def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
+        from metaagent.train.models import update_critics
         from metaagent.train.update import update_routed
 
-        metrics = update_routed(
+        metrics: dict[str, Any] = {}
+        if self.critics:
+            metrics.update(update_critics(self.critics, samples, self.models.role_to_key))
+        if step < self.config.critic.warmup_steps and self.critics:  # verl's critic_warmup: no actor update yet
+            metrics["train/critic_warmup"] = 1.0
+            return metrics
+        metrics.update(update_routed(
             self.updaters, samples, self.models.role_to_key, active_roles=active, pairs=pairs,
             dpo_beta=self.config.optim.dpo_beta,
-        )  # fmt: skip
+        ))  # fmt: skip
         self.models.weights_changed()  # the prefix caches hold keys/values of the old weights
         return metrics
 

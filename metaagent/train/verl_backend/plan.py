@@ -135,6 +135,12 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
         )
     if cfg.optim.dpo:
         raise ConfigError("optim.dpo (the DPO loss on preference pairs) runs on the local backend only for now")
+    if cfg.algo.estimator == "unity" and cfg.algo.options.get("mode") == "gae":
+        raise ConfigError(
+            "algo.options.mode=gae needs verl's critic worker group per model, which metaagent does not wire yet "
+            "(only a GPU run could check its values, clipped value loss and checkpoints against the local critic); "
+            "use --backend local, or mode whiten / grpo on verl"
+        )
     paths, route, designer_key, executor_keys = model_plan(cfg.policy)
     keys = list(paths)
     resources = _resources(cfg, verl, keys)
