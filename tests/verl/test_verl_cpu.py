@@ -69,12 +69,17 @@ def turns(run: Path, step: int) -> list[dict]:
     return out
 
 
-def convert(ckpt: Path, out: Path) -> Path:
-    r = subprocess.run(
+def convert(ckpt: Path, out: Path) -> subprocess.Popen:
+    """Start ``python -m ...convert ckpt out`` (it runs beside the resumed training); :func:`converted` waits."""
+    return subprocess.Popen(
         [sys.executable, "-m", "metaagent.train.verl_backend.convert", str(ckpt), str(out)],
-        cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300, check=False,
+        cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-4000:]
+
+
+def converted(proc: subprocess.Popen, out: Path) -> Path:
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-4000:]
     return out
 
 
@@ -159,7 +164,13 @@ def test_verl_cpu_checkpoint_resumes_exactly_and_converts(run, warm, tmp_path):
     shutil.copytree(run, copy, ignore=shutil.ignore_patterns("step_00000002"))
     lines = (copy / "metrics.jsonl").read_text().splitlines()
     (copy / "metrics.jsonl").write_text(lines[0] + "\n")
-    train(copy, warm, "--resume")
+    # the uninterrupted run's last checkpoint converts while the copy resumes (the resumed one ends equal to it)
+    conversion = convert(run / "checkpoints" / "step_00000002", tmp_path / "hf")
+    try:
+        train(copy, warm, "--resume")
+    except BaseException:
+        conversion.kill()
+        raise
     first, second = rows(run)[1], rows(copy)[1]
     assert second["step"] == 1
     for key in ("train/loss", "verl/policy/actor/pg_loss", "verl/policy/actor/grad_norm", "rollout/reward/executor"):
@@ -172,7 +183,7 @@ def test_verl_cpu_checkpoint_resumes_exactly_and_converts(run, warm, tmp_path):
         assert torch.allclose(sa[k], sb[k], atol=1e-6), k  # the resumed run ends with the same weights
 
     # conversion to a Hugging Face folder (verl's merger writes bf16): a loadable model with these weights
-    hf = AutoModelForCausalLM.from_pretrained(convert(copy / "checkpoints" / "step_00000002", tmp_path / "hf"))
+    hf = AutoModelForCausalLM.from_pretrained(converted(conversion, tmp_path / "hf"))
     s0 = AutoModelForCausalLM.from_pretrained(warm).state_dict()
     for k, v in hf.state_dict().items():
         assert torch.allclose(v.float(), sa[k], atol=1e-2 * sa[k].abs().max().item()), k  # bf16 rounding
