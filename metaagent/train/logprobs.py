@@ -111,7 +111,7 @@ def _chunk_logprobs(
         return logp, logp.new_zeros(())
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         src, lz = (logits, logz) if entropy_grad else (logits.detach(), logz.detach())
-        entropy = lz - (torch.softmax(src, dim=-1) * src).sum(-1)  # (C,)  H = logZ - E_p[logit]
+        entropy = lz - (torch.exp(src - lz[:, None]) * src).sum(-1)  # (C,)  H = logZ - E_p[logit]
     return logp, entropy
 
 
