@@ -556,7 +556,9 @@ def sample_next(
     """Pick one token per row and return ``(tokens, logprobs)``, both of shape (n,).
 
     ``logprobs[i] = log_softmax(logits[i] / T_i)[tokens[i]]`` with ``T_i = 1`` for greedy rows: the
-    temperature-scaled, *untruncated* distribution (top-k/top-p only restrict which tokens can be drawn).
+    temperature-scaled, *untruncated* distribution (top-k/top-p only restrict which tokens can be drawn),
+    normalised by :func:`metaagent.policy.logsoftmax.log_softmax` (``z - logsumexp(z)``, the trainer's and
+    verl's formula; torch's CPU ``log_softmax`` is up to ~1e-4 off on sharp distributions).
 
     Sampling is an exponential race: ``argmax_v p_v / q_v`` with ``q_v ~ Exp(1)`` drawn from the row's own
     generator, which picks ``v`` with probability ``p_v`` (the Gumbel-max trick, as vLLM does). A row's
@@ -566,9 +568,11 @@ def sample_next(
     """
     import torch
 
+    from .logsoftmax import log_softmax
+
     n = logits.shape[0]
     temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype)
-    logp_all = torch.log_softmax(logits / temps.to(logits.device)[:, None], dim=-1)  # (n, V)
+    logp_all = log_softmax(logits / temps.to(logits.device)[:, None])  # (n, V)
     tokens = logits.argmax(dim=-1)  # (n,) greedy choice; sampled rows are overwritten below
     sampled = [i for i, p in enumerate(params) if p.temperature > 0]
     if sampled:

@@ -11,9 +11,9 @@ materialises logits for every position of every sequence (B x L x V floats, plus
 1. runs the decoder body once to the final hidden states, shape (B, L, H);
 2. selects the hidden state that predicts each *response* token (prompt positions and padding never reach
    the LM head), shape (N, H) with N = number of response tokens in the batch;
-3. applies the LM head, temperature, ``logsumexp`` and ``gather`` to chunks of ``chunk_size`` rows; each
-   chunk runs under ``torch.utils.checkpoint`` so the backward pass recomputes one chunk's logits at a
-   time instead of keeping all of them. Peak extra memory: ``chunk_size x V`` floats (a few of them).
+3. applies the LM head, temperature, ``logsumexp`` and ``gather`` (:mod:`metaagent.policy.logsoftmax`) to
+   chunks of ``chunk_size`` rows; each chunk runs under ``torch.utils.checkpoint`` so the backward pass
+   recomputes one chunk's logits at a time instead of keeping all of them. Peak extra memory: ``chunk_size x V`` floats (a few of them).
 
 The batch is the dict of :func:`metaagent.train.samples.collate` (right padding): ``input_ids``,
 ``attention_mask``, ``position_ids`` (B, L); ``response_index``, ``responses``, ``response_mask`` (B, R);
@@ -30,10 +30,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from metaagent.errors import MetaAgentError
+from metaagent.policy.logsoftmax import log_softmax, token_logprobs
 
 DEFAULT_CHUNK_SIZE = 256  # rows x vocab fp32 logits per chunk: 256 x 49k x 4 B = 48 MiB
 
@@ -106,13 +106,12 @@ def _chunk_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     logits = _head_logits(head, h, scale, softcap)  # (C, V)
     logits = logits / temp.to(logits.dtype)[:, None]  # softmax(logits / T): the rollout's distribution
-    logz = torch.logsumexp(logits, dim=-1)  # (C,)
-    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - logz  # (C,)
+    logp, logz = token_logprobs(logits, targets)  # (C,), (C,)
     if not with_entropy:
         return logp, logp.new_zeros(())
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         src, lz = (logits, logz) if entropy_grad else (logits.detach(), logz.detach())
-        entropy = lz - (torch.softmax(src, dim=-1) * src).sum(-1)  # (C,)  H = logZ - E_p[logit]
+        entropy = lz - (torch.exp(src - lz[:, None]) * src).sum(-1)  # (C,)  H = logZ - E_p[logit]
     return logp, entropy
 
 
@@ -236,7 +235,7 @@ def naive_response_logprobs(
     )
     logits = _upcast(out.logits)  # (B, L, V)
     logits = logits / batch["temperatures"].to(logits.dtype)[:, None, None]
-    logp_all = F.log_softmax(logits, dim=-1)  # (B, L, V)
+    logp_all = log_softmax(logits)  # (B, L, V)
     mask = batch["response_mask"].to(logp_all.dtype)  # (B, R)
     b = torch.arange(logits.shape[0], device=logits.device)[:, None]  # (B, 1)
     idx = batch["response_index"]  # (B, R)

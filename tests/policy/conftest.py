@@ -23,12 +23,14 @@ def _forward_logprobs(policy, completion, temperature: float):
     """log_softmax(logits / T) of the response tokens from one separate full forward pass (T=1 for greedy)."""
     import torch
 
+    from metaagent.policy.logsoftmax import log_softmax
+
     ids = torch.tensor([completion.prompt_ids + completion.response_ids])
     with torch.no_grad():
         logits = policy.model(ids).logits[0].float()  # (L, V)
     t = temperature if temperature > 0 else 1.0
     n = len(completion.prompt_ids)
-    logp = torch.log_softmax(logits / t, dim=-1)[n - 1 : -1]  # position i predicts token i + 1
+    logp = log_softmax(logits / t)[n - 1 : -1]  # position i predicts token i + 1
     return logp.gather(1, torch.tensor(completion.response_ids)[:, None]).squeeze(1)
 
 

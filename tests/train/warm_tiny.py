@@ -79,8 +79,31 @@ def executor_examples(n: int = 24) -> list[dict]:
     ]
 
 
+#: (kind, steps, lr) -> the model folder already built in this test process (read-only for its users)
+_BUILT: dict[tuple[str, int | None, float], str] = {}
+
+
 def warm_tiny(out: Path, kind: str, *, steps: int | None = None, lr: float = 1e-2) -> str:
-    """SFT the tiny model on ``kind`` examples; returns the merged model folder (a valid ``--model``)."""
+    """SFT the tiny model on ``kind`` examples; returns the merged model folder (a valid ``--model``).
+
+    The SFT is seeded and runs on one thread, so one build per process serves every test that asks for the same
+    model, whichever asks first (the tests of tests/train and tests/verl asked for the executor model four times).
+    """
+    import torch
+
+    key = (kind, steps, lr)
+    if key in _BUILT and (Path(_BUILT[key]) / "config.json").is_file():
+        return _BUILT[key]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _BUILT[key] = _build(out, kind, steps=steps, lr=lr)
+    finally:
+        torch.set_num_threads(before)
+    return _BUILT[key]
+
+
+def _build(out: Path, kind: str, *, steps: int | None, lr: float) -> str:
     from metaagent.sft.trainer import SFTConfig, SFTTrainer
 
     rows = {"designer": designer_examples, "designer_mixed": mixed_designer_examples}.get(kind, executor_examples)()

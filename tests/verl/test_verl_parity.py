@@ -55,6 +55,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
+    from metaagent.policy.logsoftmax import log_softmax
     from metaagent.policy.models import resolve_model
     from metaagent.train.config import TrainConfig
     from metaagent.train.samples import Sample
@@ -75,7 +76,7 @@ def main() -> None:
                 ids = torch.tensor([s.prompt_ids + s.response_ids])
                 logits = m(input_ids=ids).logits.float()[0]
                 r = len(s.response_ids)
-                out.append(torch.log_softmax(logits[-r - 1 : -1], -1).gather(-1, ids[0, -r:, None]).squeeze(-1))
+                out.append(log_softmax(logits[-r - 1 : -1]).gather(-1, ids[0, -r:, None]).squeeze(-1))
         return out
 
     gen = torch.Generator().manual_seed(0)
