@@ -29,6 +29,22 @@ STAGE_SWITCHES = ("keep", "reset")
 
 
 @dataclass
+class LoraSettings(Checked):
+    """LoRA RL (``policy.lora``, :mod:`metaagent.train.lora`): the base weights stay frozen and each physical
+    model key of the run becomes one LoRA adapter (peft) on it. ``weights: shared``: one adapter trained by both
+    roles; ``weights: separate`` (and ``role_models``): one adapter per role on ONE shared base when the roles
+    name the same model (AT-GRPO's per-role "L2" level at the memory of one model). The optimizer holds only
+    adapter parameters; checkpoints hold the adapters (peft folders); ``metaagent-export`` merges one into a
+    full model folder. verl backend: ``actor_rollout_ref.model.lora_rank / lora_alpha / target_modules``."""
+
+    enabled: bool = False
+    rank: PositiveInt = 16  # r (verl: lora_rank)
+    alpha: PositiveFloat = 32.0  # scaling alpha / r (verl: lora_alpha)
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    target_modules: str | list[str] = "all-linear"  # peft's target_modules (verl: target_modules)
+
+
+@dataclass
 class PolicyConfig(Checked):
     """Which models play which role.
 
@@ -62,6 +78,7 @@ class PolicyConfig(Checked):
     chat_template_kwargs: dict[str, Any] | None = None
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
+    lora: LoraSettings = field(default_factory=LoraSettings)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -275,6 +292,15 @@ class TrainConfig:
                     "that sampled the tokens; train with top_p=1 and top_k=0 (evaluation and serving may truncate)"
                 )
 
+        if self.trainer.backend == "verl" and self.policy.lora.enabled:
+            if self.policy.weights == "separate" or self.policy.role_models:
+                raise ConfigError(
+                    "policy.lora with one adapter per role (weights=separate or role_models) runs on the local backend "
+                    "only: verl's LoRA keys (lora_rank, lora_alpha, target_modules) give each actor one adapter on "
+                    "its own base"
+                )
+            if self.policy.lora.dropout > 0:
+                raise ConfigError("policy.lora.dropout > 0: verl's LoRA config has no dropout key; set it to 0")
         if self.trainer.backend == "verl" and self.optim.tis_cap is not None:
             raise ConfigError(
                 "optim.tis_cap (truncated importance sampling) runs on the local backend only; the verl backend does "

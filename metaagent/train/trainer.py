@@ -50,7 +50,13 @@ class Trainer(TrainLoop):
     def _restore(self, path: Path) -> int:
         from metaagent.train.checkpoint import load_checkpoint
 
-        state = load_checkpoint(path, models=self.models.models, optimizers=self.updaters)
+        from metaagent.train.checkpoint import model_path
+
+        adapters = self.models.adapters  # LoRA keys: their folders hold adapters, loaded into the shared bases
+        full = {k: m for k, m in self.models.models.items() if k not in adapters}
+        state = load_checkpoint(path, models=full, optimizers=self.updaters)
+        for key, aset in adapters.items():
+            aset.load(key, model_path(path, key))
         self.models.weights_changed()
         return self._load_loop_state(state, path)
 
@@ -61,7 +67,7 @@ class Trainer(TrainLoop):
         path = save_checkpoint(
             self.run_dir,
             next_step,
-            models=self.models.models,
+            models=self.models.checkpoint_models(),
             tokenizers=self.models.tokenizers,
             optimizers=self.updaters,
             state=self._loop_state(next_step),
