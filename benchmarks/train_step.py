@@ -1,4 +1,9 @@
-"""Benchmark one policy update: chunked log-probs vs the naive full-logits computation, same batch.
+"""Benchmark one policy update: chunked log-probs vs the naive full-logits computation, and LoRA vs full
+fine-tuning (``--variants chunked,lora``), same batch.
+
+Variants: ``chunked`` (full fine-tuning, the trainer's log-probs), ``naive`` (full logits), ``lora`` (the
+chunked update of one LoRA adapter on the frozen base, as ``policy.lora`` trains: ``--lora-rank``, alpha 2r,
+all linear layers; AdamW holds only the adapter).
 
 Each variant runs in a fresh subprocess (so one variant's allocator state cannot hide the other's), which:
 
@@ -18,6 +23,7 @@ Usage::
     .venv/bin/python benchmarks/train_step.py                       # embedded model, defaults below
     .venv/bin/python benchmarks/train_step.py --samples 8 --prompt-len 256 --response-len 512 --chunk-size 512
     .venv/bin/python benchmarks/train_step.py --model tiny --json out.json
+    .venv/bin/python benchmarks/train_step.py --variants chunked,lora       # LoRA vs full fine-tuning
 """
 
 from __future__ import annotations
@@ -114,11 +120,23 @@ def worker(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     model, vocab, source = load_model(args.model)
     samples = make_samples(args.samples, args.prompt_len, args.response_len, vocab, seed=0)
+    lora = {}
+    if args.variant == "lora":
+        import functools
+
+        from metaagent.train.config import LoraSettings
+        from metaagent.train.lora import AdapterSet
+
+        settings = LoraSettings(enabled=True, rank=args.lora_rank, alpha=2.0 * args.lora_rank)
+        aset = AdapterSet(model, ["policy"], settings, base=args.model)
+        model = aset.model
+        lora = {"params": aset.parameters("policy"), "model_context": functools.partial(aset.use, "policy")}
     updater = PolicyUpdater(
         model,
+        **lora,
         lr=1e-6,
         micro_batch_tokens=args.micro_batch_tokens,
-        logprob_impl=args.variant,
+        logprob_impl="naive" if args.variant == "naive" else "chunked",
         logprob_chunk=args.chunk_size,
         compute_entropy=True,
         gradient_checkpointing=args.gradient_checkpointing,
@@ -138,7 +156,8 @@ def worker(args: argparse.Namespace) -> dict:
     response_tokens = args.samples * args.response_len
     return {
         "variant": args.variant,
-        "chunk_size": args.chunk_size if args.variant == "chunked" else None,
+        "chunk_size": args.chunk_size if args.variant != "naive" else None,
+        "trainable_params_m": sum(p.numel() for p in updater.params) / 1e6,
         "gradient_checkpointing": args.gradient_checkpointing,
         "model": source,
         "vocab": vocab,
@@ -174,7 +193,8 @@ def main(argv: list[str] | None = None) -> None:
         "--repeats", type=int, default=3, help="measured updates per variant; the fastest is reported"
     )
     p.add_argument("--gradient-checkpointing", action="store_true", help="also recompute the decoder layers")
-    p.add_argument("--variants", default="chunked,naive")
+    p.add_argument("--variants", default="chunked,naive", help="of chunked, naive, lora")
+    p.add_argument("--lora-rank", type=int, default=16, help="rank of the lora variant (alpha = 2 x rank)")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--variant", help=argparse.SUPPRESS)  # worker mode
     args = p.parse_args(argv)
@@ -195,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
             "micro_batch_tokens",
             "threads",
             "repeats",
+            "lora_rank",
         ):
             cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
         if args.gradient_checkpointing:
@@ -227,6 +248,15 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"model: {c['model']}, {c['params_m']:.1f} M params, vocab {c['vocab']}; peak: {c['peak_method']}"
         )
+    if "chunked" in by and "lora" in by:
+        c, lo = by["chunked"], by["lora"]
+        summary["lora_ratios"] = {
+            "time_lora_over_full": lo["update_s"] / c["update_s"],
+            "peak_rss_lora_over_full": lo["peak_rss_mib"] / c["peak_rss_mib"],
+            "step_extra_lora_over_full": lo["step_extra_mib"] / c["step_extra_mib"],
+            "trainable_params_lora_over_full": lo["trainable_params_m"] / c["trainable_params_m"],
+        }
+        print(json.dumps(summary["lora_ratios"], indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=1))
 

@@ -64,6 +64,18 @@ def _adapter_hash(folder: Path, base: str) -> str:
     return h.hexdigest()[:12]
 
 
+def adapter_base(adapter: str | os.PathLike[str]) -> str:
+    """The base model an adapter folder names (``base_model_name_or_path`` of its ``adapter_config.json``)."""
+    path = Path(adapter) / "adapter_config.json"
+    try:
+        base = json.loads(path.read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError) as e:
+        raise ColdStartError(f"{path} cannot be read: {e}") from None
+    if not base:
+        raise ColdStartError(f"{path} names no base_model_name_or_path; merge it with metaagent-export --base MODEL")
+    return str(base)
+
+
 def merge_adapter(adapter: str | os.PathLike[str], out: str | os.PathLike[str], *, base: str = BASE) -> Path:
     """Merge a LoRA adapter into ``base`` (alias or HF folder) and save the full model and tokenizer to ``out``."""
     import torch

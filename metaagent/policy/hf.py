@@ -94,6 +94,8 @@ class HFPolicy(Policy):
             (:mod:`metaagent.policy.prefix_cache`); 0 turns prefix reuse off. Models whose cache is not a
             plain ``DynamicCache`` (sliding-window layers) never reuse prefixes.
         prefix_block: tokens per cached block, the granularity of reuse.
+        model_context: a context manager factory entered around every run of the model (the trainer's LoRA
+            adapters: makes this policy's adapter the active one on a base shared with other policies).
     """
 
     def __init__(
@@ -110,6 +112,7 @@ class HFPolicy(Policy):
         chat_template_kwargs: dict[str, Any] | None = None,
         prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
         prefix_block: int = DEFAULT_BLOCK,
+        model_context: Callable[[], Any] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
@@ -140,6 +143,7 @@ class HFPolicy(Policy):
         if model_id is not None:
             self.model_id = model_id
         self.model = model
+        self.model_context = model_context
         self.tokenizer = tokenizer
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
@@ -274,10 +278,12 @@ class HFPolicy(Policy):
         """Run ``fn`` in eval mode without autograd, then restore the model's training flag."""
         import torch
 
+        import contextlib
+
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with self.model_context() if self.model_context else contextlib.nullcontext(), torch.inference_mode():
                 fn()
         except torch.OutOfMemoryError as e:  # type: ignore[attr-defined]
             raise PolicyError(

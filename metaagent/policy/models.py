@@ -9,8 +9,9 @@ Three aliases need no download:
 - ``"embedded-sft"``: the embedded model with the repository's SFT cold-start LoRA adapter
   (``metaagent/policy/cold_start_adapter/``, see :mod:`metaagent.policy.cold_start`) merged in, built once and cached.
 
-Any other name must be a local directory holding an HF model (``config.json`` + weights); there is no hub
-access at run time. The cache lives in ``$METAAGENT_CACHE`` or ``~/.cache/metaagent``; building is safe
+Any other name must be a local directory holding an HF model (``config.json`` + weights), or a LoRA adapter
+folder (``adapter_config.json``, e.g. a checkpoint of a ``policy.lora`` run), which is merged into the base it
+names once and cached; there is no hub access at run time. The cache lives in ``$METAAGENT_CACHE`` or ``~/.cache/metaagent``; building is safe
 when several processes do it at once (a file lock plus a temp directory renamed into place).
 
 Tokenizer fix applied to the cached embedded/tiny tokenizer: the GGUF metadata reports
@@ -243,6 +244,10 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return str(path)
+    if (path / "adapter_config.json").is_file():  # a LoRA adapter (a policy.lora checkpoint): merged once, cached
+        from metaagent.policy.cold_start import adapter_base, load_cold_start
+
+        return load_cold_start(path, base=adapter_base(path))
     if path.is_file() and path.suffix == ".gguf":
         raise FileNotFoundError(
             f"{path} is a GGUF file; metaagent loads HF-format directories. Convert it once with "

@@ -29,6 +29,22 @@ STAGE_SWITCHES = ("keep", "reset")
 
 
 @dataclass
+class LoraSettings(Checked):
+    """LoRA RL (``policy.lora``, :mod:`metaagent.train.lora`): the base weights stay frozen and each physical
+    model key of the run becomes one LoRA adapter (peft) on it. ``weights: shared``: one adapter trained by both
+    roles; ``weights: separate`` (and ``role_models``): one adapter per role on ONE shared base when the roles
+    name the same model (AT-GRPO's per-role "L2" level at the memory of one model). The optimizer holds only
+    adapter parameters; checkpoints hold the adapters (peft folders); ``metaagent-export`` merges one into a
+    full model folder. verl backend: ``actor_rollout_ref.model.lora_rank / lora_alpha / target_modules``."""
+
+    enabled: bool = False
+    rank: PositiveInt = 16  # r (verl: lora_rank)
+    alpha: PositiveFloat = 32.0  # scaling alpha / r (verl: lora_alpha)
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    target_modules: str | list[str] = "all-linear"  # peft's target_modules (verl: target_modules)
+
+
+@dataclass
 class PolicyConfig(Checked):
     """Which models play which role.
 
@@ -62,6 +78,7 @@ class PolicyConfig(Checked):
     chat_template_kwargs: dict[str, Any] | None = None
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
+    lora: LoraSettings = field(default_factory=LoraSettings)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -106,6 +123,20 @@ class DynamicSamplingConfig(Checked):
 
 
 @dataclass
+class OverlongConfig(Checked):
+    """DAPO's overlong handling (Yu et al. 2025, §3.4), both off by default. ``filter``: samples of
+    ``filter_roles`` whose generation ended at a length limit are masked out of the loss
+    (:func:`metaagent.train.samples.mask_overlong`). ``buffer`` > 0: the soft overlong punishment of Eq. 13
+    with ``L_max = rollout.executor.max_tokens`` and ``L_cache = buffer`` on every executor turn, added to its
+    execution's reward (:mod:`metaagent.rewards.overlong`; verl's ``reward.overlong_buffer``)."""
+
+    filter: bool = False
+    filter_roles: list[Literal["designer", "executor"]] = field(default_factory=lambda: ["designer", "executor"])
+    buffer: NonNegativeInt = 0  # L_cache of Eq. 13 (DAPO: 4096 of 20480); 0 = no soft punishment
+    penalty_factor: Annotated[float, Field(ge=0)] = 1.0  # verl's overlong_buffer.penalty_factor
+
+
+@dataclass
 class AlgoConfig(Checked):
     """Credit assignment (paper Eq. 4–7)."""
 
@@ -117,6 +148,7 @@ class AlgoConfig(Checked):
     norm_by_std: bool = True
     filter_zero_var: bool = False
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -276,6 +308,25 @@ class TrainConfig:
                     "that sampled the tokens; train with top_p=1 and top_k=0 (evaluation and serving may truncate)"
                 )
 
+        if self.trainer.backend == "verl" and self.policy.lora.enabled:
+            if self.policy.weights == "separate" or self.policy.role_models:
+                raise ConfigError(
+                    "policy.lora with one adapter per role (weights=separate or role_models) runs on the local backend "
+                    "only: verl's LoRA keys (lora_rank, lora_alpha, target_modules) give each actor one adapter on "
+                    "its own base"
+                )
+            if self.policy.lora.dropout > 0:
+                raise ConfigError("policy.lora.dropout > 0: verl's LoRA config has no dropout key; set it to 0")
+        if self.trainer.backend == "verl" and self.optim.tis_cap is not None:
+            raise ConfigError(
+                "optim.tis_cap (truncated importance sampling) runs on the local backend only; the verl backend does "
+                "not pass rollout IS weights to update_actor yet"
+            )
+        if self.algo.overlong.buffer > self.rollout.executor.max_tokens:
+            raise ConfigError(
+                f"algo.overlong.buffer = {self.algo.overlong.buffer} exceeds rollout.executor.max_tokens = "
+                f"{self.rollout.executor.max_tokens} (Eq. 13's L_cache must fit in L_max)"
+            )
         if self.algo.estimator == "eval_aligned" and not self.optim.dpo:
             raise ConfigError(
                 "algo.estimator=eval_aligned trains failed episodes on preference pairs with the DPO loss: set "

@@ -357,13 +357,22 @@ class TrainLoop:
 
             metrics.update(allocate_turn_rewards(trees, cfg.turn_reward.allocator, **cfg.turn_reward.options))
             metrics.update(turn_reward_metrics(trees))
+        if cfg.algo.overlong.buffer > 0:  # DAPO Eq. 13 on the execution rewards, before the estimator
+            from metaagent.rewards.overlong import apply_overlong_penalty
+
+            o = cfg.algo.overlong
+            metrics.update(
+                apply_overlong_penalty(
+                    trees, max_len=cfg.rollout.executor.max_tokens, buffer=o.buffer, penalty_factor=o.penalty_factor
+                )
+            )
         return metrics
 
     def train_step(self, step: int) -> StepResult:
         from metaagent.credit import assign_credit
         from metaagent.train.models import temperatures
         from metaagent.train.token_stage import apply_token_stage
-        from metaagent.train.samples import build_pair_samples, build_samples
+        from metaagent.train.samples import build_pair_samples, build_samples, mask_overlong
 
         cfg = self.config
         t_start = time.perf_counter()
@@ -389,6 +398,8 @@ class TrainLoop:
             max_prompt_len=cfg.optim.max_prompt_tokens,
             max_response_len=cfg.optim.max_response_tokens,
         )
+        if cfg.algo.overlong.filter:  # DAPO's overlong filtering: truncated generations out of the loss
+            samples = mask_overlong(samples, cfg.algo.overlong.filter_roles)
         token_stage = self._token_stage()
         if token_stage is not None:  # per-token advantages after a reference / critic pre-pass over the whole batch
             samples = apply_token_stage(

@@ -23,6 +23,10 @@ Optional terms, both off by default::
     + kl_coef * agg(kl_penalty(logp_theta, logp_ref, kl_type))     KL to a frozen reference model
     - entropy_coef * agg(entropy)                                  entropy bonus
 
+Rollout/training mismatch correction (``tis_cap``, off by default; :func:`tis_weights`): the PPO ratio is
+taken against the trainer's own log-probs at the pre-update weights, and each token's policy-gradient
+term is multiplied by the truncated importance weight ``min(pi_train / pi_rollout, C)`` (Yao et al. 2025).
+
 verl's ``compute_policy_loss_vanilla``, ``agg_loss`` and ``kl_penalty`` do the arithmetic; they read an
 ``ActorConfig``, which instantiates fine on CPU. verl is imported on first use (it takes seconds).
 """
@@ -40,7 +44,9 @@ from metaagent.errors import MetaAgentError
 
 from .optim import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSSES, LossConfig
 
-__all__ = ["KL_TYPES", "LOSS_AGG_MODES", "POLICY_LOSSES", "LossConfig", "GlobalBatch", "policy_loss", "dpo_loss"]
+__all__ = [
+    "KL_TYPES", "LOSS_AGG_MODES", "POLICY_LOSSES", "LossConfig", "GlobalBatch", "policy_loss", "dpo_loss", "tis_weights",
+]  # fmt: skip
 
 #: metrics that are this micro-batch's share of a whole-batch quantity: add them over micro-batches
 SUMMED_METRICS = frozenset({"train/loss", "train/pg_loss", "train/kl_loss", "train/entropy_loss"})
@@ -60,6 +66,13 @@ def _verl() -> Any:
     from verl.workers.config import ActorConfig
 
     return core_algos, ActorConfig
+
+
+@functools.cache
+def _verl_rollout_corr() -> Any:
+    from verl.trainer.ppo import rollout_corr_helper
+
+    return rollout_corr_helper
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,60 @@ def _token_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x.detach() * mask).sum()) / n if n else 0.0
 
 
+def tis_weights(
+    train_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    cap: float,
+    level: str = "token",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Truncated importance sampling against the rollout engine's log-probs (Yao et al. 2025, "Your efficient
+    RL framework secretly brings you off-policy RL training"; verl's ``rollout_is`` with one threshold)::
+
+        token:     w_t = min(exp(logp_train_t - logp_rollout_t), C)
+        sequence:  w_t = min(exp(sum_t' (logp_train_t' - logp_rollout_t')), C)     (one weight per response)
+
+    detached (the weights change the measure, not the objective) and 0 on padding. verl's
+    ``compute_rollout_correction_weights`` and ``compute_offpolicy_metrics`` do the arithmetic.
+
+    Args:
+        train_log_probs: (B, R) the trainer's log-probs at the pre-update weights (pi_old recomputed).
+        rollout_log_probs: (B, R) the log-probs the rollout engine recorded when it sampled the tokens.
+        response_mask: (B, R) 1 for response tokens.
+        cap: C > 0.
+        level: ``token`` or ``sequence``.
+
+    Returns:
+        ``(weights (B, R), metrics)``: ``train/tis_clipfrac`` (share of tokens, or of responses at sequence
+        level, whose raw weight exceeds C), ``train/tis_weight_mean``, and the mismatch between the two
+        computations: ``train/mismatch_kl`` (KL(rollout || train), direct estimator), ``train/mismatch_k3_kl``.
+    """
+    if not cap > 0:
+        raise LossError(f"the TIS cap must be > 0, got {cap}")
+    if train_log_probs.shape != rollout_log_probs.shape or response_mask.shape != train_log_probs.shape:
+        raise LossError(
+            f"TIS needs three (B, R) tensors of one shape, got {tuple(train_log_probs.shape)}, "
+            f"{tuple(rollout_log_probs.shape)}, {tuple(response_mask.shape)}"
+        )
+    helper = _verl_rollout_corr()
+    train = train_log_probs.detach().float()
+    rollout = rollout_log_probs.detach().float()
+    mask = response_mask.float()
+    weights, m = helper.compute_rollout_correction_weights(
+        log_ratio=train - rollout, response_mask=mask, rollout_is=level, rollout_is_threshold=float(cap)
+    )
+    off = helper.compute_offpolicy_metrics(old_log_prob=train, rollout_log_prob=rollout, response_mask=mask)
+    frac = m["rollout_is_seq_fraction_high"] if level == "sequence" else m["rollout_is_ratio_fraction_high"]
+    metrics = {
+        "train/tis_clipfrac": float(frac),
+        "train/tis_weight_mean": float(m["rollout_is_mean"]),
+        "train/mismatch_kl": float(off["kl"]),
+        "train/mismatch_k3_kl": float(off["k3_kl"]),
+    }
+    return weights.to(train_log_probs.dtype), metrics
+
+
 def policy_loss(
     log_probs: torch.Tensor,
     old_log_probs: torch.Tensor,
@@ -164,6 +231,14 @@ def policy_loss(
     core_algos, _ = _verl()
     actor_config = verl_actor_config(config, batch)
     mask = response_mask.to(log_probs.dtype)  # (B, R)
+    is_weights, tis_metrics = None, {}
+    if config.tis_cap is not None:
+        # pi_old of the ratio is the trainer's own computation at the pre-update weights (one optimizer step
+        # per batch: the current weights); the rollout log-probs only enter through the TIS weights
+        is_weights, tis_metrics = tis_weights(
+            log_probs.detach(), old_log_probs, mask, cap=config.tis_cap, level=config.tis_level
+        )
+        old_log_probs = log_probs.detach()
     pg_loss, pg_metrics = core_algos.get_policy_loss_fn(config.policy_loss)(
         old_log_prob=old_log_probs,
         log_prob=log_probs,
@@ -171,10 +246,12 @@ def policy_loss(
         response_mask=mask,
         loss_agg_mode=config.loss_agg_mode,
         config=actor_config,
+        rollout_is_weights=is_weights,
     )
     loss = pg_loss
     metrics = {
         "train/pg_loss": float(pg_loss.detach()),
+        **tis_metrics,
     }
     for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
         if f"actor/{name}" in pg_metrics:  # not every registered loss reports all three

@@ -11,6 +11,7 @@ reads the very weights the updater changes, so no sync step is needed on the loc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,14 @@ class ModelSet:
     role_to_key: dict[str, str]  # patterns for metaagent.train.samples.route_samples
     designer_key: str
     executor_keys: dict[str, str] = field(default_factory=dict)  # registry pattern -> key
+    # policy.lora: key -> the AdapterSet holding its adapter (keys on one base share one set); empty otherwise
+    adapters: dict[str, Any] = field(default_factory=dict)
+
+    def checkpoint_models(self) -> dict[str, Any]:
+        """What a checkpoint saves per key: the model, or (LoRA) a handle that writes only the key's adapter."""
+        from metaagent.train.lora import AdapterHandle
+
+        return {k: AdapterHandle(self.adapters[k], k) if k in self.adapters else m for k, m in self.models.items()}
 
     @property
     def designer(self) -> Policy:
@@ -99,9 +108,23 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             "For vLLM rollouts use trainer.backend=verl"
         )
     paths, route, designer_key, executor_keys = model_plan(cfg)
-    models, tokenizers, policies = {}, {}, {}
+    models, tokenizers, policies, adapters = {}, {}, {}, {}
+    loaded: dict[str, tuple[Any, Any]] = {}
     for key, path in paths.items():
-        model, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
+        context = None
+        if cfg.lora.enabled:  # keys naming the same model share one base, one adapter each
+            from metaagent.train.lora import AdapterSet, base_name
+
+            if path not in loaded:
+                base, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
+                keys = [k for k, p in paths.items() if p == path]
+                aset = AdapterSet(base, keys, cfg.lora, base_name(path))
+                loaded[path] = (aset, tok)
+            aset, tok = loaded[path]
+            model, adapters[key] = aset.model, aset
+            context = functools.partial(aset.use, key)
+        else:
+            model, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
         models[key], tokenizers[key] = model, tok
         hf = HFPolicy(
             model,
@@ -112,6 +135,7 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             model_id=path,
             prefix_cache_mb=cfg.prefix_cache_mb,
             chat_template_kwargs=cfg.chat_template_kwargs,
+            model_context=context,
         )
         policies[key] = BatchingPolicy(
             hf,
@@ -120,7 +144,7 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             max_in_flight=4 if cfg.continuous else 1,  # continuous: later batches join the running one
             close_backend=True,
         )
-    return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys)
+    return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys, adapters)
 
 
 def make_updaters(
@@ -139,9 +163,13 @@ def make_updaters(
             from metaagent.policy.models import load_model_and_tokenizer
 
             ref, _ = load_model_and_tokenizer(models.paths[key], dtype="float32", device=str(model.device))
+        lora = {}
+        if key in models.adapters:  # only this key's adapter is optimised, with it active in every forward
+            aset = models.adapters[key]
+            lora = {"params": aset.parameters(key), "model_context": functools.partial(aset.use, key)}
         updaters[key] = PolicyUpdater(
             model, ref_model=ref, optim=optim.optimizer(), loss=optim.loss(), options=options,
-            total_steps=total_steps,
+            total_steps=total_steps, **lora,
         )  # fmt: skip
     return updaters
 

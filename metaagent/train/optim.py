@@ -81,6 +81,11 @@ class LossConfig(Checked):
     kl_coef: NonNegativeFloat = 0.0  # KL to a frozen reference model (0: no KL term, no reference model)
     kl_type: Literal[KL_TYPES] = "low_var_kl"  # verl's kl_penalty estimator
     entropy_coef: NonNegativeFloat = 0.0  # entropy bonus (verl: entropy_coeff); 0 as in the paper
+    # rollout/training mismatch correction, truncated importance sampling (Yao et al. 2025; verl's
+    # algorithm.rollout_correction.rollout_is_threshold): each token's loss is weighted by
+    # min(pi_train / pi_rollout, tis_cap) (metaagent.train.losses.tis_weights); None = off
+    tis_cap: Annotated[float, Field(gt=0)] | None = None
+    tis_level: Literal["token", "sequence"] = "token"  # per-token ratio, or the whole response's product
 
 
 def lr_at(step: int, total_steps: int, cfg: OptimizerConfig) -> float:

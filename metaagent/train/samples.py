@@ -50,7 +50,9 @@ class Sample:
     agent: str = ""  # executor: the agent's role name in the script; designer: ""
     key: tuple[int, ...] = ()
     task_id: str = ""
-    truncated: bool = False
+    truncated: bool = False  # cut by max_response_len (the trainer's limit)
+    # the generation ended at a length limit: the rollout's max_tokens (finish_reason "length") or the cut above
+    overlong: bool = False
     token_advantages: list[float] | None = None  # per response token; overrides ``advantage`` in the loss
     values: list[float] | None = None  # critic values V_t of the response tokens (GAE token stages; pre-update)
     returns: list[float] | None = None  # the critic's value targets R_t = A_t + V_t (before whitening)
@@ -132,6 +134,7 @@ def _make(
     max_prompt_len: int | None,
     max_response_len: int | None,
     counts: Counter[str],
+    finish_reason: str = "",
 ) -> Sample | None:
     if logprobs is None:
         raise SampleError(
@@ -154,6 +157,8 @@ def _make(
     if truncated:
         counts["samples/truncated_response"] += 1
         response_ids, logprobs = response_ids[:max_response_len], logprobs[:max_response_len]
+    overlong = truncated or finish_reason == "length"
+    counts[f"samples/overlong/{role}"] += int(overlong)
     counts[f"samples/{role}"] += 1
     counts[f"samples/tokens/{role}"] += len(response_ids)
     return Sample(
@@ -167,6 +172,7 @@ def _make(
         key=key,
         task_id=task_id,
         truncated=truncated,
+        overlong=overlong,
     )
 
 
@@ -195,7 +201,8 @@ def build_samples(
 
     Counts in ``.metrics``: ``samples/<role>``, ``samples/tokens/<role>``, ``samples/inactive/<role>``,
     ``samples/no_advantage/<role>``, ``samples/frozen_designs``, ``samples/empty_response``,
-    ``samples/truncated_response``, ``samples/dropped_long_prompt``, ``samples/synthetic_turns``,
+    ``samples/truncated_response``, ``samples/overlong/<role>`` (ended at a length limit),
+    ``samples/dropped_long_prompt``, ``samples/synthetic_turns``,
     ``samples/candidates``.
 
     Turns marked ``synthetic`` (forced or baseline replies) are never samples. A call with a candidate
@@ -208,7 +215,7 @@ def build_samples(
             raise SampleError(f"{name} must be a positive integer or None, got {v!r}")
     temps = {r: _temperature(temperatures, r) for r in active}
     turn_adv = dict(turn_advantages or {})
-    counts: Counter[str] = Counter({f"samples/{r}": 0 for r in ROLES})
+    counts: Counter[str] = Counter({f"samples/{p}{r}": 0 for r in ROLES for p in ("", "overlong/")})
     out: list[Sample] = []
     limits = (max_prompt_len, max_response_len, counts)
     for t, tree in enumerate(trees):
@@ -234,6 +241,7 @@ def build_samples(
                     d.advantage,
                     _record_temperature(s.temperature, temps[DESIGNER]),
                     *limits,
+                    s.finish_reason,
                 )
                 if sample is not None:
                     out.append(sample)
@@ -265,6 +273,7 @@ def build_samples(
                         adv,
                         _record_temperature(turn.temperature, temps[EXECUTOR]),
                         *limits,
+                        turn.finish_reason,
                     )
                     if sample is not None:
                         out.append(sample)
@@ -290,11 +299,26 @@ def build_samples(
                             adv,
                             _record_temperature(cand.temperature, temps[EXECUTOR]),
                             *limits,
+                            cand.finish_reason,
                         )
                         if sample is not None:
                             counts["samples/candidates"] += 1
                             out.append(sample)
     return SampleSet(out, {k: float(v) for k, v in sorted(counts.items())})
+
+
+def mask_overlong(samples: SampleSet, roles: Iterable[str]) -> SampleSet:
+    """DAPO's overlong filtering (Yu et al. 2025, §3.4): samples of ``roles`` whose generation ended at a
+    length limit (``Sample.overlong``) are masked out of the loss, i.e. left out of the batch, so they add
+    neither gradient nor tokens to the loss normaliser (their group's advantages were computed with them, as in
+    DAPO). Counted as ``samples/overlong_masked/<role>``."""
+    roles = set(roles)
+    kept = [s for s in samples if not (s.overlong and s.role in roles)]
+    counts = Counter(s.role for s in samples if s.overlong and s.role in roles)
+    metrics = dict(samples.metrics)
+    for role in ROLES:
+        metrics[f"samples/overlong_masked/{role}"] = float(counts.get(role, 0))
+    return SampleSet(kept, metrics)
 
 
 def build_pair_samples(trees: Sequence[RolloutTree], *, active_roles: Iterable[str]) -> list[PairSample]:

@@ -51,9 +51,13 @@ class Trainer(TrainLoop):
         return self.models.model_ids()
 
     def _restore(self, path: Path) -> int:
-        from metaagent.train.checkpoint import load_checkpoint
+        from metaagent.train.checkpoint import load_checkpoint, model_path
 
-        state = load_checkpoint(path, models=self.models.models, optimizers=self.updaters, critics=self.critics)
+        adapters = self.models.adapters  # LoRA keys: their folders hold adapters, loaded into the shared bases
+        full = {k: m for k, m in self.models.models.items() if k not in adapters}
+        state = load_checkpoint(path, models=full, optimizers=self.updaters, critics=self.critics)
+        for key, aset in adapters.items():
+            aset.load(key, model_path(path, key))
         self.models.weights_changed()
         return self._load_loop_state(state, path)
 
@@ -64,7 +68,7 @@ class Trainer(TrainLoop):
         path = save_checkpoint(
             self.run_dir,
             next_step,
-            models=self.models.models,
+            models=self.models.checkpoint_models(),
             tokenizers=self.models.tokenizers,
             optimizers=self.updaters,
             state=self._loop_state(next_step),

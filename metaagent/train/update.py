@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -88,6 +88,10 @@ class PolicyUpdater:
         options: :class:`UpdateOptions` (log-prob implementation, pad id, checkpointing).
         total_steps: the run's optimizer steps, for a cosine ``optim.schedule`` (the learning rate of step
             ``s`` is :func:`~metaagent.train.optim.lr_at`, ``s`` counting this updater's optimizer steps).
+        params: the parameters to optimise (default: every parameter of ``model`` that requires grad); LoRA
+            passes one adapter's (:mod:`metaagent.train.lora`).
+        model_context: entered around every forward of ``model`` (LoRA: makes this updater's adapter the
+            active one on a base shared with other adapters).
         **settings: instead of the three configs, any of their fields by name (tests, benchmarks).
     """
 
@@ -100,6 +104,8 @@ class PolicyUpdater:
         loss: LossConfig | None = None,
         options: UpdateOptions | None = None,
         total_steps: int | None = None,
+        params: Sequence[torch.nn.Parameter] | None = None,
+        model_context: Callable[[], contextlib.AbstractContextManager] | None = None,
         **settings: Any,
     ) -> None:
         if settings and (optim is not None or loss is not None or options is not None):
@@ -120,7 +126,8 @@ class PolicyUpdater:
             ref_model.eval().requires_grad_(False)
         if self.options.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.params = list(params) if params is not None else [p for p in model.parameters() if p.requires_grad]
+        self._model_context = model_context or contextlib.nullcontext
         if not self.params:
             raise UpdateError("model has no trainable parameters (all requires_grad=False)")
         self.optimizer = make_adamw(self.params, self.optim)
@@ -240,7 +247,12 @@ class PolicyUpdater:
         return metrics
 
     def _backward(self, mb: Sequence[Sample], batch: GlobalBatch) -> tuple[dict[str, float], float, float]:
-        """Loss of one micro-batch (its share of ``batch``'s loss) and ``backward()``."""
+        """Loss of one micro-batch (its share of ``batch``'s loss) and ``backward()``, in the model context
+        (checkpointed chunks recompute their forward during ``backward()``)."""
+        with self._model_context():
+            return self._backward_in_context(mb, batch)
+
+    def _backward_in_context(self, mb: Sequence[Sample], batch: GlobalBatch) -> tuple[dict[str, float], float, float]:
         data = self._device_batch(mb)
         with self._autocast():
             logp, entropy = self._logprobs(data)
@@ -292,15 +304,16 @@ class PolicyUpdater:
         was_training = self.model.training
         self.model.train()
         try:
-            with self._autocast():
-                logp, _ = response_logprobs(self.model, data, chunk_size=self.optim.logprob_chunk)  # (2P, R)
-                with torch.no_grad():
-                    ref, _ = response_logprobs(self.ref_model, data, chunk_size=self.optim.logprob_chunk)
-            seq, ref_seq = logp.sum(-1), ref.sum(-1)  # (2P,)
-            n = len(pairs)
-            weights = torch.tensor([p.weight for p in pairs], dtype=seq.dtype, device=seq.device)
-            loss, metrics = dpo_loss(seq[:n], seq[n:], ref_seq[:n], ref_seq[n:], beta=beta, weights=weights)
-            loss.backward()
+            with self._model_context():
+                with self._autocast():
+                    logp, _ = response_logprobs(self.model, data, chunk_size=self.optim.logprob_chunk)  # (2P, R)
+                    with torch.no_grad():
+                        ref, _ = response_logprobs(self.ref_model, data, chunk_size=self.optim.logprob_chunk)
+                seq, ref_seq = logp.sum(-1), ref.sum(-1)  # (2P,)
+                n = len(pairs)
+                weights = torch.tensor([p.weight for p in pairs], dtype=seq.dtype, device=seq.device)
+                loss, metrics = dpo_loss(seq[:n], seq[n:], ref_seq[:n], ref_seq[n:], beta=beta, weights=weights)
+                loss.backward()
         finally:
             self.model.train(was_training)
         self._pending = self._signal = True

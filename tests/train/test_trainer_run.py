@@ -81,9 +81,15 @@ def _strip(row: dict) -> dict:
 RESUME = ("optim.entropy_coef=0.01",)
 
 
-def test_four_steps_two_stages_then_exact_resume(tmp_path, warm):
+# policy.lora: each model key is a LoRA adapter on its frozen base; checkpoints hold only the adapters
+LORA = ("policy.lora.enabled=true", "policy.lora.rank=4", "policy.lora.alpha=8", "optim.lr=1e-2")
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_four_steps_two_stages_then_exact_resume(tmp_path, warm, lora):
     out = tmp_path / "run"
-    with Trainer(_config(out, warm, *RESUME)) as trainer:
+    extra = (*RESUME, *(LORA if lora else ()))
+    with Trainer(_config(out, warm, *extra)) as trainer:
         before = _params(trainer)
         after: dict[int, dict[str, torch.Tensor]] = {}
         trainer.train(on_step=lambda r: after.__setitem__(r.step, _params(trainer)))
@@ -93,6 +99,10 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, warm):
     # executor stage: only the executor model moves; designer stage: only the designer model
     def moved(a, b, prefix):
         return any(not torch.equal(a[k], b[k]) for k in a if k.startswith(prefix))
+
+    if lora:  # only LoRA weights move, and the checkpoints are adapter folders
+        assert not any(not torch.equal(before[k], after[3][k]) for k in before if "lora_" not in k)
+        assert (out / "checkpoints" / "step_00000002" / "models" / "executor" / "adapter_config.json").is_file()
 
     assert moved(before, after[1], "executor") and not moved(before, after[1], "designer")
     assert moved(after[1], after[3], "designer") and not moved(after[1], after[3], "executor")
@@ -107,7 +117,7 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, warm):
     # resume from the step-2 checkpoint in a copy of the run directory: steps 3-4 again, bit for bit
     copy = tmp_path / "resumed"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("step_00000004"))
-    with Trainer(_config(copy, warm, *RESUME), resume=str(copy / "checkpoints" / "step_00000002")) as trainer:
+    with Trainer(_config(copy, warm, *extra), resume=str(copy / "checkpoints" / "step_00000002")) as trainer:
         assert trainer.start_step == 2
         trainer.train()
         resumed = _params(trainer)

@@ -154,6 +154,11 @@ def metaagent_settings(
         "algorithm.norm_adv_by_std_in_grpo": cfg.algo.norm_by_std,
         "algorithm.use_kl_in_reward": False,
     }
+    lora = cfg.policy.lora
+    if lora.enabled:  # one adapter on the actor's base (per-role adapters are refused by TrainConfig)
+        settings[f"{ar}.model.lora_rank"] = lora.rank
+        settings[f"{ar}.model.lora_alpha"] = int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha
+        settings[f"{ar}.model.target_modules"] = lora.target_modules
     settings.update(device_settings(v.device, v.attn_implementation, colocated=model.colocated))
     return settings
 
