@@ -21,16 +21,28 @@ OUT=${OUT:-runs/cold_start}
 DATA=${DATA:-runs/cold_start_data}
 MAX_STEPS=${MAX_STEPS:-100}
 THREADS=${THREADS:-2}
+LR=${LR:-1e-3}
+WARMUP=${WARMUP:-5}
+SCRIPT_TOKENS=${SCRIPT_TOKENS:-300}   # v2: 250 (every reply well under the benchmark's 320-token budget)
+KEEP=${KEEP:-}                        # v2: "single=0.5" (fewer single-agent designs, see the README)
+EXECUTOR_COPIES=${EXECUTOR_COPIES:-1} # v2: 2 (keeps the executor share when the designer data grows)
+INIT_ADAPTER=${INIT_ADAPTER:-}        # v2: metaagent/policy/cold_start_adapter (continue the v1 adapter)
+SEED=${SEED:-0}
 if [ ! -f "$DATA/manifest.json" ]; then
-  "$VENV/bin/python" scripts/make_cold_start_data.py --out "$DATA"
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" scripts/make_cold_start_data.py --out "$DATA" --max-script-tokens "$SCRIPT_TOKENS" --keep $KEEP
 fi
 RESUME=()
 if [ -d "$OUT/checkpoints" ]; then RESUME=(--resume); fi
+INIT=()
+if [ -n "$INIT_ADAPTER" ]; then INIT=(--init-adapter "$INIT_ADAPTER"); fi
+EXECUTOR=()
+for _ in $(seq "$EXECUTOR_COPIES"); do EXECUTOR+=("$DATA/executor.jsonl"); done
 "$VENV/bin/metaagent-sft" \
-  --data "$DATA/designer.jsonl" "$DATA/executor.jsonl" \
-  --model embedded --out "$OUT" \
-  --lora-rank 16 --epochs 1 --max-steps "$MAX_STEPS" --lr 1e-3 --warmup-steps 5 --batch-size 4 --max-len 768 \
-  --save-every 10 --keep-last 2 --threads "$THREADS" --seed 0 "${RESUME[@]}"
+  --data "$DATA/designer.jsonl" "${EXECUTOR[@]}" \
+  --model embedded --out "$OUT" "${INIT[@]}" \
+  --lora-rank 16 --epochs 1 --max-steps "$MAX_STEPS" --lr "$LR" --warmup-steps "$WARMUP" --batch-size 4 --max-len 768 \
+  --save-every 10 --keep-last 2 --threads "$THREADS" --seed "$SEED" "${RESUME[@]}"
 "$VENV/bin/python" -c "
 from metaagent.policy.cold_start import export_adapter
 print('exported', export_adapter('$OUT/adapter', 'metaagent/policy/cold_start_adapter'))
