@@ -21,7 +21,10 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
 - ``metrics_<mode>.jsonl``: a copy of each run's metrics.
 
 Everything is resumable: run it again with the same arguments and it continues (``--resume`` is implied when a
-run folder has checkpoints). Runs are sequential, so a partial result is always a prefix of the whole.
+run folder has checkpoints). The modes are trained round-robin, ``--chunk`` steps at a time (default
+``--save-every``): each chunk resumes the mode's run with its full ``--steps`` (so the learning-rate schedule is
+the one of an uninterrupted run) and stops it once the checkpoint at the chunk's end is written. A partial result
+therefore covers all four modes to within one chunk of each other; the table says how many steps each has.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,10 +68,21 @@ def read_metrics(folder: Path) -> list[dict]:
     return rows
 
 
-def train(args: argparse.Namespace, mode: str) -> None:
+def checkpoint_step(folder: Path) -> int:
+    """Steps done at the newest complete checkpoint of ``folder`` (0 when it has none)."""
+    from metaagent.train.checkpoint import latest_checkpoint
+
+    newest = latest_checkpoint(folder)
+    return 0 if newest is None else int(newest.name.rsplit("_", 1)[-1])
+
+
+def train(args: argparse.Namespace, mode: str, until: int | None = None) -> bool:
+    """Train ``mode`` to step ``until`` (default: ``--steps``); False when it already got there."""
     folder = run_dir(args, mode)
-    if steps_done(folder) >= args.steps and (folder / "checkpoints").is_dir():
-        return
+    until = args.steps if until is None else min(until, args.steps)
+    done = checkpoint_step(folder)
+    if done >= until and (folder / "checkpoints").is_dir():
+        return False
     cmd = [
         sys.executable, "-m", "metaagent.cli.train", "--config", args.config,
         "--model", args.model, "--mode", mode, "--stage-len", str(args.stage_len),
@@ -76,8 +91,17 @@ def train(args: argparse.Namespace, mode: str) -> None:
     ]  # fmt: skip
     if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
         cmd.append("--resume")
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    print("+", " ".join(cmd), f"  # until step {until}", flush=True)
+    child = subprocess.Popen(cmd, cwd=ROOT)
+    while child.poll() is None:
+        time.sleep(5)
+        if until < args.steps and checkpoint_step(folder) >= until:
+            child.terminate()  # the chunk's checkpoint is complete; the next chunk resumes from it
+            child.wait()
+            return True
+    if child.returncode != 0:
+        raise subprocess.CalledProcessError(child.returncode, cmd)
+    return True
 
 
 def final_model(folder: Path) -> Path | None:
@@ -227,6 +251,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--stage-len", type=int, default=5)
     p.add_argument("--save-every", type=int, default=2)
+    p.add_argument("--chunk", type=int, default=0, help="steps per mode per round (0: --save-every)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--config", default="default")
     p.add_argument("--model", default="embedded-sft")
@@ -242,9 +267,13 @@ def main() -> None:
     args = p.parse_args()
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     if not args.report_only:
-        for mode in args.modes:
-            train(args, mode)
-            report(args)
+        chunk = args.chunk or args.save_every
+        if chunk % args.save_every:
+            raise SystemExit(f"--chunk {chunk} must be a multiple of --save-every {args.save_every}")
+        for until in range(chunk, args.steps + chunk, chunk):  # round-robin: every mode to `until`, then on
+            for mode in args.modes:
+                if train(args, mode, until):
+                    report(args)
         if not args.no_eval:
             for mode in args.modes:
                 evaluate(args, mode)

@@ -94,7 +94,8 @@ def main() -> None:
         )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": [r.to_dict() for r in results]}, f, indent=1)
+            rows = [{**r.to_dict(), "samples": r.samples} for r in results]  # per design: reply, cut, verdict
+            json.dump({"args": vars(args), "results": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,12 @@
 # 3. The adapter is exported in float16 with a machine-independent base name. It records the designer prompt
 #    it was trained on (metaagent_prompt.json: compact), so rollout.designer_prompt=auto uses the compact prompt.
 #
-# The shipped adapter is checkpoint step 50 of this run (MAX_STEPS=100, stopped at step 50 on a shared 2-core
-# machine at ~50-90 s a step; loss 2.85 -> ~0.2), exported with
-#   python -c "from metaagent.policy.cold_start import export_adapter as e; e('runs/cold_start/checkpoints/step_00000050/models/adapter', 'metaagent/policy/cold_start_adapter')"
+# v1 (commit f1d8f72): checkpoint step 50 of MAX_STEPS=100 with the defaults below (~200 examples seen).
+# v2 continues v1 on rebalanced data (no single-agent majority, every reply <= 250 tokens, executor examples twice):
+#   cp -r metaagent/policy/cold_start_adapter runs/adapter_v1       # the v1 adapter, before it is replaced
+#   DATA=runs/cold_start_data_v2 OUT=runs/cold_start_v2 SCRIPT_TOKENS=250 KEEP=single=0.5 EXECUTOR_COPIES=2 \
+#     INIT_ADAPTER=runs/adapter_v1 LR=5e-4 WARMUP=2 MAX_STEPS=60 SAVE_EVERY=5 KEEP_LAST=4 bash scripts/make_cold_start.sh
+# and the README's designer section says which checkpoint was exported and what it measures.
 # Resumable: if interrupted, run it again (metaagent-sft --resume continues from the newest checkpoint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,16 +24,30 @@ OUT=${OUT:-runs/cold_start}
 DATA=${DATA:-runs/cold_start_data}
 MAX_STEPS=${MAX_STEPS:-100}
 THREADS=${THREADS:-2}
+LR=${LR:-1e-3}
+WARMUP=${WARMUP:-5}
+SCRIPT_TOKENS=${SCRIPT_TOKENS:-300}   # v2: 250 (every reply well under the benchmark's 320-token budget)
+KEEP=${KEEP:-}                        # v2: "single=0.5" (fewer single-agent designs, see the README)
+EXECUTOR_COPIES=${EXECUTOR_COPIES:-1} # v2: 2 (keeps the executor share when the designer data grows)
+INIT_ADAPTER=${INIT_ADAPTER:-}        # v2: runs/adapter_v1 (continue the v1 adapter)
+SAVE_EVERY=${SAVE_EVERY:-10}          # v2: 5
+KEEP_LAST=${KEEP_LAST:-2}             # v2: 4
+SEED=${SEED:-0}
 if [ ! -f "$DATA/manifest.json" ]; then
-  "$VENV/bin/python" scripts/make_cold_start_data.py --out "$DATA"
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" scripts/make_cold_start_data.py --out "$DATA" --max-script-tokens "$SCRIPT_TOKENS" --keep $KEEP
 fi
 RESUME=()
 if [ -d "$OUT/checkpoints" ]; then RESUME=(--resume); fi
+INIT=()
+if [ -n "$INIT_ADAPTER" ]; then INIT=(--init-adapter "$INIT_ADAPTER"); fi
+EXECUTOR=()
+for _ in $(seq "$EXECUTOR_COPIES"); do EXECUTOR+=("$DATA/executor.jsonl"); done
 "$VENV/bin/metaagent-sft" \
-  --data "$DATA/designer.jsonl" "$DATA/executor.jsonl" \
-  --model embedded --out "$OUT" \
-  --lora-rank 16 --epochs 1 --max-steps "$MAX_STEPS" --lr 1e-3 --warmup-steps 5 --batch-size 4 --max-len 768 \
-  --save-every 10 --keep-last 2 --threads "$THREADS" --seed 0 "${RESUME[@]}"
+  --data "$DATA/designer.jsonl" "${EXECUTOR[@]}" \
+  --model embedded --out "$OUT" "${INIT[@]}" \
+  --lora-rank 16 --epochs 1 --max-steps "$MAX_STEPS" --lr "$LR" --warmup-steps "$WARMUP" --batch-size 4 --max-len 768 \
+  --save-every "$SAVE_EVERY" --keep-last "$KEEP_LAST" --threads "$THREADS" --seed "$SEED" "${RESUME[@]}"
 "$VENV/bin/python" -c "
 from metaagent.policy.cold_start import export_adapter
 print('exported', export_adapter('$OUT/adapter', 'metaagent/policy/cold_start_adapter'))

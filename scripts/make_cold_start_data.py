@@ -27,11 +27,15 @@ def main() -> None:
     p.add_argument("--style", default="compact", choices=["compact", "full"], help="designer prompt style")
     p.add_argument("--max-script-tokens", type=int, default=300, help="a reply (fenced script) fits this")
     p.add_argument("--executor-from", default="sft_data/executor.jsonl", help="self-distilled executor replies")
+    p.add_argument(
+        "--keep", nargs="*", default=[], metavar="STRUCTURE=FRACTION",
+        help="keep only this seeded fraction of a structure class's designer examples, e.g. single=0.5",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
     from metaagent.data import DatasetSpec, load_tasks
-    from metaagent.distill.cold_start_data import designer_examples, executor_examples
+    from metaagent.distill.cold_start_data import designer_examples, executor_examples, thin_structures
     from metaagent.policy.models import load_tokenizer
     from metaagent.sft.data import read_chat_jsonl
     from metaagent.workflow import analyze_script, extract_script, load_templates
@@ -46,6 +50,8 @@ def main() -> None:
         style=args.style,
         fits=lambda script: len(tokenizer.encode("```python\n" + script + "\n```")) + 1 <= args.max_script_tokens,
     )
+    keep = {k: float(v) for k, v in (item.split("=", 1) for item in args.keep)}
+    designer = thin_structures(designer, keep, seed=args.seed)
     executor, executor_counts = executor_examples(read_chat_jsonl([args.executor_from]), tasks)
 
     os.makedirs(args.out, exist_ok=True)

@@ -110,6 +110,20 @@ def designer_examples(
     return rows
 
 
+def thin_structures(rows: Sequence[dict[str, Any]], keep: dict[str, float], seed: int = 0) -> list[dict[str, Any]]:
+    """``rows`` with only a seeded ``keep[structure]`` fraction of each listed structure class kept (the others
+    all kept), e.g. ``{"single": 0.5}`` halves the single-agent designs a small model otherwise collapses to."""
+    unknown = [k for k, v in keep.items() if not 0.0 <= v <= 1.0]
+    if unknown:
+        raise ValueError(f"keep fractions must be in [0, 1], got {[(k, keep[k]) for k in unknown]}")
+    out = []
+    for row in rows:
+        fraction = keep.get(row["structure"], 1.0)
+        if fraction >= 1.0 or random.Random(derive_seed(seed, row["id"], "thin")).random() < fraction:
+            out.append(row)
+    return out
+
+
 def _level(task: Task) -> int:
     level = (task.metadata or {}).get("level")
     return int(level) if isinstance(level, int) else -1

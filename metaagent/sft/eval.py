@@ -39,6 +39,7 @@ class ValidRate:
     examples: list[str] = field(default_factory=list, repr=False)
     system_prompts: Counter = field(default_factory=Counter)  # agents' system prompts in the valid designs
     designer_prompt: str = ""  # the prompt style the designs were asked with
+    samples: list[dict[str, Any]] = field(default_factory=list, repr=False)  # one per design: reply, cut, verdict
 
     @property
     def agents(self) -> int:
@@ -152,11 +153,17 @@ def designer_valid_rate(
     for c in completions:
         tokens += len(c.response_ids)
         result.cut_at_max_tokens += int(c.finish_reason == "length")
+        sample: dict[str, Any] = {"text": c.text, "tokens": len(c.response_ids), "finish_reason": c.finish_reason}
+        result.samples.append(sample)
         script = extract_script(c.text)
         if script is None:
             result.no_script += 1
+            sample["verdict"] = "no-script"
             continue
         report = check_script(script)
+        sample["verdict"] = "ok" if report.ok else report.errors[0].code
+        if not report.ok:
+            sample["error"] = str(report.errors[0])
         if report.ok:
             result.valid += 1
             analysis = analyze_script(script)

@@ -90,6 +90,8 @@ class SFTConfig(OptimizerConfig):
         max_len: examples longer than this (prompt + reply tokens) are dropped and counted.
         kinds: which example kinds to train on ("designer", "executor").
         lora_rank: 0 = full fine-tuning; > 0 = LoRA of this rank on ``lora_targets``.
+        init_adapter: LoRA only: start the LoRA from this adapter folder (peft format, same rank and targets,
+            e.g. the committed cold start) instead of peft's zero-B init, to continue training it on new data.
         warmup_steps: linear warmup from lr / warmup_steps; then ``schedule`` (cosine to min_lr_ratio * lr).
         save_every: checkpoint every k steps (0 = only at exit). keep_last: prune older checkpoints.
         threads: torch CPU threads (1 is fastest on a busy 2-core machine; see the README).
@@ -109,6 +111,7 @@ class SFTConfig(OptimizerConfig):
     lora_alpha: PositiveFloat | None = None
     lora_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
     lora_targets: str = "all-linear"
+    init_adapter: str | None = None  # LoRA only: start from this adapter folder (same rank and targets)
     schedule: Literal[SCHEDULES] = "cosine"  # learning rate after warmup: cosine to min_lr_ratio * lr, or constant
     weight_decay: NonNegativeFloat = 0.0  # AdamW decoupled weight decay (none for SFT)
     save_every: NonNegativeInt = 0
@@ -126,6 +129,8 @@ class SFTConfig(OptimizerConfig):
             self.lr = 2e-4 if self.lora_rank > 0 else 1e-5
         if self.lora_alpha is None:
             self.lora_alpha = 2.0 * self.lora_rank
+        if self.init_adapter is not None and self.lora_rank == 0:
+            raise ConfigError("--init-adapter needs --lora-rank > 0 (it starts a LoRA from a saved adapter)")
         if not self.kinds:
             raise ConfigError(f"--kinds must be a non-empty subset of {KINDS}, got {self.kinds}")
         missing = [p for p in self.data if not Path(p).is_file()]
@@ -179,6 +184,8 @@ class SFTTrainer:
         self.base_model = self.model
         if cfg.lora_rank > 0:
             self.model = _with_lora(self.model, cfg)
+            if cfg.init_adapter:
+                _load_adapter(self.model, cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_adamw(self.params, cfg)
         rows = read_chat_jsonl(cfg.data)
@@ -396,6 +403,31 @@ def _with_lora(model: Any, cfg: SFTConfig) -> Any:
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, lora)
+
+
+def _load_adapter(model: Any, cfg: SFTConfig) -> None:
+    """Copy the adapter weights of ``cfg.init_adapter`` into the fresh LoRA ``model`` (every LoRA tensor must match)."""
+    import json
+
+    import torch
+    from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    folder = Path(cfg.init_adapter)
+    weights, config = folder / "adapter_model.safetensors", folder / "adapter_config.json"
+    if not weights.is_file() or not config.is_file():
+        raise SFTError(f"--init-adapter {folder}: no adapter_model.safetensors + adapter_config.json there")
+    saved_cfg = json.loads(config.read_text())
+    if saved_cfg.get("r") != cfg.lora_rank or float(saved_cfg.get("lora_alpha", -1)) != float(cfg.lora_alpha):
+        raise SFTError(
+            f"--init-adapter {folder} has rank {saved_cfg.get('r')} and alpha {saved_cfg.get('lora_alpha')}; "
+            f"the run asks rank {cfg.lora_rank} and alpha {cfg.lora_alpha}: pass the same --lora-rank/--lora-alpha"
+        )
+    state = load_file(str(weights))
+    expected = get_peft_model_state_dict(model)
+    if set(state) != set(expected) or any(state[k].shape != expected[k].shape for k in expected):
+        raise SFTError(f"--init-adapter {folder}: its LoRA tensors do not match this model's (other targets?)")
+    set_peft_model_state_dict(model, {k: v.to(torch.float32) for k, v in state.items()})
 
 
 def _link(link: Path, target: Path) -> None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
+
 from metaagent.data import Task
 from metaagent.distill.cold_start_data import (
     designer_examples,
     executor_examples,
     format_reply,
     structure_classes,
+    thin_structures,
 )
 from metaagent.distill.variation import instantiate
 from metaagent.rollout.prompts import prompt_style
@@ -106,3 +109,16 @@ def test_executor_replies_are_cut_at_the_answer_and_delivered():
     assert counts["kept"] == 1 and counts["dropped: duplicate"] == 1
     assert counts["dropped: reply does not state the answer"] == 1
     assert counts["dropped: not from a correct execution"] == 1
+
+
+def test_thin_structures_keeps_a_seeded_fraction_of_one_class_only():
+    rows = designer_examples(TASKS, load_templates(), per_task=10, seed=0)
+    before = Counter(r["structure"] for r in rows)
+    thinned = thin_structures(rows, {"single": 0.5}, seed=0)
+    after = Counter(r["structure"] for r in thinned)
+    assert {k: v for k, v in after.items() if k != "single"} == {k: v for k, v in before.items() if k != "single"}
+    assert 0 < after["single"] < before["single"]
+    assert thinned == thin_structures(rows, {"single": 0.5}, seed=0)  # seeded
+    assert thin_structures(rows, {"single": 0.0}) == [r for r in rows if r["structure"] != "single"]
+    with pytest.raises(ValueError, match="keep fractions must be in"):
+        thin_structures(rows, {"single": 1.5})

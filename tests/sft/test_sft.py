@@ -347,3 +347,21 @@ def test_model_records_the_designer_prompt_it_was_trained_on(tmp_path, data):
     other = SFTTrainer(config(data, tmp_path / "other", max_steps=1)).run()  # designer rows of another prompt
     assert not (other / PROMPT_FILE).exists()
     assert resolve_designer_prompt("auto", model=str(other)) == "full"
+
+
+def test_init_adapter_continues_a_saved_lora(tmp_path, data):
+    """--init-adapter starts the LoRA from a saved adapter: step 0's model is that adapter's, not the base."""
+    first = SFTTrainer(config(data, tmp_path / "first", max_steps=2, lora_rank=4, lr=5e-2))
+    first.run()
+    trained = {k: v.clone() for k, v in first.model.state_dict().items()}
+    again = SFTTrainer(
+        config(data, tmp_path / "again", max_steps=1, lora_rank=4, lr=5e-2, init_adapter=str(tmp_path / "first" / "adapter"))
+    )
+    for name, value in again.model.state_dict().items():
+        assert torch.equal(value, trained[name]), name
+    fresh = SFTTrainer(config(data, tmp_path / "fresh", max_steps=1, lora_rank=4, lr=5e-2))
+    assert any(not torch.equal(a, b) for a, b in zip(fresh.model.state_dict().values(), trained.values()))
+    with pytest.raises(SFTError, match="has rank 4 and alpha 8.0; the run asks rank 8"):
+        SFTTrainer(config(data, tmp_path / "bad", max_steps=1, lora_rank=8, init_adapter=str(tmp_path / "first" / "adapter")))
+    with pytest.raises(ConfigError, match="--init-adapter needs --lora-rank > 0"):
+        config(data, tmp_path, init_adapter=str(tmp_path / "first" / "adapter"))
