@@ -28,6 +28,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import metaagent  # noqa: E402,F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
 
 DESIGNS = ("single_math", "reflection", "ensemble_judge", "solver_verifier")
 

@@ -145,6 +145,9 @@ class HFPolicy(Policy):
         self.model = model
         self.model_context = model_context
         self.tokenizer = tokenizer
+        from .kv import use_gqa_attention
+
+        self.gqa_attention = use_gqa_attention(model)  # decode reads grouped KV heads in place (exact)
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
         self.max_batch_size = max_batch_size
@@ -520,16 +523,21 @@ def _left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
 
 
 def _new_cache(model: Any) -> Any:
+    """An empty cache; plain dynamic layers become :class:`~metaagent.policy.kv.GrowingLayer` (written in place)."""
     from transformers import DynamicCache
 
-    return DynamicCache(config=model.config)
+    from .kv import growing_cache
+
+    return growing_cache(DynamicCache(config=model.config))
 
 
 def _plain_dynamic(cache: Any) -> bool:
-    """Whether every layer of ``cache`` is a plain ``DynamicLayer`` (whose keys/values we may reshape)."""
+    """Whether every layer of ``cache`` is a plain dynamic layer (whose keys/values we may reshape)."""
     from transformers.cache_utils import DynamicLayer
 
-    return all(type(layer) is DynamicLayer for layer in cache.layers)
+    from .kv import GrowingLayer
+
+    return all(type(layer) in (DynamicLayer, GrowingLayer) for layer in cache.layers)
 
 
 def _left_pad_seq(x: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
