@@ -19,7 +19,6 @@ the RL run then gains (more parsable answers, moves toward the goal) comes from 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from pathlib import Path
 
@@ -74,16 +73,9 @@ def sft_rows(prompts: list[tuple[str, list[dict]]], seed: int = 0) -> list[dict]
 
 
 def warm_start(out: Path, steps: int = 60, n_tasks: int = 12) -> str:
-    from metaagent.sft.trainer import SFTConfig, SFTTrainer
+    from metaagent.sft.warm import sft_on_rows
 
-    out.mkdir(parents=True, exist_ok=True)
-    data = out / "warm.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in sft_rows(team_prompts(n_tasks))))
-    cfg = SFTConfig(
-        data=[str(data)], model="tiny", out=str(out / "warm"), kinds=["executor"], epochs=1000, max_steps=steps,
-        lr=1e-2, batch_size=8, schedule="constant", seed=0,
-    )  # fmt: skip
-    return str(SFTTrainer(cfg).run())
+    return sft_on_rows(sft_rows(team_prompts(n_tasks)), out, steps=steps)
 
 
 def main() -> None:

@@ -48,21 +48,14 @@ def mathchat_prompts(n_tasks: int) -> list[list[dict]]:
 
 def warm_start(out: Path, steps: int = 60) -> str:
     """SFT the tiny model on every agent prompt answered both ways; returns the merged model folder."""
-    from metaagent.sft.trainer import SFTConfig, SFTTrainer
+    from metaagent.sft.warm import sft_on_rows
 
     rows = [
         {"messages": [*p, {"role": "assistant", "content": reply}], "kind": "executor"}
         for p in mathchat_prompts(12)
         for reply in (TAGGED, UNTAGGED)
     ]
-    out.mkdir(parents=True, exist_ok=True)
-    data = out / "warm.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = SFTConfig(
-        data=[str(data)], model="tiny", out=str(out / "warm"), kinds=["executor"], epochs=1000, max_steps=steps,
-        lr=1e-2, batch_size=8, schedule="constant", seed=0,
-    )  # fmt: skip
-    return str(SFTTrainer(cfg).run())
+    return sft_on_rows(rows, out, steps=steps)
 
 
 def main() -> None:

@@ -74,7 +74,7 @@ def workflow_prompts(tasks_path: Path) -> list[tuple[str, list[dict]]]:
 
 def warm_start(out: Path, tasks_path: Path, refs: dict[str, str], steps: int) -> str:
     """SFT the tiny model on every workflow prompt answered both ways; returns the merged model folder."""
-    from metaagent.sft.trainer import SFTConfig, SFTTrainer
+    from metaagent.sft.warm import sft_on_rows
 
     rows = []
     for agent, messages in workflow_prompts(tasks_path):
@@ -84,13 +84,7 @@ def warm_start(out: Path, tasks_path: Path, refs: dict[str, str], steps: int) ->
         else:
             replies = (PLAN, PLAN_UNTAGGED) if agent == "Planner" else (REFLECT, REFLECT_UNTAGGED)
         rows += [{"messages": [*messages, {"role": "assistant", "content": r}], "kind": "executor"} for r in replies]
-    data = out / "warm.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = SFTConfig(
-        data=[str(data)], model="tiny", out=str(out / "warm"), kinds=["executor"], epochs=1000, max_steps=steps,
-        lr=1e-2, batch_size=8, schedule="constant", seed=0,
-    )  # fmt: skip
-    return str(SFTTrainer(cfg).run())
+    return sft_on_rows(rows, out, steps=steps)
 
 
 def main() -> None:

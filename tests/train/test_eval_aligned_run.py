@@ -47,7 +47,7 @@ def warm_team(root: Path) -> str:
     from metaagent.policy import ScriptedPolicy
     from metaagent.rollout.config import RolloutConfig
     from metaagent.rollout.engine import FrozenDesign, RolloutEngine
-    from metaagent.sft.trainer import SFTConfig, SFTTrainer
+    from metaagent.sft.warm import sft_on_rows
 
     prompts: list[list[dict]] = []
 
@@ -63,11 +63,7 @@ def warm_team(root: Path) -> str:
     finally:
         engine.close()
     rows = [{"messages": [*p, {"role": "assistant", "content": r}], "kind": "executor"} for p in prompts for r in (TAGGED, TAGGED, UNTAGGED)]
-    data = root / "executor.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = SFTConfig(data=[str(data)], model="tiny", out=str(root / "sft"), kinds=["executor"], epochs=1000, max_steps=60,
-                    lr=1e-2, batch_size=8, schedule="constant", seed=0)  # fmt: skip
-    return str(SFTTrainer(cfg).run())
+    return sft_on_rows(rows, root, steps=60, name="sft")
 
 
 @pytest.fixture(scope="module")

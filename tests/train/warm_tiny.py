@@ -11,7 +11,6 @@ behaviour with reward variance, so GRPO has something to learn in seconds.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 SCRIPT = 'solver = Agent("Solver", "Solve it.")\nsubmit(solver(task))\n'
@@ -104,15 +103,8 @@ def warm_tiny(out: Path, kind: str, *, steps: int | None = None, lr: float = 1e-
 
 
 def _build(out: Path, kind: str, *, steps: int | None, lr: float) -> str:
-    from metaagent.sft.trainer import SFTConfig, SFTTrainer
+    from metaagent.sft.warm import sft_on_rows
 
     rows = {"designer": designer_examples, "designer_mixed": mixed_designer_examples}.get(kind, executor_examples)()
     steps = steps or (60 if kind == "executor" else 100)
-    out.mkdir(parents=True, exist_ok=True)
-    data = out / f"{kind}.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = SFTConfig(
-        data=[str(data)], model="tiny", out=str(out / f"sft_{kind}"), kinds=[kind.split("_")[0]], epochs=1000, max_steps=steps, lr=lr,
-        batch_size=8, schedule="constant", seed=0,
-    )
-    return str(SFTTrainer(cfg).run())
+    return sft_on_rows(rows, out, steps=steps, name=f"sft_{kind}", kinds=[kind.split("_")[0]], lr=lr)
