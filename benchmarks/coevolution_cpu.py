@@ -140,15 +140,9 @@ def series(rows: list[dict], key: str) -> list[tuple[int, float]]:
 
 def slope_ci(points: list[tuple[int, float]]) -> tuple[float, float, float] | None:
     """Least-squares slope of (step, value) points and its 95% t interval; None with fewer than 3 points."""
-    n = len(points)
-    if n < 3:
-        return None
-    from scipy import stats
+    from metaagent.eval.metrics import slope_ci as fit
 
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    fit = stats.linregress(xs, ys)
-    half = stats.t.ppf(0.975, n - 2) * fit.stderr
-    return fit.slope, fit.slope - half, fit.slope + half
+    return fit(points) if len({p[0] for p in points}) >= 2 and len(points) >= 3 else None
 
 
 def mean(xs: list[float]) -> float:

@@ -92,6 +92,13 @@ def main() -> None:
     print("  ".join(f"{c:>13}" for c in COLUMNS))
     for r in rows:
         print("  ".join(f"{r.get(c):13.3f}" if isinstance(r.get(c), float) else f"{str(r.get(c, '-')):>13}" for c in COLUMNS))
+    from metaagent.eval.metrics import slope_ci
+
+    for key in ("team_all", "team_selected", "success", "parsable"):  # least squares over steps, 95% t interval
+        points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), float)]
+        if len(points) >= 3:
+            slope, low, high = slope_ci(points)
+            print(f"slope of {key}: {10 * slope:+.4f} per 10 steps, 95% CI [{10 * low:+.4f}, {10 * high:+.4f}]")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     if args.png:

@@ -88,3 +88,29 @@ def test_paired_bootstrap_identical_and_shifted():
     assert diff == pytest.approx(0.25) and lo == pytest.approx(0.25) and hi == pytest.approx(0.25)
     with pytest.raises(EvalError):
         paired_bootstrap_ci([1.0], [1.0, 0.0])
+
+
+def test_t_quantile_matches_the_table():
+    from metaagent.eval.metrics import t_quantile
+
+    # two-sided 95% critical values of Student's t (any statistics table)
+    for df, value in [(1, 12.7062), (2, 4.3027), (10, 2.2281), (38, 2.0244), (1000, 1.9623)]:
+        assert t_quantile(0.975, df) == pytest.approx(value, abs=1e-4)
+    with pytest.raises(EvalError, match="0.5 < q < 1"):
+        t_quantile(0.4, 3)
+
+
+def test_slope_ci_by_hand():
+    from metaagent.eval.metrics import slope_ci
+
+    # x = 0..3, y = 1, 3, 2, 5: Sxx = 5, Sxy = 5.5 -> slope 1.1; residuals -0.1, 0.8, -1.3, 0.6 (sum of squares
+    # 2.7) -> se = sqrt(2.7 / 2 / 5); half width t_{0.975, 2} * se = 4.302653 * 0.519615
+    slope, low, high = slope_ci([(0, 1), (1, 3), (2, 2), (3, 5)])
+    assert slope == pytest.approx(1.1)
+    assert (low, high) == pytest.approx((1.1 - 2.235724, 1.1 + 2.235724), abs=1e-5)
+    # a perfect line: zero-width interval
+    assert slope_ci([(0, 0.5), (2, 1.5), (4, 2.5)]) == pytest.approx((0.5, 0.5, 0.5))
+    with pytest.raises(EvalError, match="at least 3 points"):
+        slope_ci([(0, 1), (1, 2)])
+    with pytest.raises(EvalError, match="two steps"):
+        slope_ci([(3, 1), (3, 2), (3, 0)])
