@@ -62,6 +62,7 @@ def warm_team(root: Path) -> str:
         engine.rollout([Task.coerce(t) for t in TASKS], seed=0, frozen=FrozenDesign(script=SCRIPT, name="warm"))
     finally:
         engine.close()
+    prompts.sort(key=lambda m: json.dumps(m, sort_keys=True))  # call order depends on timing; the data must not
     rows = [{"messages": [*p, {"role": "assistant", "content": r}], "kind": "executor"} for p in prompts for r in (TAGGED, TAGGED, UNTAGGED)]
     return sft_on_rows(rows, root, steps=60, name="sft")
 

@@ -11,6 +11,7 @@ behaviour with reward variance, so GRPO has something to learn in seconds.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 SCRIPT = 'solver = Agent("Solver", "Solve it.")\nsubmit(solver(task))\n'
@@ -70,12 +71,25 @@ def executor_examples(n: int = 24) -> list[dict]:
         engine.rollout(_tasks(n), seed=0, frozen=FrozenDesign(script=SCRIPT, name="warm"))
     finally:
         engine.close()
-    # every prompt with both replies: the model learns a 50/50 choice, not which task gets which
+    # every prompt with both replies: the model learns a 50/50 choice, not which task gets which. The sandbox
+    # workers call in whatever order they finish, so the prompts are sorted: the data (and the model) must not
+    # depend on timing
     return [
         {"messages": [*p, {"role": "assistant", "content": reply}], "kind": "executor"}
-        for p in prompts
+        for p in _seeded_order(prompts)
         for reply in (TAGGED, UNTAGGED)
     ]
+
+
+def _seeded_order(prompts: list[list[dict]]) -> list[list[dict]]:
+    """The prompts in an order that does not depend on timing: sorted, then shuffled with a fixed seed. Seed 1
+    leaves the warm executor delivering ~40% of the time, so the learning test has room to show a rise (seeds
+    0 and 2 start at ~80% and ~65%)."""
+    import random
+
+    out = sorted(prompts, key=lambda m: json.dumps(m, sort_keys=True))
+    random.Random(1).shuffle(out)
+    return out
 
 
 #: (kind, steps, lr) -> the model folder already built in this test process (read-only for its users)
