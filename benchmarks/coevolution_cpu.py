@@ -98,10 +98,21 @@ def train(args: argparse.Namespace, mode: str, until: int | None = None) -> bool
         if until < args.steps and checkpoint_step(folder) >= until:
             child.terminate()  # the chunk's checkpoint is complete; the next chunk resumes from it
             child.wait()
+            prune(folder)
             return True
     if child.returncode != 0:
         raise subprocess.CalledProcessError(child.returncode, cmd)
+    prune(folder)
     return True
+
+
+def prune(folder: Path) -> None:
+    """Keep only the newest complete checkpoint of a run (a full-weight checkpoint with AdamW moments of the
+    embedded model is about 1.6 GB; four modes x eight chunks would not fit a small disk)."""
+    from metaagent.train.checkpoint import list_checkpoints
+
+    for old in list_checkpoints(folder)[:-1]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def final_model(folder: Path) -> Path | None:
