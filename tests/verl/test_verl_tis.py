@@ -1,8 +1,7 @@
 """Rollout-training mismatch correction (``optim.tis_cap``) on the verl backend, on CPU: the composed verl config,
 the ``rollout_is_weights`` that go into the DataProto, verl's actor loss using them, and the metric names.
 
-The end-to-end CPU step (verl's FSDP engine in a Ray CPU worker) is in ``test_verl_cpu.py``-style subprocess
-form at the end of this file (marked slow)."""
+The end-to-end CPU step (verl's FSDP engine in a Ray CPU worker) is ``test_verl_tis_cpu.py`` (slow)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,8 @@ from omegaconf import OmegaConf
 
 from metaagent.config import ConfigError
 from metaagent.train.config import TrainConfig
-from metaagent.train.losses import LossConfig, GlobalBatch, policy_loss, tis_metrics, tis_weights
+from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss, tis_metrics, tis_weights
+from metaagent.train.samples import Sample
 from metaagent.train.verl_backend.batch import add_rollout_correction, build_update_batch, update_tensordict
 from metaagent.train.verl_backend.errors import VerlBackendError
 from metaagent.train.verl_backend.plan import resolve_plan
@@ -89,7 +89,11 @@ def test_rollout_is_weights_in_the_dataproto_are_the_truncated_ratios(trees, lev
     # verl's metrics, over the real rows; the local backend's names and values from the same log-probs
     real = ~pad
     local_w, local_m = tis_weights(
-        d["old_log_probs"][real], d["rollout_log_probs"][real], d["response_mask"][real].float(), cap=cap, level=level
+        d["old_log_probs"][real],
+        d["rollout_log_probs"][real],
+        d["response_mask"][real].float(),
+        cap=cap,
+        level=level,
     )
     assert torch.allclose(w[real], local_w, atol=1e-6)
     mapped = tis_metrics(metrics, level, prefix="rollout_corr/")
@@ -108,7 +112,7 @@ def test_tis_metric_keys_are_the_local_backends():
     )
     local = {k for k in m if k.startswith(("train/tis_", "train/mismatch_"))}
     _, _, vc = plan_and_config("optim.tis_cap=1.5")
-    samples = samples_of_one(train, rollout)
+    samples = [Sample("executor", [5, 6], [7, 8], rollout[0].tolist(), 1.0, 1.0, key=(0, 0, 0, 0))]
     batch = build_update_batch(samples, dp_size=1, pad_id=PAD)
     batch.data.batch["rollout_log_probs"] = rollout.clone()
     batch.data.batch["old_log_probs"] = train.clone()
@@ -117,12 +121,6 @@ def test_tis_metric_keys_are_the_local_backends():
         "train/tis_clipfrac", "train/tis_weight_mean", "train/mismatch_kl", "train/mismatch_k3_kl",
     }  # fmt: skip
     assert tis_metrics(verl_metrics, "token", "rollout_corr/") == pytest.approx({k: m[k] for k in local})
-
-
-def samples_of_one(train, rollout):
-    from metaagent.train.samples import Sample
-
-    return [Sample("executor", [5, 6], [7, 8], rollout[0].tolist(), 1.0, 1.0, key=(0, 0, 0, 0))]
 
 
 def test_add_rollout_correction_needs_recomputed_pi_old_and_refuses_bypass(trees):

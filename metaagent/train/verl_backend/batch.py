@@ -261,7 +261,7 @@ def add_rollout_correction(batch: UpdateBatch, rollout_correction: Any) -> dict[
     metrics. Returns verl's metrics, ``rollout_corr/*`` (IS weight statistics, KL, k3-KL, perplexities, chi^2).
     """
     data = batch.data
-    if "rollout_log_probs" not in data.batch.keys():
+    if "rollout_log_probs" not in data.batch:
         raise VerlBackendError(
             "rollout correction compares the actor's recomputed pi_old with the rollout's log-probs: recompute "
             "old_log_probs first (verl.old_log_prob=recompute)"
@@ -276,7 +276,7 @@ def add_rollout_correction(batch: UpdateBatch, rollout_correction: Any) -> dict[
     real = torch.from_numpy(~np.asarray(data.non_tensor_batch["is_padding"], dtype=bool))
     sub, metrics = compute_rollout_correction_and_add_to_batch(data.select_idxs(real), rollout_correction)
     data.batch["response_mask"][real] = sub.batch["response_mask"].to(data.batch["response_mask"].dtype)
-    if "rollout_is_weights" in sub.batch.keys():
+    if "rollout_is_weights" in sub.batch:
         weights = torch.zeros_like(data.batch["old_log_probs"])  # (B, R), 0 on padding rows
         weights[real] = sub.batch["rollout_is_weights"].to(weights.dtype)
         data.batch["rollout_is_weights"] = weights
