@@ -44,10 +44,10 @@ def step0_responses(run: Path) -> list[list[int]]:
 
 
 def test_tis_weights_reach_verls_update_on_cpu(tmp_path, warm):
-    one_step = ("trainer.steps=1", "trainer.save_every=0", "verl.old_log_prob=recompute")
+    one_step = ("trainer.steps=1", "trainer.save_every=0")
     base_run, tis_run = tmp_path / "base", tmp_path / "tis"
-    train(base_run, warm, *one_step)
-    train(tis_run, warm, *one_step, f"optim.tis_cap={CAP}", "optim.tis_level=token")
+    train(base_run, warm, *one_step, "verl.old_log_prob=recompute")  # the same pi_old, without the weights
+    train(tis_run, warm, *one_step, f"optim.tis_cap={CAP}", "optim.tis_level=token")  # implies recompute
     (base,), (tis,) = rows(base_run), rows(tis_run)
     assert step0_responses(base_run) == step0_responses(tis_run)  # the same samples, so the same batch
     assert base["verl/policy/skipped_step"] == tis["verl/policy/skipped_step"] == 0.0
