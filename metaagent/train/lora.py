@@ -13,6 +13,9 @@ enter ``use(key)`` around every forward, so designer and executor calls on the s
 other's adapter. The updater of a key optimises only that adapter's parameters; the base has no gradient and
 no AdamW state.
 
+The reference policy of every key is the frozen base itself: :meth:`AdapterSet.reference` turns the adapters
+off, so a KL, DPO or MAPPA reference holds no second copy of the model (:func:`metaagent.train.models.make_updaters`).
+
 A checkpoint folder ``models/<key>/`` of a LoRA run is a peft adapter folder (``adapter_config.json`` with
 ``base_model_name_or_path`` = the base the run started from, ``adapter_model.safetensors``, the tokenizer);
 ``metaagent-export`` merges it into a full model folder, and :func:`metaagent.policy.models.resolve_model`
@@ -99,6 +102,21 @@ class AdapterSet:
             if self.peft.active_adapter != key:
                 self.peft.set_adapter(key)
             yield
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        """The frozen base for the duration: every adapter off (peft's ``PeftModel.disable_adapter``, which
+        turns off all LoRA layers whatever adapter is active and re-enables exactly the active one on exit) and
+        eval mode, under the lock. The base never trains, so inside this context the model computes the
+        reference policy of every key on this base: the KL, DPO and MAPPA references need no loaded copy
+        (TRL's ``disable_adapter`` reference, verl's ``ref_in_actor`` when ``lora_rank > 0``)."""
+        with self._lock, self.peft.disable_adapter():
+            was_training = self.model.training
+            self.model.eval()  # like a loaded reference (eval mode): no dropout anywhere
+            try:
+                yield
+            finally:
+                self.model.train(was_training)
 
     def parameters(self, key: str) -> list[torch.nn.Parameter]:
         """The trainable parameters of adapter ``key`` (and nothing of the base or the other adapters)."""

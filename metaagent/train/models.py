@@ -151,25 +151,30 @@ def make_updaters(
     models: ModelSet, optim: OptimConfig, total_steps: int | None = None, *, need_ref: bool = False
 ) -> dict[str, Any]:
     """One PolicyUpdater (own AdamW) per physical model; ``optim`` is the one optimizer + loss config. Each gets
-    a frozen reference copy when the loss needs one (``kl_coef > 0``, DPO) or ``need_ref`` (a token stage that
-    puts the KL into the reward)."""
+    a reference policy when the loss needs one (``kl_coef > 0``, DPO) or ``need_ref`` (a token stage that puts
+    the KL into the reward): a frozen copy of the model loaded from its path, or with ``policy.lora`` the
+    shared frozen base with the adapters off (:meth:`~metaagent.train.lora.AdapterSet.reference`), no copy."""
     from metaagent.train.update import PolicyUpdater, UpdateOptions
 
     updaters = {}
     for key, model in models.models.items():
         options = UpdateOptions(pad_id=models.tokenizers[key].pad_token_id or 0)
-        ref = None
-        if optim.kl_coef > 0 or optim.dpo or need_ref:
-            from metaagent.policy.models import load_model_and_tokenizer
-
-            ref, _ = load_model_and_tokenizer(models.paths[key], dtype="float32", device=str(model.device))
-        lora = {}
+        reference: dict[str, Any] = {}
+        lora: dict[str, Any] = {}
         if key in models.adapters:  # only this key's adapter is optimised, with it active in every forward
             aset = models.adapters[key]
             lora = {"params": aset.parameters(key), "model_context": functools.partial(aset.use, key)}
+        if optim.kl_coef > 0 or optim.dpo or need_ref:
+            if key in models.adapters:  # the reference is the frozen base under the adapters
+                reference = {"ref_context": models.adapters[key].reference}
+            else:
+                from metaagent.policy.models import load_model_and_tokenizer
+
+                ref, _ = load_model_and_tokenizer(models.paths[key], dtype="float32", device=str(model.device))
+                reference = {"ref_model": ref}
         updaters[key] = PolicyUpdater(
-            model, ref_model=ref, optim=optim.optimizer(), loss=optim.loss(), options=options,
-            total_steps=total_steps, **lora,
+            model, optim=optim.optimizer(), loss=optim.loss(), options=options, total_steps=total_steps,
+            **reference, **lora,
         )  # fmt: skip
     return updaters
 

@@ -82,7 +82,10 @@ class PolicyUpdater:
 
     Args:
         model: a Hugging Face causal LM with fp32 parameters.
-        ref_model: frozen reference model for the KL term (required when ``kl_coef > 0``).
+        ref_model: frozen reference model for the KL term (``kl_coef > 0``), DPO and the reference pre-pass.
+        ref_context: instead of ``ref_model``: the reference is ``model`` itself inside this context (LoRA:
+            :meth:`metaagent.train.lora.AdapterSet.reference`, the shared frozen base with every adapter off),
+            so no copy is held. Reference forwards run under ``no_grad`` with the same chunking either way.
         optim: the :class:`~metaagent.train.optim.OptimizerConfig` (AdamW, clipping, micro-batches, schedule).
         loss: the :class:`~metaagent.train.optim.LossConfig` (Eq. 2-3 PPO-clip, KL, entropy).
         options: :class:`UpdateOptions` (log-prob implementation, pad id, checkpointing).
@@ -100,6 +103,7 @@ class PolicyUpdater:
         model: torch.nn.Module,
         *,
         ref_model: torch.nn.Module | None = None,
+        ref_context: Callable[[], contextlib.AbstractContextManager] | None = None,
         optim: OptimizerConfig | None = None,
         loss: LossConfig | None = None,
         options: UpdateOptions | None = None,
@@ -118,10 +122,13 @@ class PolicyUpdater:
         if self.optim.schedule != "constant" and not total_steps:
             raise UpdateError(f"optim.schedule={self.optim.schedule} needs total_steps (the run's optimizer steps)")
         _check_fp32(model, "model")
-        if self.loss.kl_coef > 0 and ref_model is None:
-            raise UpdateError("kl_coef > 0 needs ref_model (a frozen copy of the initial policy)")
+        if ref_model is not None and ref_context is not None:
+            raise UpdateError("pass ref_model (a frozen copy) or ref_context (the model's own frozen base), not both")
         self.model = model
         self.ref_model = ref_model
+        self._ref_context = ref_context
+        if self.loss.kl_coef > 0 and not self.has_reference:
+            raise UpdateError("kl_coef > 0 needs ref_model (a frozen copy of the initial policy)")
         if ref_model is not None:
             ref_model.eval().requires_grad_(False)
         if self.options.gradient_checkpointing:
@@ -134,6 +141,22 @@ class PolicyUpdater:
         self.steps = 0
         self._pending = False  # gradients accumulated since the last step
         self._signal = False  # some accumulated sample has a non-zero advantage
+
+    @property
+    def has_reference(self) -> bool:
+        """A reference policy is available: a loaded copy (``ref_model``) or the shared base (``ref_context``)."""
+        return self.ref_model is not None or self._ref_context is not None
+
+    @torch.no_grad()
+    def _reference_logprobs(self, data: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``(B, R)`` log pi_ref of ``data``'s response tokens: the loaded copy, or ``model`` inside
+        ``ref_context`` (adapters off); chunked like the policy's, no graph."""
+        if self.ref_model is not None:
+            ref, _ = response_logprobs(self.ref_model, data, chunk_size=self.optim.logprob_chunk)
+            return ref
+        with self._ref_context():
+            ref, _ = response_logprobs(self.model, data, chunk_size=self.optim.logprob_chunk)
+        return ref
 
     @property
     def device(self) -> torch.device:
@@ -255,11 +278,9 @@ class PolicyUpdater:
     def _backward_in_context(self, mb: Sequence[Sample], batch: GlobalBatch) -> tuple[dict[str, float], float, float]:
         data = self._device_batch(mb)
         with self._autocast():
+            # the reference first: with ref_context it is the policy's own base with its adapters switched off
+            ref_logp = self._reference_logprobs(data) if self.loss.kl_coef > 0 else None
             logp, entropy = self._logprobs(data)
-            ref_logp = None
-            if self.loss.kl_coef > 0:
-                with torch.no_grad():
-                    ref_logp, _ = response_logprobs(self.ref_model, data, chunk_size=self.optim.logprob_chunk)
         loss, m = policy_loss(
             logp,
             data["old_log_probs"],
@@ -278,14 +299,14 @@ class PolicyUpdater:
         """The reference pre-pass: ``log pi_ref`` of every response token of ``samples`` (at each sample's
         temperature, like the rollout log-probs), forward-only and micro-batched, before any loss. Token
         stages that put the KL into the reward (MAPPA) need the whole batch's values before the advantages."""
-        if self.ref_model is None:
+        if not self.has_reference:
             raise UpdateError("reference log-probs need ref_model (a frozen copy of the initial policy)")
         out: dict[int, list[float]] = {}
         index = {id(s): n for n, s in enumerate(samples)}
         for mb in micro_batches(list(samples), self.optim.micro_batch_tokens):
             data = self._device_batch(mb)
             with self._autocast():
-                ref, _ = response_logprobs(self.ref_model, data, chunk_size=self.optim.logprob_chunk)  # (B, R)
+                ref = self._reference_logprobs(data)  # (B, R)
             ref = ref.float().cpu()
             for row, s in enumerate(mb):
                 out[index[id(s)]] = ref[row, : len(s.response_ids)].tolist()
@@ -293,8 +314,8 @@ class PolicyUpdater:
 
     def accumulate_pairs(self, pairs: Sequence[PairSample], *, beta: float = 0.1) -> dict[str, float]:
         """Forward and backward the DPO loss of ``pairs`` (:func:`metaagent.train.losses.dpo_loss`) against
-        ``ref_model``, adding to the accumulated gradient; :meth:`step` applies it."""
-        if self.ref_model is None:
+        the reference, adding to the accumulated gradient; :meth:`step` applies it."""
+        if not self.has_reference:
             raise UpdateError("the DPO loss needs ref_model (a frozen copy of the initial policy)")
         if not pairs:
             return {"train/dpo_pairs": 0.0}
@@ -306,9 +327,8 @@ class PolicyUpdater:
         try:
             with self._model_context():
                 with self._autocast():
+                    ref = self._reference_logprobs(data)  # (2P, R), before the policy's graph is built
                     logp, _ = response_logprobs(self.model, data, chunk_size=self.optim.logprob_chunk)  # (2P, R)
-                    with torch.no_grad():
-                        ref, _ = response_logprobs(self.ref_model, data, chunk_size=self.optim.logprob_chunk)
                 seq, ref_seq = logp.sum(-1), ref.sum(-1)  # (2P,)
                 n = len(pairs)
                 weights = torch.tensor([p.weight for p in pairs], dtype=seq.dtype, device=seq.device)
