@@ -161,10 +161,10 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
             f"verl.models need {used} GPUs but the cluster has verl.nnodes * verl.n_gpus_per_node = "
             f"{verl.nnodes} * {verl.n_gpus_per_node} = {verl.total_gpus}"
         )
-    if cfg.optim.kl_coef > 0 and any(not r.colocated for r in resources.values()):
-        raise ConfigError(
+    if cfg.optim.kl_coef > 0 and not cfg.policy.lora.enabled and any(not r.colocated for r in resources.values()):
+        raise ConfigError(  # with LoRA the reference is the actor with its adapter off (verl's ref_in_actor)
             "optim.kl_coef > 0 needs a reference model, which the verl backend hosts in the colocated "
-            "actor_rollout_ref worker only; use colocated placement (rollout_gpus: 0) or optim.kl_coef: 0"
+            "actor_rollout_ref worker only; use colocated placement (rollout_gpus: 0), policy.lora, or optim.kl_coef: 0"
         )
 
     if cfg.optim.tis_cap is not None and verl.old_log_prob != "recompute":

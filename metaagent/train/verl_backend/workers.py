@@ -4,7 +4,8 @@ Per physical model (``ModelPlan``):
 
 - a Ray resource pool and a ``RayWorkerGroup`` of verl's ``ActorRolloutRefWorker`` (the FSDP training
   engine; role ``actor_rollout`` when vLLM is colocated, ``actor_rollout_ref`` when a KL reference is
-  needed, ``actor`` when vLLM runs on its own GPUs);
+  needed, ``actor`` when vLLM runs on its own GPUs). With LoRA (``policy.lora``) the reference is the
+  actor itself with its adapter off, as verl's own trainer does (``ref_in_actor``): no reference worker;
 - verl's ``LLMServerManager``: vLLM async server replicas, hybrid on the actor's GPUs or standalone, and the
   ``LLMServerClient`` that the :class:`~.policy.ServerPolicy` of this model sends requests through;
 - verl's ``CheckpointEngineManager``: after every update the new weights go to the replicas (in place for
@@ -71,6 +72,7 @@ class ModelGroup:
         self.tokenizer = tokenizer
         self.seed = seed
         self.use_ref = bool(config.actor_rollout_ref.actor.use_kl_loss)
+        self.ref_in_actor = self.use_ref and ref_in_actor(config)
         self.wg: Any = None
         self.rollout: Any = None
         self.policy: Any = None
@@ -89,9 +91,10 @@ class ModelGroup:
     # ------------------------------------------------------------------------------------------- start
     @property
     def role(self) -> str:
-        """verl's worker role: ``actor_rollout(_ref)`` when the rollout is colocated, else ``actor``."""
+        """verl's worker role: ``actor_rollout(_ref)`` when the rollout is colocated, else ``actor``; no ``_ref``
+        when the reference is the actor's own base (LoRA, :func:`ref_in_actor`)."""
         if self.plan.colocated:
-            return "actor_rollout_ref" if self.use_ref else "actor_rollout"
+            return "actor_rollout_ref" if self.use_ref and not self.ref_in_actor else "actor_rollout"
         return "actor"
 
     def start(
@@ -182,12 +185,17 @@ class ModelGroup:
         data["old_log_probs"] = log_probs
 
     def reference_log_probs(self, batch: UpdateBatch) -> None:
-        """KL term: the frozen reference model's log-probs as ``ref_log_prob``."""
+        """KL term: the frozen reference model's log-probs as ``ref_log_prob``; with LoRA the actor's forward
+        with its adapter off (verl's ``_compute_ref_log_prob`` when ``ref_in_actor``: ``no_lora_adapter``)."""
         from verl.utils import tensordict_utils as tu
         from verl.workers.utils.padding import no_padding_2_padding
 
         td = logprob_tensordict(batch)
-        out = self.wg.compute_ref_log_prob(td)
+        if self.ref_in_actor:
+            tu.assign_non_tensor(td, no_lora_adapter=True)
+            out = self.wg.compute_log_prob(td)
+        else:
+            out = self.wg.compute_ref_log_prob(td)
         batch.data.batch["ref_log_prob"] = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
 
     def update(self, batch: UpdateBatch, *, step: int) -> dict[str, float]:
@@ -234,6 +242,15 @@ class ModelGroup:
     def close(self) -> None:
         if self.rollout is not None:
             self.rollout.close()
+
+
+def ref_in_actor(config: Any) -> bool:
+    """verl's rule (0.9.1, ``RayPPOTrainer.__init__`` and ``trainer/main_ppo_v0.py``): with a LoRA actor
+    (``model.lora.rank`` or ``model.lora_rank`` > 0, or a ``model.lora_adapter_path``) the reference policy is
+    the actor without its adapter, so no reference model is built."""
+    model = config.actor_rollout_ref.model
+    rank = (model.get("lora", None) or {}).get("rank", 0) or model.get("lora_rank", 0) or 0
+    return rank > 0 or model.get("lora_adapter_path", None) is not None
 
 
 def rollout_logprob_diff(data: Any, actor: Any, rollout: Any = None) -> dict[str, list[float]]:
