@@ -1,9 +1,12 @@
-"""Benchmark one policy update: chunked log-probs vs the naive full-logits computation, and LoRA vs full
-fine-tuning (``--variants chunked,lora``), same batch.
+"""Benchmark one policy update: chunked log-probs vs the naive full-logits computation, LoRA vs full
+fine-tuning (``--variants chunked,lora``), and a LoRA update with a KL reference that is the shared base vs a
+loaded copy (``--variants lora_kl,lora_kl_copy``), same batch.
 
 Variants: ``chunked`` (full fine-tuning, the trainer's log-probs), ``naive`` (full logits), ``lora`` (the
 chunked update of one LoRA adapter on the frozen base, as ``policy.lora`` trains: ``--lora-rank``, alpha 2r,
-all linear layers; AdamW holds only the adapter).
+all linear layers; AdamW holds only the adapter), ``lora_kl`` (``lora`` with ``kl_coef = --kl-coef``, the
+reference being the base itself with the adapter off, as the trainer does) and ``lora_kl_copy`` (the same with
+a separately loaded copy of the base as the reference, as the trainer did before).
 
 Each variant runs in a fresh subprocess (so one variant's allocator state cannot hide the other's), which:
 
@@ -120,8 +123,8 @@ def worker(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     model, vocab, source = load_model(args.model)
     samples = make_samples(args.samples, args.prompt_len, args.response_len, vocab, seed=0)
-    lora = {}
-    if args.variant == "lora":
+    lora: dict = {}
+    if args.variant.startswith("lora"):
         import functools
 
         from metaagent.train.config import LoraSettings
@@ -131,6 +134,10 @@ def worker(args: argparse.Namespace) -> dict:
         aset = AdapterSet(model, ["policy"], settings, base=args.model)
         model = aset.model
         lora = {"params": aset.parameters("policy"), "model_context": functools.partial(aset.use, "policy")}
+        if args.variant == "lora_kl":
+            lora.update(ref_context=aset.reference, kl_coef=args.kl_coef)
+        elif args.variant == "lora_kl_copy":
+            lora.update(ref_model=load_model(args.model)[0], kl_coef=args.kl_coef)
     updater = PolicyUpdater(
         model,
         **lora,
@@ -162,6 +169,8 @@ def worker(args: argparse.Namespace) -> dict:
         "model": source,
         "vocab": vocab,
         "params_m": sum(p.numel() for p in model.parameters()) / 1e6,
+        "reference": "base with adapter off" if args.variant == "lora_kl" else (
+            "loaded copy" if args.variant == "lora_kl_copy" else None),
         "update_s": elapsed,
         "update_s_all": times,
         "response_tokens_per_s": response_tokens / elapsed,
@@ -172,6 +181,7 @@ def worker(args: argparse.Namespace) -> dict:
         "peak_method": "VmHWM after clear_refs" if exact else "ru_maxrss (process lifetime)",
         "micro_batches": metrics["train/micro_batches"],
         "loss": metrics["train/loss"],
+        "ref_kl": metrics.get("train/ref_kl"),
         "grad_norm": metrics["train/grad_norm"],
     }
 
@@ -193,7 +203,8 @@ def main(argv: list[str] | None = None) -> None:
         "--repeats", type=int, default=3, help="measured updates per variant; the fastest is reported"
     )
     p.add_argument("--gradient-checkpointing", action="store_true", help="also recompute the decoder layers")
-    p.add_argument("--variants", default="chunked,naive", help="of chunked, naive, lora")
+    p.add_argument("--variants", default="chunked,naive", help="of chunked, naive, lora, lora_kl, lora_kl_copy")
+    p.add_argument("--kl-coef", type=float, default=0.01, help="kl_coef of the lora_kl variants")
     p.add_argument("--lora-rank", type=int, default=16, help="rank of the lora variant (alpha = 2 x rank)")
     p.add_argument("--json", type=Path, help="also write the results here")
     p.add_argument("--variant", help=argparse.SUPPRESS)  # worker mode
@@ -216,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
             "threads",
             "repeats",
             "lora_rank",
+            "kl_coef",
         ):
             cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
         if args.gradient_checkpointing:
@@ -257,6 +269,15 @@ def main(argv: list[str] | None = None) -> None:
             "trainable_params_lora_over_full": lo["trainable_params_m"] / c["trainable_params_m"],
         }
         print(json.dumps(summary["lora_ratios"], indent=1))
+    if "lora_kl" in by and "lora_kl_copy" in by:
+        sh, cp = by["lora_kl"], by["lora_kl_copy"]
+        summary["lora_kl_ratios"] = {
+            "peak_rss_shared_over_copy": sh["peak_rss_mib"] / cp["peak_rss_mib"],
+            "peak_rss_saved_mib": cp["peak_rss_mib"] - sh["peak_rss_mib"],
+            "time_shared_over_copy": sh["update_s"] / cp["update_s"],
+            "loss_abs_diff": abs(sh["loss"] - cp["loss"]),
+        }
+        print(json.dumps(summary["lora_kl_ratios"], indent=1))
     if args.json is not None:
         args.json.write_text(json.dumps(summary, indent=1))
 
