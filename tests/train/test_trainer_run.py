@@ -81,8 +81,9 @@ def _strip(row: dict) -> dict:
 RESUME = ("optim.entropy_coef=0.01",)
 
 
-# policy.lora: each model key is a LoRA adapter on its frozen base; checkpoints hold only the adapters
-LORA = ("policy.lora.enabled=true", "policy.lora.rank=4", "policy.lora.alpha=8", "optim.lr=1e-2")
+# policy.lora: each model key is a LoRA adapter on its frozen base; checkpoints hold only the adapters; the KL
+# reference is that base with the adapter off (no copy loaded)
+LORA = ("policy.lora.enabled=true", "policy.lora.rank=4", "policy.lora.alpha=8", "optim.lr=1e-2", "optim.kl_coef=0.05")
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -90,6 +91,8 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, warm, lora):
     out = tmp_path / "run"
     extra = (*RESUME, *(LORA if lora else ()))
     with Trainer(_config(out, warm, *extra)) as trainer:
+        if lora:
+            assert all(u.ref_model is None and u.has_reference for u in trainer.updaters.values())
         before = _params(trainer)
         after: dict[int, dict[str, torch.Tensor]] = {}
         trainer.train(on_step=lambda r: after.__setitem__(r.step, _params(trainer)))
@@ -103,6 +106,8 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, warm, lora):
     if lora:  # only LoRA weights move, and the checkpoints are adapter folders
         assert not any(not torch.equal(before[k], after[3][k]) for k in before if "lora_" not in k)
         assert (out / "checkpoints" / "step_00000002" / "models" / "executor" / "adapter_config.json").is_file()
+        assert rows[0]["train/executor/ref_kl"] == pytest.approx(0.0, abs=1e-7)  # B = 0: the policy is its base
+        assert rows[1]["train/executor/ref_kl"] > 0  # the executor adapter moved at step 0
 
     assert moved(before, after[1], "executor") and not moved(before, after[1], "designer")
     assert moved(after[1], after[3], "designer") and not moved(after[1], after[3], "executor")
