@@ -65,7 +65,7 @@ def test_lora_kl_runs_without_a_reference_worker_and_asks_the_actor_with_the_ada
     for group, want in ((plain, ("compute_ref_log_prob", False)), (lora, ("compute_log_prob", True))):
         group.wg = _Workers()
         group.reference_log_probs(batch)
-        assert group.wg.calls == [want] and "ref_log_prob" in batch.data.batch.keys()
+        assert group.wg.calls == [want] and "ref_log_prob" in batch.data.batch
 
 
 def test_split_placement_may_have_a_kl_term_with_lora_only():
@@ -161,7 +161,7 @@ def main() -> None:
     probe = batch()
     group.reference_log_probs(probe)
     actor = group.actor_log_probs(probe)
-    diff = lambda a: float(((a - want)[:rows].abs() * mask[:rows]).max())  # noqa: E731
+    diff = lambda a: float(((a - want)[:rows].abs() * mask[:rows]).max())
     print(json.dumps({
         "role": group.role, "ref_in_actor": group.ref_in_actor,
         "ref_vs_base": diff(probe.data.batch["ref_log_prob"]), "actor_vs_base": diff(actor),
