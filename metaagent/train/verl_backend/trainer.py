@@ -230,7 +230,11 @@ class VerlTrainer(TrainLoop):
         else:
             metrics["skipped_step"] = 1.0
         prefix = "train/critic/" if len(self.groups) == 1 else f"train/critic/{key}/"
-        return {prefix + k: v for k, v in metrics.items()}
+        # verl's engine figures (memory, mfu) sit beside the actor's, under verl/<key>/critic/
+        return {
+            (f"verl/{key}/critic/{k}" if k.startswith("perf/") or k == "mfu" else prefix + k): v
+            for k, v in metrics.items()
+        }
 
     def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
         if pairs:
