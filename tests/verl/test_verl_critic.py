@@ -18,6 +18,7 @@ from metaagent.train.verl_backend.batch import build_update_batch, critic_tensor
 from metaagent.train.verl_backend.checkpoint import load_verl_checkpoint, save_verl_checkpoint
 from metaagent.train.verl_backend.errors import VerlBackendError
 from metaagent.train.verl_backend.plan import format_plan, resolve_plan
+from metaagent.train.verl_backend.trainer import VerlTrainer
 from metaagent.train.verl_backend.verl_config import compose_verl_config, metaagent_settings
 
 GAE = ["algo.options={mode: gae, gamma: 1.0, lam: 1.0}", "trainer.backend=verl", "verl.n_gpus_per_node=1"]
@@ -167,3 +168,72 @@ def test_critic_checkpoints_sit_under_critics_and_resume_refuses_a_checkpoint_wi
     assert "critics" not in json.loads((plain / "meta.json").read_text())
     with pytest.raises(CheckpointError, match="no critic for model"):
         load_verl_checkpoint(plain, groups={"policy": CriticGroup()})
+
+
+class FakeCriticGroup:
+    """A model group with a critic whose value is 0.5 on every token; records critic and actor batches."""
+
+    def __init__(self) -> None:
+        from test_verl_trainer import FakeGroup
+
+        self.base = FakeGroup("policy", 2)
+        self.key, self.dp_size, self.pad_id, self.policy = "policy", 2, 0, self.base.policy
+        self.use_critic = True
+        self.critic_batches: list = []
+        self.value_batches = 0
+
+    def critic_values(self, batch):
+        self.value_batches += 1
+        return 0.5 * batch.data.batch["response_mask"].float()
+
+    def update_critic(self, batch, *, step):
+        self.critic_batches.append((step, batch))
+        return {"vf_loss": 0.125, "grad_norm": 1.0}
+
+    def save_critic(self, path: Path, step: int) -> None:
+        (path / "fsdp_config.json").write_text("{}")
+
+    def load_critic(self, path: Path) -> None:
+        assert (path / "fsdp_config.json").is_file()
+
+    def __getattr__(self, name):  # update, sync_weights, free_rollout_memory, save, load, close
+        return getattr(self.base, name)
+
+
+@pytest.mark.slow
+def test_gae_step_sends_the_critics_values_and_returns_to_update_critic_and_gae_advantages_to_the_actor(tmp_path):
+    """The loop with a fake critic group: the critic's pre-pass values feed metaagent's GAE, the critic warms up
+    for one step (no actor update, the rollout woken), then both update on the same step's samples."""
+    from test_verl_trainer import config
+
+    from metaagent.credit.unity import gae_advantages, last_token_rewards, whiten_tokens
+
+    cfg = config(
+        tmp_path, "algo.estimator=unity", "algo.options={mode: gae}", "turn_reward.allocator=shared_outcome",
+        "rollout.frozen_designer=single_math", "schedule.mode=executor_only", "critic.warmup_steps=1",
+    )  # fmt: skip
+    group = FakeCriticGroup()
+    with VerlTrainer(cfg, groups={"policy": group}) as trainer:
+        results = trainer.train()
+    m0, m1 = results[0].metrics, results[1].metrics
+    assert m0["train/critic_warmup"] == 1.0 and "train/critic_warmup" not in m1
+    assert [s for s, _ in group.critic_batches] == [0, 1] and [s for s, _ in group.base.updates] == [1]
+    assert group.base.syncs == [0, 1, 2] and group.value_batches == 2  # warm-up step: synced to wake the rollout
+    assert m1["train/critic/vf_loss"] == 0.125 and m1["train/critic/skipped_step"] == 0.0
+    assert m1["credit/values_mean"] == pytest.approx(0.5)
+    (_, critic_batch), (_, actor_batch) = group.critic_batches[1], group.base.updates[0]
+    c, a = critic_batch.data.batch, actor_batch.data.batch
+    rows = [i for i, n in enumerate(critic_batch.order) if n >= 0]
+    lengths = [int(c["response_mask"][i].sum()) for i in rows]
+    rewards = [float(c["returns"][i, 0]) for i in rows]  # gamma = lam = 1: R_t = r on every token
+    assert len(set(rewards)) > 1  # right and wrong answers
+    for i, n in zip(rows, lengths):
+        assert c["values"][i, :n].tolist() == pytest.approx([0.5] * n)
+        assert c["returns"][i, :n].tolist() == pytest.approx([c["returns"][i, 0].item()] * n)
+    expected = whiten_tokens([gae_advantages(last_token_rewards(r, n), [0.5] * n)[0] for r, n in zip(rewards, lengths)])
+    by_key = {k: i for i, k in enumerate(actor_batch.data.non_tensor_batch["mas_key"])}
+    keys = critic_batch.data.non_tensor_batch["mas_key"]
+    for i, n, adv in zip(rows, lengths, expected):
+        assert a["advantages"][by_key[keys[i]], :n].tolist() == pytest.approx(adv.tolist(), abs=1e-5)
+    meta = json.loads((Path(cfg.trainer.out) / "checkpoints" / "step_00000002" / "meta.json").read_text())
+    assert meta["critics"] == {"policy": "critics/policy"}

@@ -262,7 +262,8 @@ class VerlTrainer(TrainLoop):
                 metrics.update(self._update_critic(key, group, mine, step))
                 if step < self.config.critic.warmup_steps:  # verl's critic_warmup: no actor update yet
                     metrics["train/critic_warmup"] = 1.0
-                    metrics.update(group.sync_weights(step + 1))  # wakes the rollout the critic put to sleep
+                    if mine:
+                        metrics.update(group.sync_weights(step + 1))  # wakes the rollout the critic put to sleep
                     continue
             if not any(_learns(s) for s in mine):
                 # nothing to learn for this model (no sample, or every advantage 0): no update_actor call, so
