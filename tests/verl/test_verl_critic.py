@@ -113,18 +113,18 @@ def test_critic_batch_carries_values_returns_and_per_token_advantages_in_row_ord
         assert d["values"][row, r:].abs().sum() == 0
     td = critic_tensordict(batch, seed=7)
     assert td["global_batch_size"] == len(samples) and td["mini_batch_size"] == len(batch.data)
-    assert td["epochs"] == 1 and "values" in td.keys() and "returns" in td.keys()
+    assert td["epochs"] == 1 and "values" in td and "returns" in td
 
 
 def test_a_batch_without_critic_fields_keeps_returns_equal_to_advantages_and_has_no_values(trees):
     samples = samples_of(trees)
     batch = build_update_batch(samples, dp_size=1, pad_id=PAD)
     d = batch.data.batch
-    assert "values" not in d.keys() and torch.equal(d["returns"], d["advantages"])
+    assert "values" not in d and torch.equal(d["returns"], d["advantages"])
     with pytest.raises(VerlBackendError, match="no values/returns"):
         critic_tensordict(batch)
     mixed = samples[:1] + _with_gae_fields(samples[1:])  # a designer sample without returns: no critic fields
-    assert "values" not in build_update_batch(mixed, dp_size=1, pad_id=PAD).data.batch.keys()
+    assert "values" not in build_update_batch(mixed, dp_size=1, pad_id=PAD).data.batch
 
 
 def test_per_token_fields_of_the_wrong_length_are_refused(trees):

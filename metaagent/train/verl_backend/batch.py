@@ -250,7 +250,7 @@ def critic_tensordict(batch: UpdateBatch, *, seed: int = 0):
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
-    if "values" not in batch.data.batch.keys():
+    if "values" not in batch.data.batch:
         raise VerlBackendError("the critic's batch has no values/returns: build it from samples of the GAE token stage")
     td = _scalar_temperature(left_right_2_no_padding(batch.data.to_tensordict()))
     tu.assign_non_tensor(

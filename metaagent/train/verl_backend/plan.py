@@ -337,8 +337,10 @@ def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = No
         ),
         *(
             [
-                "critic: one verl critic worker group per model (value model = the model's weights + a linear head, "
-                "colocated with its actor); GAE on the critic's values, then update_critic before update_actor"
+                (
+                    "critic: one verl critic worker group per model (value model = the model's weights + a linear "
+                    "head, colocated with its actor); GAE on the critic's values, then update_critic before update_actor"
+                )
             ]
             if plan.critic
             else []

@@ -33,7 +33,6 @@ from .errors import VerlBackendError
 from .plan import ModelPlan
 from .policy import ServerPolicy
 
-
 CRITIC = "critic"  # the critic's name in the colocated worker class (verl: str(Role.Critic))
 
 
