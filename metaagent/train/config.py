@@ -317,11 +317,6 @@ class TrainConfig:
                 )
             if self.policy.lora.dropout > 0:
                 raise ConfigError("policy.lora.dropout > 0: verl's LoRA config has no dropout key; set it to 0")
-        if self.trainer.backend == "verl" and self.optim.tis_cap is not None:
-            raise ConfigError(
-                "optim.tis_cap (truncated importance sampling) runs on the local backend only; the verl backend does "
-                "not pass rollout IS weights to update_actor yet"
-            )
         if self.algo.overlong.buffer > self.rollout.executor.max_tokens:
             raise ConfigError(
                 f"algo.overlong.buffer = {self.algo.overlong.buffer} exceeds rollout.executor.max_tokens = "

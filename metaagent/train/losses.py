@@ -46,6 +46,7 @@ from .optim import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSSES, LossConfig
 
 __all__ = [
     "KL_TYPES", "LOSS_AGG_MODES", "POLICY_LOSSES", "LossConfig", "GlobalBatch", "policy_loss", "dpo_loss", "tis_weights",
+    "tis_metrics",
 ]  # fmt: skip
 
 #: metrics that are this micro-batch's share of a whole-batch quantity: add them over micro-batches
@@ -183,14 +184,26 @@ def tis_weights(
         log_ratio=train - rollout, response_mask=mask, rollout_is=level, rollout_is_threshold=float(cap)
     )
     off = helper.compute_offpolicy_metrics(old_log_prob=train, rollout_log_prob=rollout, response_mask=mask)
-    frac = m["rollout_is_seq_fraction_high"] if level == "sequence" else m["rollout_is_ratio_fraction_high"]
-    metrics = {
-        "train/tis_clipfrac": float(frac),
-        "train/tis_weight_mean": float(m["rollout_is_mean"]),
-        "train/mismatch_kl": float(off["kl"]),
-        "train/mismatch_k3_kl": float(off["k3_kl"]),
+    return weights.to(train_log_probs.dtype), tis_metrics({**m, **off}, level)
+
+
+def tis_metrics(verl_metrics: dict[str, float], level: str, prefix: str = "") -> dict[str, float]:
+    """metaagent's TIS / mismatch metrics from verl's rollout-correction metrics: the one name map, used by the
+    local backend (:func:`tis_weights`) and the verl backend (``rollout_corr/*`` of verl's
+    ``compute_rollout_correction_and_add_to_batch``, ``prefix="rollout_corr/"``).
+
+    ``train/tis_clipfrac`` is verl's ``rollout_is_ratio_fraction_high`` (token level: share of tokens whose raw
+    weight exceeds the cap) or ``rollout_is_seq_fraction_high`` (sequence level: share of responses);
+    ``train/tis_weight_mean`` is ``rollout_is_mean``; ``train/mismatch_kl`` / ``train/mismatch_k3_kl`` are
+    ``kl`` / ``k3_kl`` (KL(rollout || train), direct and k3 estimators).
+    """
+    frac = "rollout_is_seq_fraction_high" if level == "sequence" else "rollout_is_ratio_fraction_high"
+    return {
+        "train/tis_clipfrac": float(verl_metrics[prefix + frac]),
+        "train/tis_weight_mean": float(verl_metrics[prefix + "rollout_is_mean"]),
+        "train/mismatch_kl": float(verl_metrics[prefix + "kl"]),
+        "train/mismatch_k3_kl": float(verl_metrics[prefix + "k3_kl"]),
     }
-    return weights.to(train_log_probs.dtype), metrics
 
 
 def policy_loss(

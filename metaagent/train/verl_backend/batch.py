@@ -18,6 +18,8 @@ are never built, so they are not in the batch at all). This module lays them out
     values         (B, R)     when every sample has them: V_t of Sample.values, the critic's values before the update
                               (V_old of verl's clipped value loss)
     temperature    (B,)       sampling temperature of each row (designer and executor may differ)
+    rollout_log_probs, rollout_is_weights  (B, R)   added before the update when the actor recomputes pi_old
+                              (verl.old_log_prob=recompute; optim.tis_cap: add_rollout_correction)
     non-tensor: uid (question), mas_role, mas_key, is_padding
 
 Data parallelism: verl's dispatch hands rank k the k-th contiguous B/dp slice, so B must be a multiple of
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -283,3 +286,42 @@ def _scalar_temperature(td):
         del td["temperature"]
         tu.assign_non_tensor(td, temperature=float(temps[0]))
     return td
+
+
+def add_rollout_correction(batch: UpdateBatch, rollout_correction: Any) -> dict[str, float]:
+    """verl's rollout-training mismatch correction on the batch, as verl's trainer applies it in decoupled mode.
+
+    Needs ``old_log_probs`` recomputed by the actor and the rollout engine's ``rollout_log_probs``
+    (:meth:`~.workers.ModelGroup.recompute_old_log_probs`). verl's ``compute_rollout_correction_and_add_to_batch``
+    reads ``rollout_correction`` (the composed config's ``algorithm.rollout_correction``: ``rollout_is``,
+    ``rollout_is_threshold``, ``rollout_rs``, ...) and adds ``rollout_is_weights`` (B, R)::
+
+        token:     w_t = min(exp(old_log_probs_t - rollout_log_probs_t), rollout_is_threshold)
+        sequence:  w_t = min(exp(sum_t' (old_log_probs_t' - rollout_log_probs_t')), rollout_is_threshold)
+
+    which verl's actor loss (``ppo_loss`` -> the registered policy loss) multiplies into each token's
+    policy-gradient term; a ``rollout_rs`` rejection rule zeroes ``response_mask`` where it rejects. It runs on
+    the real rows only: the zero-weight DP padding rows keep weight 0 and do not dilute the per-response
+    metrics. Returns verl's metrics, ``rollout_corr/*`` (IS weight statistics, KL, k3-KL, perplexities, chi^2).
+    """
+    data = batch.data
+    if "rollout_log_probs" not in data.batch:
+        raise VerlBackendError(
+            "rollout correction compares the actor's recomputed pi_old with the rollout's log-probs: recompute "
+            "old_log_probs first (verl.old_log_prob=recompute)"
+        )
+    if rollout_correction.get("bypass_mode", False):
+        raise VerlBackendError(
+            "algorithm.rollout_correction.bypass_mode=true is verl's pi_old = rollout log-probs mode; metaagent's "
+            "equivalent is verl.old_log_prob=rollout (without optim.tis_cap)"
+        )
+    from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
+
+    real = torch.from_numpy(~np.asarray(data.non_tensor_batch["is_padding"], dtype=bool))
+    sub, metrics = compute_rollout_correction_and_add_to_batch(data.select_idxs(real), rollout_correction)
+    data.batch["response_mask"][real] = sub.batch["response_mask"].to(data.batch["response_mask"].dtype)
+    if "rollout_is_weights" in sub.batch:
+        weights = torch.zeros_like(data.batch["old_log_probs"])  # (B, R), 0 on padding rows
+        weights[real] = sub.batch["rollout_is_weights"].to(weights.dtype)
+        data.batch["rollout_is_weights"] = weights
+    return {k: float(v) for k, v in metrics.items()}

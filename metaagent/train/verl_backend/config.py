@@ -93,7 +93,8 @@ class VerlConfig:
             verl's GRPO and the local backend do) or ``last_token`` (only the final response token).
         old_log_prob: ``rollout`` (pi_old = the rollout log-probs, paper Eq. 3, as the local backend) or
             ``recompute`` (the actor recomputes them before the update; rollout log-probs are kept as
-            ``rollout_log_probs`` for verl's mismatch metrics).
+            ``rollout_log_probs`` for verl's mismatch metrics, ``verl/<key>/rollout_corr/*``). ``optim.tis_cap``
+            implies ``recompute``: verl's ``rollout_is_weights`` weigh the recomputed pi_old against the rollout.
         calculate_entropy: compute token entropies in the update (logged; memory heavy at 150k vocab).
         checkpoint_engine: weight-sync backend for split placement.
         save_hf_model: also write a full Hugging Face model into every checkpoint (slow for 8B; see

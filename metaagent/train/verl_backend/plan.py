@@ -13,6 +13,7 @@ Sizes of one training step (B tasks, M designs, N executions, K steps per stage)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,6 +185,16 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
             "optim.kl_coef > 0 needs a reference model, which the verl backend hosts in the colocated "
             "actor_rollout_ref worker only; use colocated placement (rollout_gpus: 0) or optim.kl_coef: 0"
         )
+
+    if cfg.optim.tis_cap is not None and verl.old_log_prob != "recompute":
+        # TIS weighs the actor's recomputed pi_old against the rollout engine's log-probs (verl's decoupled mode;
+        # the local backend recomputes too): tis_cap implies verl.old_log_prob=recompute
+        if "old_log_prob" in (cfg.verl or {}):
+            raise ConfigError(
+                "optim.tis_cap weighs the actor's recomputed pi_old against the rollout's log-probs, so it needs "
+                f"verl.old_log_prob=recompute (implied when the key is left out), not {verl.old_log_prob}"
+            )
+        verl = dataclasses.replace(verl, old_log_prob="recompute")
 
     max_prompt, max_response = cfg.optim.max_prompt_tokens, cfg.optim.max_response_tokens
     longest = max_prompt + max_response

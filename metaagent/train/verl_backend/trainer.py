@@ -286,6 +286,7 @@ class VerlTrainer(TrainLoop):
             update = group.update(batch, step=step)
             t1 = time.perf_counter()
             metrics.update(update)
+            metrics.update(self._tis_metrics(key, update, single))
             metrics.update(group.sync_weights(step + 1))
             metrics[f"verl/{key}/skipped_step"] = 0.0
             metrics[f"time/update/{key}_s"] = t1 - t0
@@ -294,6 +295,17 @@ class VerlTrainer(TrainLoop):
             if loss is not None:
                 metrics["train/loss" if single else f"train/{key}/loss"] = loss
         return metrics
+
+    def _tis_metrics(self, key: str, update: dict[str, Any], single: bool) -> dict[str, float]:
+        """``optim.tis_cap``: the local backend's ``train/tis_*`` / ``train/mismatch_*`` metrics (``train/<key>/...``
+        with several models) from verl's ``rollout_corr/*`` of this model's update."""
+        from metaagent.train.losses import tis_metrics
+
+        prefix = f"verl/{key}/rollout_corr/"
+        if self.config.optim.tis_cap is None or f"{prefix}rollout_is_mean" not in update:
+            return {}
+        m = tis_metrics(update, self.config.optim.tis_level, prefix=prefix)
+        return m if single else {f"train/{key}/{k.removeprefix('train/')}": v for k, v in m.items()}
 
     def close(self) -> None:
         super().close()

@@ -33,6 +33,8 @@ SHOWN_KEYS = (
     "actor_rollout_ref.rollout.checkpoint_engine.backend",
     "actor_rollout_ref.model.override_config.attn_implementation",
     "trainer.device",
+    "algorithm.rollout_correction.rollout_is",
+    "algorithm.rollout_correction.rollout_is_threshold",
 )
 
 
@@ -159,6 +161,12 @@ def metaagent_settings(
         settings[f"{ar}.model.lora_rank"] = lora.rank
         settings[f"{ar}.model.lora_alpha"] = int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha
         settings[f"{ar}.model.target_modules"] = lora.target_modules
+    if o.tis_cap is not None:  # rollout-training mismatch correction: verl's decoupled-mode truncated IS
+        # (pi_old recomputed by the actor, the plan forces verl.old_log_prob=recompute; ModelGroup.update adds
+        # verl's rollout_is_weights to the batch, which verl's policy loss multiplies in)
+        settings["algorithm.rollout_correction.rollout_is"] = o.tis_level
+        settings["algorithm.rollout_correction.rollout_is_threshold"] = o.tis_cap
+        settings["algorithm.rollout_correction.bypass_mode"] = False
     settings.update(device_settings(v.device, v.attn_implementation, colocated=model.colocated))
     settings["critic.enable"] = plan.critic
     if plan.critic:

@@ -27,7 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .batch import UpdateBatch, critic_tensordict, logprob_tensordict, update_tensordict
+from .batch import (
+    UpdateBatch,
+    add_rollout_correction,
+    critic_tensordict,
+    logprob_tensordict,
+    update_tensordict,
+)
 from .config import VerlConfig
 from .errors import VerlBackendError
 from .plan import ModelPlan
@@ -243,10 +249,13 @@ class ModelGroup:
         checked: dict[str, float] = {}
         if self.verl.logprob_check and self.verl.old_log_prob != "recompute":
             checked = rollout_logprob_diff(batch.data.batch, self.actor_log_probs(batch))
+        corrected: dict[str, float] = {}
         if self.verl.old_log_prob == "recompute":
             self.recompute_old_log_probs(batch)
             data = batch.data.batch
             checked = rollout_logprob_diff(data, data["old_log_probs"], data["rollout_log_probs"])
+            # as verl's trainer in decoupled mode: IS weights (optim.tis_cap) and the mismatch metrics
+            corrected = add_rollout_correction(batch, self.config.algorithm.rollout_correction)
         if self.use_ref:
             self.reference_log_probs(batch)
         td = update_tensordict(
@@ -256,7 +265,8 @@ class ModelGroup:
         )
         output = self.wg.update_actor(td)
         metrics = rename_dict(tu.get(output, "metrics"), "actor/") | checked
-        return {f"verl/{self.key}/{k}": float(v) for k, v in reduce_metrics(metrics).items() if _number(v)}
+        metrics = reduce_metrics(metrics) | corrected
+        return {f"verl/{self.key}/{k}": float(v) for k, v in metrics.items() if _number(v)}
 
     # ----------------------------------------------------------------------------------------------- critic
     def critic_values(self, batch: UpdateBatch) -> Any:
