@@ -143,8 +143,7 @@ class TrainLoop:
         if stage is not None and stage.needs_values(self._credit_options()) and not self.supports_critic:
             raise TrainError(
                 f"algo.estimator={cfg.algo.estimator} with these options needs a critic per model, which the "
-                f"{self.backend} backend does not train yet (verl's critic worker group per model is not wired: "
-                "its values, value loss and checkpoints can only be checked on a GPU run); use trainer.backend=local"
+                f"{self.backend} backend does not train; use trainer.backend=local or verl"
             )
         if stage is not None and not self.supports_token_advantages:
             raise TrainError(
@@ -258,7 +257,7 @@ class TrainLoop:
 
     def _values(self, samples: Any) -> list[list[float]]:
         """The critic's values ``V_t`` of every response token of ``samples`` (GAE token stages)."""
-        raise TrainError(f"the {self.backend} backend has no critic; GAE estimators run on trainer.backend=local")
+        raise TrainError(f"the {self.backend} backend has no critic; GAE estimators run on trainer.backend=local or verl")
 
     def _token_stage(self) -> Any:
         """The estimator's token stage when it is active for the configured options, else None."""

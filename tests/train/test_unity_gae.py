@@ -1,13 +1,12 @@
 """UnityMAS-O's GAE on the local backend: the clipped value loss (hand-computed), the critic (verl's value model
 from the policy's weights, values read where the policy's log-probs are read, a value-loss step that learns),
-the trainer end to end with a critic, its checkpoint and resume, and the verl backend's one-line refusal."""
+the trainer end to end with a critic, its checkpoint and resume, and the verl backend's plan with a critic."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from metaagent.config import ConfigError
 from metaagent.train.checkpoint import load_checkpoint, save_checkpoint
 from metaagent.train.config import TrainConfig
 from metaagent.train.critic import Critic, load_value_model
@@ -133,11 +132,11 @@ def test_unity_code_under_gae_trains_a_critic_and_resumes_it(tmp_path, one_threa
             assert torch.equal(p, saved[n]), n
 
 
-def test_gae_on_the_verl_backend_refuses_in_one_line_naming_what_a_gpu_run_must_check():
+def test_gae_on_the_verl_backend_plans_a_critic_worker_group_per_model():
+    """The verl side of the same estimator (tests/verl/test_verl_critic.py, test_verl_gae_cpu.py run it)."""
     from metaagent.train.verl_backend.plan import resolve_plan
+    from metaagent.train.verl_backend.trainer import VerlTrainer
 
-    cfg = TrainConfig.load("unity_code", ["algo.options={mode: gae}", "trainer.backend=verl"])
-    with pytest.raises(ConfigError, match="critic worker group") as e:
-        resolve_plan(cfg)
-    assert "GPU" in str(e.value) and "\n" not in str(e.value)
-    resolve_plan(TrainConfig.load("unity_code", ["trainer.backend=verl"]))  # whiten needs no critic
+    assert resolve_plan(TrainConfig.load("unity_code", ["algo.options={mode: gae}", "trainer.backend=verl"])).critic
+    assert not resolve_plan(TrainConfig.load("unity_code", ["trainer.backend=verl"])).critic  # whiten: no critic
+    assert VerlTrainer.supports_critic and VerlTrainer.supports_token_advantages

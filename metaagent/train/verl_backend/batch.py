@@ -11,8 +11,12 @@ are never built, so they are not in the batch at all). This module lays them out
     position_ids   (B, P+R)   clip(cumsum(attention_mask) - 1, 0)   (verl's compute_position_id_with_mask)
     response_mask  (B, R)     1 on response tokens that enter the loss
     old_log_probs  (B, R)     pi_old of Eq. 3: the rollout log-probs (0 on padding)
-    advantages     (B, R)     the sample's advantage on every response token, or on the last one only
-    returns        (B, R)     = advantages (verl's field; unused by the actor loss)
+    advantages     (B, R)     the sample's advantage on every response token, or on the last one only; a sample
+                              with per-token advantages (a token stage: MAPPA, UnityMAS-O GAE) carries them as is
+    returns        (B, R)     = advantages (verl's field; unused by the actor loss), or, when every sample has
+                              them, the value targets R_t of Sample.returns (GAE: A_t + V_t before whitening)
+    values         (B, R)     when every sample has them: V_t of Sample.values, the critic's values before the update
+                              (V_old of verl's clipped value loss)
     temperature    (B,)       sampling temperature of each row (designer and executor may differ)
     rollout_log_probs, rollout_is_weights  (B, R)   added before the update when the actor recomputes pi_old
                               (verl.old_log_prob=recompute; optim.tis_cap: add_rollout_correction)
@@ -52,6 +56,7 @@ class UpdateBatch:
     response_tokens: int  # real response tokens: the loss normaliser of token-mean
     rank_tokens: list[int]  # forwarded tokens (prompt + response) per data-parallel rank
     metrics: dict[str, float] = field(default_factory=dict)
+    order: list[int] = field(default_factory=list)  # per row: the index of its sample in the input, -1 for padding
 
 
 def _check(samples: Sequence[Sample], dp_size: int, advantage_placement: str) -> None:
@@ -79,6 +84,13 @@ def _check(samples: Sequence[Sample], dp_size: int, advantage_placement: str) ->
             )
         if not np.isfinite(s.advantage) or not all(np.isfinite(s.old_logprobs)):
             raise VerlBackendError(f"samples[{i}] (key {s.key}) has a non-finite advantage or log-prob")
+        for name in ("token_advantages", "values", "returns"):
+            per_token = getattr(s, name)
+            if per_token is not None and (len(per_token) != len(s.response_ids) or not all(np.isfinite(per_token))):
+                raise VerlBackendError(
+                    f"samples[{i}] (key {s.key}) has {len(per_token)} {name} for {len(s.response_ids)} response "
+                    "tokens, or a non-finite one"
+                )
         if not s.temperature > 0:
             raise VerlBackendError(
                 f"samples[{i}] (key {s.key}) has temperature {s.temperature}; greedy samples carry 1.0"
@@ -137,6 +149,9 @@ def build_update_batch(
         per = len(rows) // dp_size
         rank_tokens = [sum(seq_lens[r * per : (r + 1) * per]) for r in range(dp_size)]
     rows = [rows[i] for i in order]
+    source = [i if i < len(real) else -1 for i in order]
+    # a critic batch: every sample has the critic's values and targets (the GAE token stage's executor samples)
+    critic = all(s.values is not None and s.returns is not None for s in real)
 
     b = len(rows)
     p = max(len(s.prompt_ids) for s, _ in rows)
@@ -148,6 +163,8 @@ def build_update_batch(
     response_mask = torch.zeros((b, r), dtype=torch.long)  # (B, R)
     old_log_probs = torch.zeros((b, r), dtype=torch.float32)  # (B, R)
     advantages = torch.zeros((b, r), dtype=torch.float32)  # (B, R)
+    values = torch.zeros((b, r), dtype=torch.float32)  # (B, R)  critic batches only
+    returns = torch.zeros((b, r), dtype=torch.float32)  # (B, R)  critic batches only
     temperature = torch.tensor([s.temperature for s, _ in rows], dtype=torch.float32)  # (B,)
     for row, (s, is_pad) in enumerate(rows):
         lp, lr = len(s.prompt_ids), len(s.response_ids)
@@ -159,7 +176,12 @@ def build_update_batch(
             continue
         response_mask[row, :lr] = 1
         old_log_probs[row, :lr] = torch.tensor(s.old_logprobs, dtype=torch.float32)
-        if advantage_placement == "all_tokens":
+        if critic:
+            values[row, :lr] = torch.tensor(s.values, dtype=torch.float32)
+            returns[row, :lr] = torch.tensor(s.returns, dtype=torch.float32)
+        if s.token_advantages is not None:  # a token stage's per-token advantages (placement does not apply)
+            advantages[row, :lr] = torch.tensor(s.token_advantages, dtype=torch.float32) * scale[s.role]
+        elif advantage_placement == "all_tokens":
             advantages[row, :lr] = s.advantage * scale[s.role]
         else:
             advantages[row, lr - 1] = s.advantage * scale[s.role]
@@ -174,9 +196,11 @@ def build_update_batch(
         "response_mask": response_mask,
         "old_log_probs": old_log_probs,
         "advantages": advantages,
-        "returns": advantages.clone(),
+        "returns": returns if critic else advantages.clone(),
         "temperature": temperature,
     }
+    if critic:
+        tensors["values"] = values
     non_tensors = {
         "uid": np.array([f"{s.key[0] if s.key else 0}:{s.task_id}" for s, _ in rows], dtype=object),
         "mas_role": np.array([s.role for s, _ in rows], dtype=object),
@@ -193,7 +217,7 @@ def build_update_batch(
         "verl/rank_tokens_max": float(max(rank_tokens)),
         "verl/rank_tokens_min": float(min(rank_tokens)),
     }
-    return UpdateBatch(data, dp_size, len(real), n_pad, response_tokens, rank_tokens, metrics)
+    return UpdateBatch(data, dp_size, len(real), n_pad, response_tokens, rank_tokens, metrics, source)
 
 
 def update_tensordict(batch: UpdateBatch, *, calculate_entropy: bool = False, seed: int = 0):
@@ -219,6 +243,26 @@ def update_tensordict(batch: UpdateBatch, *, calculate_entropy: bool = False, se
         seed=seed,
         dataloader_kwargs={"shuffle": False},
         compute_loss=True,
+    )
+    return td
+
+
+def critic_tensordict(batch: UpdateBatch, *, seed: int = 0):
+    """What verl's trainer sends to the critic's ``train_mini_batch`` (``RayPPOTrainer._update_critic`` of verl
+    0.9.1), with one mini-batch of the whole batch and ``global_batch_size`` = the real rows, as for the actor."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    if "values" not in batch.data.batch:
+        raise VerlBackendError("the critic's batch has no values/returns: build it from samples of the GAE token stage")
+    td = _scalar_temperature(left_right_2_no_padding(batch.data.to_tensordict()))
+    tu.assign_non_tensor(
+        td,
+        global_batch_size=batch.real_rows,
+        mini_batch_size=len(batch.data),
+        epochs=1,
+        seed=seed,
+        dataloader_kwargs={"shuffle": False},
     )
     return td
 

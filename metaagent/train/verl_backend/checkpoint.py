@@ -7,6 +7,8 @@ One checkpoint (``RUN/checkpoints/step_00000030/``)::
     verl/<key>/        verl's FSDP checkpoint of physical model <key>: sharded model + optimizer + extra
                        state (model_world_size_W_rank_R.pt, ...), fsdp_config.json, huggingface/ (config,
                        tokenizer; full weights too with verl.save_hf_model)
+    critics/<key>/     with a critic (GAE): verl's FSDP checkpoint of model <key>'s critic (value model,
+                       optimizer, extra state), as the local backend keeps its critics under critics/<key>/
 
 Like the local backend, a checkpoint is written into a hidden temporary folder next to its final place and
 renamed, so a crash never leaves a half-written ``step_*`` folder; ``latest_checkpoint`` (shared with the
@@ -30,6 +32,7 @@ from metaagent.train.checkpoint import (
 
 BACKEND = "verl"
 MODELS_DIR = "verl"
+CRITICS_DIR = "critics"
 
 
 class SavesCheckpoints(Protocol):
@@ -56,7 +59,15 @@ def save_verl_checkpoint(
             folder.mkdir(parents=True)
             group.save(folder, step)
             folders[key] = f"{MODELS_DIR}/{key}"
-        return {"backend": BACKEND, "models": folders, "optimizers": sorted(groups), "hf_weights": hf_weights}
+        critics = {}
+        for key, group in groups.items():
+            if getattr(group, "use_critic", False):
+                folder = tmp / CRITICS_DIR / key
+                folder.mkdir(parents=True)
+                group.save_critic(folder, step)
+                critics[key] = f"{CRITICS_DIR}/{key}"
+        meta = {"backend": BACKEND, "models": folders, "optimizers": sorted(groups), "hf_weights": hf_weights}
+        return meta | ({"critics": critics} if critics else {})
 
     return write_checkpoint(run_dir, step, state, fill)
 
@@ -82,6 +93,15 @@ def load_verl_checkpoint(
     missing = sorted(set(groups) - set(folders))
     if missing:
         raise CheckpointError(f"checkpoint {path} has no model(s) {missing}; it has {sorted(folders)}")
+    critics = {k: path / rel for k, rel in read_meta(path).get("critics", {}).items()}
+    lacking = sorted(k for k, g in groups.items() if getattr(g, "use_critic", False) and k not in critics)
+    if lacking:
+        raise CheckpointError(
+            f"checkpoint {path} has no critic for model(s) {lacking} (it was saved without GAE); resume it with the "
+            "estimator it was trained with"
+        )
     for key, group in groups.items():
         group.load(folders[key])
+        if getattr(group, "use_critic", False):
+            group.load_critic(critics[key])
     return read_state(path, restore_rng=restore_rng)

@@ -58,6 +58,18 @@ def device_settings(device: str, attn: str, *, colocated: bool) -> dict[str, Any
     return settings
 
 
+def critic_device_settings(device: str, attn: str) -> dict[str, Any]:
+    """Dotted verl keys of the critic (``critic.*``) for ``device``: the actor's knobs, for the value model."""
+    settings: dict[str, Any] = {"+critic.model.override_config.attn_implementation": attn_implementation(attn, device)}
+    if device == "cpu":
+        settings.update({
+            "critic.strategy": "fsdp2",
+            "critic.fsdp.use_torch_compile": False,
+            "+critic.fsdp.mixed_precision": dict(FP32),
+        })  # fmt: skip
+    return settings
+
+
 def process_env(device: str) -> dict[str, str]:
     """Environment of the driver and of every Ray worker: verl loads :mod:`.verl_plugin` in each process.
 

@@ -95,12 +95,36 @@ class Plan:
     verl_estimator: str | None  # None: the estimator has no verl counterpart (no cross-check)
     sizes: StepSizes
     verl: VerlConfig = field(repr=False)
+    critic: bool = False  # a verl critic worker group per model (GAE token stages: unity mode gae)
 
     def model(self, key: str) -> ModelPlan:
         for m in self.models:
             if m.key == key:
                 return m
         raise KeyError(f"no physical model {key!r}; models: {[m.key for m in self.models]}")
+
+
+def needs_critic(cfg: TrainConfig) -> bool:
+    """Whether the estimator's token stage needs a critic's values (UnityMAS-O's ``unity`` in ``mode: gae``):
+    then every physical model gets a verl critic worker group beside its actor."""
+    from metaagent.credit import get_token_stage
+
+    options = dict(cfg.algo.options)
+    stage = get_token_stage(cfg.algo.estimator, options)
+    return stage is not None and bool(stage.needs_values(options))
+
+
+def _check_token_stage(cfg: TrainConfig) -> None:
+    """A token stage that needs reference log-probs (MAPPA's KL in the reward) has no verl pre-pass yet."""
+    from metaagent.credit import get_token_stage
+
+    options = dict(cfg.algo.options)
+    stage = get_token_stage(cfg.algo.estimator, options)
+    if stage is not None and stage.needs_ref(options):
+        raise ConfigError(
+            f"algo.estimator={cfg.algo.estimator} with a KL term in the reward needs reference log-probs before the "
+            "update, which the verl backend does not compute yet; use trainer.backend=local or set its beta to 0"
+        )
 
 
 def _resources(cfg: TrainConfig, verl: VerlConfig, keys: list[str]) -> dict[str, ModelResources]:
@@ -136,12 +160,7 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
         )
     if cfg.optim.dpo:
         raise ConfigError("optim.dpo (the DPO loss on preference pairs) runs on the local backend only for now")
-    if cfg.algo.estimator == "unity" and cfg.algo.options.get("mode") == "gae":
-        raise ConfigError(
-            "algo.options.mode=gae needs verl's critic worker group per model, which metaagent does not wire yet "
-            "(only a GPU run could check its values, clipped value loss and checkpoints against the local critic); "
-            "use --backend local, or mode whiten / grpo on verl"
-        )
+    _check_token_stage(cfg)
     paths, route, designer_key, executor_keys = model_plan(cfg.policy)
     keys = list(paths)
     resources = _resources(cfg, verl, keys)
@@ -250,6 +269,7 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
         verl_estimator=VERL_ESTIMATORS.get(cfg.algo.estimator),
         sizes=sizes,
         verl=verl,
+        critic=needs_critic(cfg),
     )
 
 
@@ -325,6 +345,16 @@ def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = No
             + (f"(verl estimator '{plan.verl_estimator}')" if plan.verl_estimator else "(no verl counterpart: not cross-checked)")
             + "; advantages on "
             f"{v.advantage_placement}; pi_old = {v.old_log_prob} log-probs"
+        ),
+        *(
+            [
+                (
+                    "critic: one verl critic worker group per model (value model = the model's weights + a linear "
+                    "head, colocated with its actor); GAE on the critic's values, then update_critic before update_actor"
+                )
+            ]
+            if plan.critic
+            else []
         ),
         (
             f"lengths: train prompt <= {plan.max_prompt_tokens}, train response <= {plan.max_response_tokens}; "

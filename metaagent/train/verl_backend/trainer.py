@@ -8,8 +8,11 @@ One step (the loop of :mod:`metaagent.train.loop`; only the update differs from 
     credit  = assign_credit(trees, "hierarchical")           Eq. 4-7, records + credit/* metrics
     samples = build_samples(trees, active_roles=active)      inactive role: not built, not in any batch
     check   = member_advantages(trees) == sample advantages  the same credit through verl's estimator registry
+    GAE (unity mode gae): values = critic_values(samples)   verl's critic worker group of each model (the token
+                          advantages = whiten(gae(r, V))    stage's pre-pass), then metaagent's one GAE formula
     per physical model with samples:
         batch = build_update_batch(samples of the model)     verl layout, zero-weight DP padding, balance
+        GAE: update_critic(batch)                            verl's clipped value loss towards the returns
         vLLM sleeps (colocated) -> update_actor(batch) -> weights synced to the vLLM replicas
 
 A physical model without samples this step (e.g. the designer model of separate weights during an executor
@@ -54,6 +57,8 @@ class VerlTrainer(TrainLoop):
     """
 
     backend = "verl"
+    supports_token_advantages = True  # build_update_batch lays Sample.token_advantages out per token
+    supports_critic = True  # a verl critic worker group per model (critic.enable, plan.critic)
 
     def __init__(
         self,
@@ -107,6 +112,8 @@ class VerlTrainer(TrainLoop):
             path = resolve_model(mp.path) if mp.path in ALIASES else mp.path
             mp = dataclasses.replace(mp, path=path)
             verl_cfg = compose_verl_config(self.config, self.plan, mp, run_dir=str(self.run_dir))
+            if self.plan.critic and verl_cfg.critic.model.path in ALIASES:  # critic.model names an alias
+                verl_cfg.critic.model.path = resolve_model(verl_cfg.critic.model.path)
             if not ray.is_initialized():
                 runtime_env = get_ppo_ray_runtime_env(verl_cfg)
                 runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **self._worker_env}
@@ -180,6 +187,55 @@ class VerlTrainer(TrainLoop):
             "credit/verl_estimator_max_abs_diff": check_sample_advantages(samples, member),
         }
 
+    def _model_key(self, sample: Any) -> str:
+        from metaagent.train.samples import model_key
+
+        return model_key(sample, self.plan.route)
+
+    def _values(self, samples: Any) -> list[list[float]]:
+        """The critic pre-pass of GAE: ``V_t`` of every response token of ``samples`` from the critic worker
+        group of the sample's own model (verl ``infer_batch`` on the value model), in input order."""
+        from metaagent.train.samples import route_samples
+
+        from .batch import build_update_batch
+
+        out: dict[int, list[float]] = {}
+        index = {id(s): n for n, s in enumerate(samples)}
+        for key, mine in route_samples(samples, self.plan.route).items():
+            group = self.groups[key]
+            if not getattr(group, "use_critic", False):
+                raise VerlBackendError(f"samples routed to model {key}, which has no critic worker group")
+            batch = build_update_batch(mine, dp_size=group.dp_size, pad_id=group.pad_id)
+            group.free_rollout_memory()  # colocated: the value model's forward needs the rollout's memory
+            values = group.critic_values(batch)  # (B, R)
+            for row, n in enumerate(batch.order):
+                if n >= 0:
+                    out[index[id(mine[n])]] = values[row, : len(mine[n].response_ids)].tolist()
+        return [out[n] for n in range(len(samples))]
+
+    def _update_critic(self, key: str, group: Any, mine: list, step: int) -> dict[str, Any]:
+        """One value-loss step of model ``key``'s critic on its samples with GAE returns; ``train/critic/*``
+        (one model) or ``train/critic/<key>/*`` (several), as the local backend names them."""
+        from .batch import build_update_batch
+
+        graded = [s for s in mine if s.returns is not None]
+        metrics: dict[str, float] = {"samples": float(len(graded)), "lr": float(self.config.critic.lr)}
+        if graded:
+            batch = build_update_batch(graded, dp_size=group.dp_size, pad_id=group.pad_id)
+            group.free_rollout_memory()
+            t0 = time.perf_counter()
+            metrics.update(group.update_critic(batch, step=step))
+            metrics["update_s"] = time.perf_counter() - t0
+            metrics["skipped_step"] = 0.0
+        else:
+            metrics["skipped_step"] = 1.0
+        prefix = "train/critic/" if len(self.groups) == 1 else f"train/critic/{key}/"
+        # verl's engine figures (memory, mfu) sit beside the actor's, under verl/<key>/critic/
+        return {
+            (f"verl/{key}/critic/{k}" if k.startswith("perf/") or k == "mfu" else prefix + k): v
+            for k, v in metrics.items()
+        }
+
     def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
         if pairs:
             raise VerlBackendError(
@@ -202,11 +258,20 @@ class VerlTrainer(TrainLoop):
         for key, group in self.groups.items():
             mine = routed.get(key, [])
             metrics[f"verl/{key}/samples"] = float(len(mine))
-            if not any(s.advantage != 0 for s in mine):
+            if getattr(group, "use_critic", False):
+                metrics.update(self._update_critic(key, group, mine, step))
+                if step < self.config.critic.warmup_steps:  # verl's critic_warmup: no actor update yet
+                    metrics["train/critic_warmup"] = 1.0
+                    if mine:
+                        metrics.update(group.sync_weights(step + 1))  # wakes the rollout the critic put to sleep
+                    continue
+            if not any(_learns(s) for s in mine):
                 # nothing to learn for this model (no sample, or every advantage 0): no update_actor call, so
                 # neither momentum nor weight decay moves the weights; the optimizer is untouched
                 metrics[f"verl/{key}/skipped_step"] = 1.0
                 metrics[f"verl/{key}/zero_advantage_step"] = float(bool(mine))
+                if getattr(group, "use_critic", False) and mine:
+                    metrics.update(group.sync_weights(step + 1))  # wakes the rollout the critic put to sleep
                 continue
             batch = build_update_batch(
                 mine,
@@ -251,6 +316,13 @@ class VerlTrainer(TrainLoop):
 
             ray.shutdown()  # ends the worker groups and vLLM servers this trainer started
             self._owns_ray = False
+
+
+def _learns(sample: Any) -> bool:
+    """Whether a sample moves the actor: a non-zero advantage on some token."""
+    if sample.token_advantages is not None:
+        return any(a != 0 for a in sample.token_advantages)
+    return sample.advantage != 0
 
 
 def require_gpus(plan: Plan) -> None:

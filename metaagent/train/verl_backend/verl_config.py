@@ -17,7 +17,7 @@ from typing import Any
 from metaagent.config import ConfigError
 from metaagent.train.config import TrainConfig
 
-from .device import device_settings
+from .device import critic_device_settings, device_settings
 from .plan import ModelPlan, Plan
 
 VERL_CONFIG_NAME = "ppo_trainer"
@@ -168,6 +168,61 @@ def metaagent_settings(
         settings["algorithm.rollout_correction.rollout_is_threshold"] = o.tis_cap
         settings["algorithm.rollout_correction.bypass_mode"] = False
     settings.update(device_settings(v.device, v.attn_implementation, colocated=model.colocated))
+    settings["critic.enable"] = plan.critic
+    if plan.critic:
+        settings.update(critic_settings(cfg, plan, model))
+    return settings
+
+
+def critic_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[str, Any]:
+    """verl's ``critic`` section of one physical model from metaagent's ``critic`` section (UnityMAS-O GAE).
+
+    As the authors' ``star_ppo/ray_trainer.py::_clone_critic_cfg_for_model``: the critic's model (and tokenizer)
+    is the actor's model unless ``critic.model`` names another; verl builds it as its value model (the backbone
+    plus a fresh one-output head). The optimizer follows the local critic (:func:`metaagent.train.models.make_critics`):
+    ``critic.lr`` / ``weight_decay`` / ``grad_clip`` with the policy's betas and epsilon, a constant schedule;
+    one mini-batch and one epoch per step, the clipped value loss with ``critic.cliprange_value`` and
+    ``critic.loss_agg_mode``. GAE itself runs in metaagent (:func:`metaagent.credit.unity.gae_advantages`), so
+    ``algorithm.gamma`` / ``lam`` only document the run."""
+    from metaagent.policy.models import ALIASES, resolve_model
+
+    v, o, c = plan.verl, cfg.optim, cfg.critic
+    path = model.path if c.model is None else (resolve_model(c.model) if c.model in ALIASES else c.model)
+    options = dict(cfg.algo.options)
+    settings: dict[str, Any] = {
+        "algorithm.adv_estimator": "gae",
+        "algorithm.gamma": float(options.get("gamma", 1.0)),
+        "algorithm.lam": float(options.get("lam", 1.0)),
+        "trainer.critic_warmup": c.warmup_steps,
+        "critic.strategy": "fsdp",
+        "critic.model.path": path,
+        "critic.model.tokenizer_path": model.path,
+        "critic.model.use_remove_padding": True,
+        "critic.model.enable_gradient_checkpointing": v.gradient_checkpointing,
+        "critic.optim.lr": c.lr,
+        "critic.optim.weight_decay": c.weight_decay,
+        "critic.optim.clip_grad": c.grad_clip,
+        "critic.optim.betas": list(o.betas),
+        "critic.optim.override_optimizer_config": {"eps": o.adam_eps},
+        "critic.optim.lr_scheduler_type": "constant",
+        "critic.optim.lr_warmup_steps": 0,
+        "critic.optim.lr_warmup_steps_ratio": 0.0,
+        "critic.optim.total_training_steps": max(1, plan.steps),
+        "critic.grad_clip": c.grad_clip,
+        "critic.cliprange_value": c.cliprange_value,
+        "critic.loss_agg_mode": c.loss_agg_mode,
+        "critic.loss_scale_factor": None,
+        "critic.ppo_epochs": 1,
+        "critic.shuffle": False,
+        "critic.ppo_mini_batch_size": plan.batch_size,  # unused: every update is one mini-batch
+        "critic.use_dynamic_bsz": True,
+        "critic.ppo_max_token_len_per_gpu": plan.train_tokens_per_gpu,
+        "critic.forward_max_token_len_per_gpu": plan.logprob_tokens_per_gpu,
+        "critic.fsdp.param_offload": v.param_offload,
+        "critic.fsdp.optimizer_offload": v.optimizer_offload,
+        "critic.checkpoint.save_contents": ["model", "optimizer", "extra"],
+    }
+    settings.update(critic_device_settings(v.device, v.attn_implementation))
     return settings
 
 

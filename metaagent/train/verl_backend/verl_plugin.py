@@ -7,6 +7,13 @@ Always (GPU and CPU):
   ImportError. pyproject pins ``trl<1.13``; for an environment with a newer trl this registers an empty class
   under ``trl.experimental.ppo`` (verl only replaces that class's ``state_dict``; nothing here uses it).
 
+- **value model attention.** verl 0.9.1's ``load_valuehead_model`` (the critic's model, GAE) passes
+  ``attn_implementation="flash_attention_2"`` whatever the model config says, so without the flash-attn package
+  (CPU, or a GPU install without it) the critic cannot be built. :func:`install_value_model_attention` builds
+  the same ``AutoModelForTokenClassification`` with the attention the critic config chose
+  (``critic.model.override_config.attn_implementation``, see :mod:`.device`); flash-attention configs keep
+  verl's own loader.
+
 With ``VERL_PLATFORM=cpu`` (``verl.device=cpu``), :func:`install_cpu`:
 
 - a ``cpu`` verl platform: gloo, Ray asks for CPUs and no accelerator, a ``torch.cuda``-like device module over
@@ -46,6 +53,32 @@ def install_trl_guard() -> None:
     stub = types.ModuleType("trl.experimental.ppo")
     stub.AutoModelForCausalLMWithValueHead = type("AutoModelForCausalLMWithValueHead", (), {"__module__": __name__})
     sys.modules["trl.experimental.ppo"] = stub
+
+
+def install_value_model_attention() -> None:
+    if "valuehead" in _installed:
+        return
+    _installed.add("valuehead")
+    import verl.utils.model as verl_model
+
+    original = verl_model.load_valuehead_model
+
+    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+        attn = getattr(model_config, "_attn_implementation", None)
+        if attn in (None, "flash_attention_2"):
+            return original(local_path, torch_dtype, model_config, trust_remote_code)
+        from transformers import AutoModelForTokenClassification
+
+        return AutoModelForTokenClassification.from_pretrained(
+            pretrained_model_name_or_path=local_path,
+            torch_dtype=torch_dtype,
+            config=model_config,
+            attn_implementation=attn,
+            trust_remote_code=trust_remote_code,
+        )
+
+    load_valuehead_model.__wrapped__ = original
+    verl_model.load_valuehead_model = load_valuehead_model
 
 
 def _device_module():
@@ -248,5 +281,6 @@ def _rollout_class():
 
 
 install_trl_guard()
+install_value_model_attention()
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     install_cpu()

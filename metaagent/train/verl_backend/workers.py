@@ -9,7 +9,10 @@ Per physical model (``ModelPlan``):
 - verl's ``LLMServerManager``: vLLM async server replicas, hybrid on the actor's GPUs or standalone, and the
   ``LLMServerClient`` that the :class:`~.policy.ServerPolicy` of this model sends requests through;
 - verl's ``CheckpointEngineManager``: after every update the new weights go to the replicas (in place for
-  colocated replicas, through NCCL/NIXL/... for standalone ones).
+  colocated replicas, through NCCL/NIXL/... for standalone ones);
+- with a critic (GAE: ``critic.enable``), verl's critic ``TrainingWorker`` (a value model) colocated with the actor
+  in the same worker processes, as verl's trainer and the UnityMAS-O authors' per-model worker groups place it:
+  ``critic_values`` (``infer_batch``) and ``update_critic`` (``train_mini_batch`` on verl's clipped value loss).
 
 This is the same composition verl's own trainer builds in ``PPOTrainer._setup`` (verl 0.9.1,
 ``verl/trainer/ppo/v1/trainer_base.py``), without its dataloader, reward loop and agent loop: metaagent's
@@ -25,11 +28,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .batch import UpdateBatch, add_rollout_correction, logprob_tensordict, update_tensordict
+from .batch import (
+    UpdateBatch,
+    add_rollout_correction,
+    critic_tensordict,
+    logprob_tensordict,
+    update_tensordict,
+)
 from .config import VerlConfig
 from .errors import VerlBackendError
 from .plan import ModelPlan
 from .policy import ServerPolicy
+
+CRITIC = "critic"  # the critic's name in the colocated worker class (verl: str(Role.Critic))
 
 
 def pool_spec(gpus: int, gpus_per_node: int) -> list[int]:
@@ -73,7 +84,9 @@ class ModelGroup:
         self.seed = seed
         self.use_ref = bool(config.actor_rollout_ref.actor.use_kl_loss)
         self.ref_in_actor = self.use_ref and ref_in_actor(config)
+        self.use_critic = bool(config.critic.get("enable") or False)
         self.wg: Any = None
+        self.critic_wg: Any = None
         self.rollout: Any = None
         self.policy: Any = None
         self.dp_size = plan.dp_size
@@ -120,12 +133,27 @@ class ModelGroup:
         if pool is None:
             pool = self._gpu_pool()
         worker = RayClassWithInitArgs(cls=ray.remote(ActorRolloutRefWorker), config=cfg.actor_rollout_ref, role=role)
+        classes = {role: worker}
+        if self.use_critic:  # the value model shares the actor's processes (verl's trainer, the authors' code)
+            from verl.workers.engine_workers import TrainingWorker
+
+            critic_worker, critic_cfg = self._critic_worker()
+            classes[CRITIC] = RayClassWithInitArgs(cls=ray.remote(TrainingWorker), config=critic_worker)
         group = RayWorkerGroup(
             resource_pool=pool,
-            ray_cls_with_init=create_colocated_worker_cls(class_dict={role: worker}),
+            ray_cls_with_init=create_colocated_worker_cls(class_dict=classes),
             device_name=device_name,
         )
-        self.wg = group.spawn(prefix_set={role})[role]
+        spawned = group.spawn(prefix_set=set(classes))
+        self.wg = spawned[role]
+        if self.use_critic:  # as verl's PPOTrainer._setup: engine up, then verl's value loss with our critic config
+            from functools import partial
+
+            from verl.workers.utils.losses import value_loss
+
+            self.critic_wg = spawned[CRITIC]
+            self.critic_wg.reset()
+            self.critic_wg.set_loss_fn(partial(value_loss, config=critic_cfg))
         self.wg.init_model()
         self.dp_size = max(self.wg._query_dispatch_info("actor")) + 1
         if self.dp_size != plan.dp_size:
@@ -137,6 +165,24 @@ class ModelGroup:
         if plan.colocated:
             self.rollout.sleep()  # as verl does: replicas sleep until the first weight sync wakes them
             self._awake = False
+
+    def _critic_worker(self) -> tuple[Any, Any]:
+        """verl's ``TrainingWorkerConfig`` of the value model and the ``CriticConfig`` it came from (as verl's
+        ``PPOTrainer._setup``, with the engine's micro-batch budgets taken from the critic section)."""
+        from verl.utils.config import omega_conf_to_dataclass
+        from verl.workers.engine_workers import TrainingWorkerConfig
+
+        critic = omega_conf_to_dataclass(self.config.critic)
+        critic.engine.max_token_len_per_gpu = critic.ppo_max_token_len_per_gpu
+        critic.engine.infer_max_token_len_per_gpu = critic.forward_max_token_len_per_gpu
+        worker = TrainingWorkerConfig(
+            model_type="value_model",
+            model_config=critic.model,
+            engine_config=critic.engine,
+            optimizer_config=critic.optim,
+            checkpoint_config=critic.checkpoint,
+        )
+        return worker, critic
 
     def _gpu_pool(self) -> Any:
         from verl.single_controller.ray import ResourcePoolManager
@@ -230,9 +276,49 @@ class ModelGroup:
         metrics = reduce_metrics(metrics) | corrected
         return {f"verl/{self.key}/{k}": float(v) for k, v in metrics.items() if _number(v)}
 
+    # ----------------------------------------------------------------------------------------------- critic
+    def critic_values(self, batch: UpdateBatch) -> Any:
+        """The critic's values ``V_t`` of the batch's response tokens, ``(B, R)`` fp32, 0 outside the response
+        mask (verl's ``_compute_values``: ``infer_batch`` on the value model, read where log-probs are read)."""
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.utils.padding import no_padding_2_padding
+
+        self._need_critic()
+        td = logprob_tensordict(batch)
+        out = _resolved(self.critic_wg.infer_batch(td))
+        return no_padding_2_padding(tu.get(out, "values"), td).float() * batch.data.batch["response_mask"]
+
+    def update_critic(self, batch: UpdateBatch, *, step: int) -> dict[str, float]:
+        """One optimizer step of the critic on the batch's ``values`` (V_old) and ``returns`` (the targets),
+        verl's clipped value loss (``train_mini_batch``); verl's metrics, without the ``critic/`` prefix."""
+        from verl.utils import tensordict_utils as tu
+        from verl.utils.metric import reduce_metrics
+
+        self._need_critic()
+        if batch.dp_size != self.dp_size:
+            raise VerlBackendError(f"batch was built for dp_size={batch.dp_size}, model {self.key} has {self.dp_size}")
+        out = _resolved(self.critic_wg.train_mini_batch(critic_tensordict(batch, seed=self.seed + step)))
+        metrics = {k.removeprefix("critic/"): v for k, v in tu.get(out, "metrics").items()}
+        return {k: float(v) for k, v in reduce_metrics(metrics).items() if _number(v)}
+
+    def _need_critic(self) -> None:
+        if self.critic_wg is None:
+            raise VerlBackendError(f"model {self.key} has no critic worker group (critic.enable is false)")
+
     # -------------------------------------------------------------------------------------- checkpoints
     def save(self, path: Path, step: int) -> None:
         self.wg.save_checkpoint(local_path=str(path), hdfs_path=None, global_step=step, max_ckpt_to_keep=None)
+
+    def save_critic(self, path: Path, step: int) -> None:
+        """The critic's FSDP checkpoint (value model, optimizer, extra state) into ``path``."""
+        self._need_critic()
+        _resolved(self.critic_wg.save_checkpoint(str(path), None, step, max_ckpt_to_keep=None))
+
+    def load_critic(self, path: Path) -> None:
+        self._need_critic()
+        if not (Path(path) / "fsdp_config.json").is_file():
+            raise VerlBackendError(f"{path} is not a verl FSDP critic checkpoint (no fsdp_config.json)")
+        _resolved(self.critic_wg.load_checkpoint(str(path), None, del_local_after_load=False))
 
     def load(self, path: Path) -> None:
         if not (Path(path) / "fsdp_config.json").is_file():
@@ -300,6 +386,13 @@ class VLLMRollout:
 
     def close(self) -> None:
         self.policy.close()
+
+
+def _resolved(out: Any) -> Any:
+    """The value of a worker-group call: verl registers some methods non-blocking (a ``DataProtoFuture``)."""
+    from verl.protocol import DataProtoFuture
+
+    return out.get() if isinstance(out, DataProtoFuture) else out
 
 
 def _number(v: Any) -> bool:
