@@ -19,6 +19,9 @@
 # metaagent/distill/plain_style.py), v1's structure mix, at a lower learning rate:
 #   DATA=runs/cold_start_data_v3 OUT=runs/cold_start_v3 PLAIN=1 INIT_ADAPTER=runs/adapter_v1 LR=2e-4 WARMUP=2 \
 #     MAX_STEPS=20 SAVE_EVERY=5 KEEP_LAST=4 bash scripts/make_cold_start.sh
+# then 12 more steps from its exported step 20 (INIT_ADAPTER=runs/adapter_v3_s20 LR=1e-4 WARMUP=1 MAX_STEPS=12
+# SEED=1, fresh OUT). Measured (README, #19): step 10 23/64, step 20 20/64, step 32 39/64 but 87% single-agent,
+# so v3 was not exported over the v1 adapter.
 # and the README's designer section says which checkpoint was exported and what it measures.
 # Resumable: if interrupted, run it again (metaagent-sft --resume continues from the newest checkpoint).
 set -euo pipefail
