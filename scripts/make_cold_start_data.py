@@ -31,6 +31,10 @@ def main() -> None:
         "--keep", nargs="*", default=[], metavar="STRUCTURE=FRACTION",
         help="keep only this seeded fraction of a structure class's designer examples, e.g. single=0.5",
     )  # fmt: skip
+    p.add_argument(
+        "--plain", action="store_true",
+        help="plain-style replies: no f-strings, built prompts on their own lines (metaagent/distill/plain_style.py)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
@@ -48,6 +52,7 @@ def main() -> None:
         per_task=args.per_task,
         seed=args.seed,
         style=args.style,
+        plain=args.plain,
         fits=lambda script: len(tokenizer.encode("```python\n" + script + "\n```")) + 1 <= args.max_script_tokens,
     )
     keep = {k: float(v) for k, v in (item.split("=", 1) for item in args.keep)}
@@ -57,8 +62,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     for name, rows in (("designer", designer), ("executor", executor)):
         with open(os.path.join(args.out, f"{name}.jsonl"), "w") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
     prompts: Counter = Counter()
     agents = 0

@@ -24,6 +24,7 @@ Both kinds are rows of :data:`metaagent.distill.examples.EXAMPLE_FIELDS` (``sour
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from collections import Counter
@@ -37,6 +38,7 @@ from metaagent.seeding import derive_seed
 from metaagent.workflow.protocol import DELIVERY_CLOSE, DELIVERY_OPEN
 
 from .examples import _row
+from .plain_style import plain_style
 from .variation import fenced, instantiate
 
 DESIGNER_SOURCE = "template-bank"
@@ -61,8 +63,11 @@ def designer_examples(
     style: str = "compact",
     fits: Callable[[str], bool] = lambda script: True,
     attempts: int = 8,
+    plain: bool = False,
 ) -> list[dict[str, Any]]:
-    """``per_task`` designer examples per task, balanced over structure classes (see the module docstring)."""
+    """``per_task`` designer examples per task, balanced over structure classes (see the module docstring).
+    ``plain`` rewrites each reply in plain style (:func:`metaagent.distill.plain_style.plain_style`: no
+    f-strings, built prompts on their own lines) before the token budget is checked."""
     from metaagent.workflow import analyze_script
 
     rows: list[dict[str, Any]] = []
@@ -80,6 +85,8 @@ def designer_examples(
             for _ in range(attempts):
                 template = rng.choice(classes[structure])
                 candidate = instantiate(template, task, rng, vary=True, structural=True)
+                if plain:
+                    candidate = dataclasses.replace(candidate, script=plain_style(candidate.script))
                 if fits(candidate.script):
                     variant = candidate
                     break

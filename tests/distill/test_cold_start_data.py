@@ -122,3 +122,14 @@ def test_thin_structures_keeps_a_seeded_fraction_of_one_class_only():
     assert thin_structures(rows, {"single": 0.0}) == [r for r in rows if r["structure"] != "single"]
     with pytest.raises(ValueError, match="keep fractions must be in"):
         thin_structures(rows, {"single": 1.5})
+
+
+def test_plain_designer_examples_have_no_f_strings_and_the_same_structures():
+    templates = load_templates()
+    plain = designer_examples(TASKS, templates, per_task=6, seed=0, style="compact", plain=True)
+    usual = designer_examples(TASKS, templates, per_task=6, seed=0, style="compact")
+    assert [r["structure"] for r in plain] == [r["structure"] for r in usual]
+    scripts = [extract_script(r["messages"][-1]["content"]) for r in plain]
+    assert all(check_script(s).ok for s in scripts)
+    assert not any('f"' in s for s in scripts)
+    assert any('f"' in extract_script(r["messages"][-1]["content"]) for r in usual)
