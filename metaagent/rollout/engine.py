@@ -198,13 +198,31 @@ class RolloutEngine:
             for task, ds in zip(tasks, designs)
         ]
         if execute:
-            self._execute(
-                trees, tasks, n, step, seed, executor_sampling, score_turns=mode == "train", branch=mode == "train"
-            )
+            self.execute(trees, step=step, seed=seed, mode=mode, n_executions=n, executor_sampling=executor_sampling)
         for tree in trees:
             fill_design_rewards(tree)
             tree.timings["total_s"] = time.perf_counter() - t0
         return trees
+
+    def execute(
+        self,
+        trees: list[RolloutTree],
+        *,
+        step: int | None = None,
+        seed: int = 0,
+        mode: str = "train",
+        n_executions: int | None = None,
+        executor_sampling: SamplingParams | None = None,
+    ) -> None:
+        """The executor stage of :meth:`rollout` on trees made with ``execute=False`` (same ``step`` and
+        ``seed``): executions are appended to their designs and design rewards filled in. Lets one designer
+        stage be executed under two settings (``benchmarks/adaptive_budget.py``)."""
+        tasks = [Task.coerce(t.task) for t in trees]
+        n = n_executions or self.config.n_executions
+        train = mode == "train"
+        self._execute(trees, tasks, n, step, seed, executor_sampling, score_turns=train, branch=train)
+        for tree in trees:
+            fill_design_rewards(tree)
 
     def close(self) -> None:
         if self._own_pool and self.pool is not None:

@@ -84,6 +84,17 @@ def test_allot_is_round_robin_within_budget_and_cap():
     assert allot([2, 2], [True, True], 100, 5) == [3, 3]  # the cap stops it, budget left over
     assert allot([2, 2], [False, False], 10, 8) == [0, 0]
     assert allot([7, 2], [True, True], 4, 8) == [1, 3]
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):  # never above the budget or the cap, nothing to a closed design, all of it when it fits
+        counts = [rng.randint(2, 6) for _ in range(rng.randint(1, 6))]
+        open_ = [rng.random() < 0.5 for _ in counts]
+        budget, cap = rng.randint(0, 12), rng.randint(2, 9)
+        extra = allot(counts, open_, budget, cap)
+        room = sum(max(0, cap - c) for c, o in zip(counts, open_) if o)
+        assert sum(extra) == min(budget, room)
+        assert all(e == 0 or (o and c + e <= cap) for c, o, e in zip(counts, open_, extra))
 
 
 def test_agreeing_designs_stop_and_their_budget_goes_to_disagreeing_ones(pool):
