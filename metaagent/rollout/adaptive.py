@@ -24,12 +24,15 @@ executions all agree gives its budget to other questions' disagreeing designs.
 
 Credit with unequal N per design (:mod:`metaagent.credit.matrix` takes rows of any length): a design's
 reward (Eq. 4) is the mean over its own executions; executor groups (Eq. 6-7) are over the executions (or
-calls) actually run, so in ``executor_group: question`` a design with more executions weighs more in the
-question's mean and std; a design group of one computable reward is a singleton (counted in
-``credit/executor_singleton_groups``, advantage 0). Note: because the stopping depends on the observed
-rewards, a design's mean over a data-dependent number of executions is not an unbiased estimate of its
-success rate (a design stopped at first_n keeps an extreme mean); the designer's comparison still sees
-each design's own mean.
+calls) actually run. In ``executor_group: question`` a design given more executions would pull the
+question's mean and std towards itself; ``algo.executor_balance: auto`` (the default) therefore weighs every
+design of the question alike when this option is on (``design``: member weights ``1/N_i``, rescaled; the
+mean is then the mean of the design means, the quantity fixed M x N estimates). A design group of one
+computable reward (``executor_group: design``) is a singleton: counted in
+``credit/executor_singleton_groups``, advantage 0, masked with ``algo.filter_zero_var``. Caveat: because
+stopping depends on the observed rewards, a design's mean over a data-dependent number of executions is
+not an unbiased estimate of its success rate (a design stopped at first_n keeps its extreme first-wave
+mean); the designer group compares these means as they are.
 """
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ class RolloutConfig(Checked):
         max_inflight: executions in flight at once (threads waiting on agent calls).
         ray_address: run sandbox workers as Ray actors at this address ("local" starts a local Ray).
         branching: tree sampling inside executions (AT-GRPO, seed 003); ``k = 1`` is off.
-        adaptive_budget: executions in waves, moved from designs whose rewards agree to designs whose
-            rewards disagree within the batch's M x N budget (``metaagent.rollout.adaptive``); off by default.
+        adaptive_budget: executions in waves; agreeing designs stop, their budget goes to disagreeing ones.
+            The batch's M x N budget is kept (``metaagent.rollout.adaptive``); off by default.
     """
 
     m_designs: PositiveInt = 4

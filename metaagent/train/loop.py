@@ -292,6 +292,7 @@ class TrainLoop:
             "filter_zero_var": a.filter_zero_var,
             "executor_group": a.executor_group,
             "executor_unit": a.executor_unit,
+            "executor_balance": self.config.executor_balance(),
         }
         if "role_models" in known and self.config.policy.role_models:
             common["role_models"] = dict(self.config.policy.role_models)  # per-model normalisation

@@ -92,3 +92,64 @@ def test_flat_estimator_with_unequal_executions(make_tree):
         assert d.advantage == pytest.approx(fmean(row))  # mean of its own rollouts' advantages
         assert [e.advantage for e in d.executions] == pytest.approx(row)
     assert not math.isnan(tree.designs[0].advantage)
+
+
+# ---- executor_balance="design": every design of a question weighs alike in its executor group -----------------
+
+
+def test_design_balanced_question_group_by_hand():
+    res = hierarchical_credit(RAGGED, executor_balance="design")
+    # weights 1/N_i per execution (1/4, 1/2, 1/3), rescaled to sum to the 9 members: 0.75, 1.5, 1.0
+    w = [0.75] * 4 + [1.5] * 2 + [1.0] * 3
+    r = [x for row in RAGGED for x in row]
+    mu = sum(a * b for a, b in zip(w, r)) / 9
+    assert mu == pytest.approx(fmean([3 / 4, 1.0, 1 / 3]))  # the mean of the design means, as fixed M x N estimates
+    sd = math.sqrt(sum(a * (b - mu) ** 2 for a, b in zip(w, r)) / (9 - 1))
+    for got, row in zip(res.executor, RAGGED):
+        approx(got, [(x - mu) / (sd + EPS) for x in row])
+    assert res.designer == hierarchical_credit(RAGGED).designer  # the designer group is per design already
+
+
+def test_design_balance_with_calls_by_hand():
+    rows, calls = [[1.0, 0.0, 1.0, 1.0], [0.0, 0.0]], [[1, 2, 1, 1], [3, 1]]
+    res = hierarchical_credit(rows, calls=calls, executor_balance="design")
+    # per call c_ij / N_i: design 0: 1/4, 2/4, 1/4, 1/4; design 1: 3/2, 1/2; sum 3.25 -> scaled to the 9 calls
+    raw = [0.25, 0.5, 0.25, 0.25, 1.5, 0.5]
+    w = [x * 9 / 3.25 for x in raw]
+    r = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    mu = sum(a * b for a, b in zip(w, r)) / 9
+    sd = math.sqrt(sum(a * (b - mu) ** 2 for a, b in zip(w, r)) / 8)
+    approx(res.executor[0] + res.executor[1], [(x - mu) / (sd + EPS) for x in r])
+
+
+def test_design_balance_is_member_balance_when_n_is_equal():
+    rows, calls = [[1.0, 0.0], [0.0, 0.0], [1.0, 0.5]], [[1, 2], [3, 1], [1, 1]]
+    for c in (None, calls):
+        a = hierarchical_credit(rows, calls=c, executor_balance="design")
+        b = hierarchical_credit(rows, calls=c)
+        for x, y in zip(a.executor, b.executor):
+            approx(x, y)
+
+
+def test_fractional_weights_and_bad_balance():
+    from metaagent.credit import CreditError, group_advantages
+
+    assert group_advantages([1.0, 0.0], weights=[0.5, 1.5]).mean == pytest.approx(0.25)
+    assert group_advantages([1.0, 0.0], weights=[0.25, 0.5]).singleton  # weights sum to <= 1: no std
+    with pytest.raises(CreditError, match="positive numbers"):
+        group_advantages([1.0, 0.0], weights=[0.0, 1.0])
+    with pytest.raises(CreditError, match="executor_balance"):
+        hierarchical_credit(RAGGED, executor_balance="task")
+
+
+def test_estimator_option_and_the_auto_config(make_tree):
+    from metaagent.train.config import TrainConfig
+
+    tree = make_tree(RAGGED)
+    assign_credit([tree], "hierarchical", executor_unit="execution", executor_balance="design")
+    want = hierarchical_credit(RAGGED, executor_balance="design")
+    assert [[e.advantage for e in d.executions] for d in tree.designs] == [pytest.approx(r) for r in want.executor]
+    assert TrainConfig().executor_balance() == "member"
+    on = TrainConfig.load(None, ["rollout.adaptive_budget.enabled=true"])
+    assert on.executor_balance() == "design"
+    assert TrainConfig.load(None, ["rollout.adaptive_budget.enabled=true", "algo.executor_balance=member"]).executor_balance() == "member"
