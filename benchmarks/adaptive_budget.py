@@ -75,6 +75,46 @@ def per_k(row: dict[str, float]) -> dict[str, float]:
     }
 
 
+def report(rows: list[dict]) -> dict:
+    """Print the side-by-side table of ``rows`` (one per step) and return the totals."""
+    keys = ("designer_groups", "executor_groups", "executions", "designer_tokens", "executor_tokens", "execute_s")
+    totals = {arm: {k: sum(row[arm][k] for row in rows) for k in keys} for arm in ARMS}
+    for arm in ARMS:
+        totals[arm].update(per_k(totals[arm]))
+    for k in ("budget", "executions", "moved", "designs_stopped", "questions_stopped"):
+        totals["adaptive"][f"rollout/adaptive/{k}"] = sum(row["adaptive"][f"rollout/adaptive/{k}"] for row in rows)
+    b = totals["adaptive"]["rollout/adaptive/budget"]
+    totals["adaptive"]["rollout/adaptive/budget_used"] = totals["adaptive"]["rollout/adaptive/executions"] / b if b else 0.0
+
+    print(f"\n{'':34}{'fixed':>12}{'adaptive':>12}{'ratio':>9}")
+    lines = [
+        ("informative designer groups", "designer_groups"),
+        ("informative executor groups", "executor_groups"),
+        ("informative groups", "informative_groups"),
+        ("executions", "executions"),
+        ("generated tokens, designer", "designer_tokens"),
+        ("generated tokens, executor", "executor_tokens"),
+        ("executor stage wall s", "execute_s"),
+        ("designer groups / 1k tokens", "designer_per_1k_tokens"),
+        ("executor groups / 1k tokens", "executor_per_1k_tokens"),
+        ("informative groups / 1k tokens", "per_1k_tokens"),
+        ("... / 1k executor tokens", "per_1k_executor_tokens"),
+    ]
+    for label, k in lines:
+        fv, av = totals["fixed"][k], totals["adaptive"][k]
+        ratio = f"{av / fv:9.2f}" if fv else f"{'-':>9}"
+        fmt = "{:12.3f}" if "per_1k" in k else "{:12.0f}"
+        print(f"{label:34}{fmt.format(fv)}{fmt.format(av)}{ratio}")
+    a = totals["adaptive"]
+    print(
+        f"adaptive budget: {a['rollout/adaptive/executions']:.0f} of {b:.0f} executions used "
+        f"({a['rollout/adaptive/budget_used']:.0%}), {a['rollout/adaptive/moved']:.0f} moved, "
+        f"{a['rollout/adaptive/designs_stopped']:.0f} designs and {a['rollout/adaptive/questions_stopped']:.0f} "
+        f"questions stopped early"
+    )
+    return totals
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="default")
@@ -86,7 +126,14 @@ def main() -> None:
     p.add_argument("--set", nargs="*", default=[], help="config overrides, e.g. data.batch_size=4")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     p.add_argument("--json", help="write the per-step rows and totals here")
+    p.add_argument("--report", metavar="JSON", help="only print the table of a --json file (e.g. of a run cut short)")
     args = p.parse_args()
+    if args.report:
+        with open(args.report) as fh:
+            rows = json.load(fh)["rows"]
+        print(f"{len(rows)} steps from {args.report}")
+        report(rows)
+        return
 
     import torch
 
@@ -151,41 +198,7 @@ def main() -> None:
             if args.json:  # after every step, so a run cut short keeps its rows
                 with open(args.json, "w") as fh:
                     json.dump({"argv": sys.argv[1:], "rows": rows}, fh, indent=2)
-    keys = ("designer_groups", "executor_groups", "executions", "designer_tokens", "executor_tokens", "execute_s")
-    totals = {arm: {k: sum(row[arm][k] for row in rows) for k in keys} for arm in ARMS}
-    for arm in ARMS:
-        totals[arm].update(per_k(totals[arm]))
-    for k in ("budget", "executions", "moved", "designs_stopped", "questions_stopped"):
-        totals["adaptive"][f"rollout/adaptive/{k}"] = sum(row["adaptive"][f"rollout/adaptive/{k}"] for row in rows)
-    b = totals["adaptive"]["rollout/adaptive/budget"]
-    totals["adaptive"]["rollout/adaptive/budget_used"] = totals["adaptive"]["rollout/adaptive/executions"] / b if b else 0.0
-
-    print(f"\n{'':34}{'fixed':>12}{'adaptive':>12}{'ratio':>9}")
-    lines = [
-        ("informative designer groups", "designer_groups"),
-        ("informative executor groups", "executor_groups"),
-        ("informative groups", "informative_groups"),
-        ("executions", "executions"),
-        ("generated tokens, designer", "designer_tokens"),
-        ("generated tokens, executor", "executor_tokens"),
-        ("executor stage wall s", "execute_s"),
-        ("designer groups / 1k tokens", "designer_per_1k_tokens"),
-        ("executor groups / 1k tokens", "executor_per_1k_tokens"),
-        ("informative groups / 1k tokens", "per_1k_tokens"),
-        ("... / 1k executor tokens", "per_1k_executor_tokens"),
-    ]
-    for label, k in lines:
-        fv, av = totals["fixed"][k], totals["adaptive"][k]
-        ratio = f"{av / fv:9.2f}" if fv else f"{'-':>9}"
-        fmt = "{:12.3f}" if isinstance(fv, float) and not float(fv).is_integer() else "{:12.0f}"
-        print(f"{label:34}{fmt.format(fv)}{fmt.format(av)}{ratio}")
-    a = totals["adaptive"]
-    print(
-        f"adaptive budget: {a['rollout/adaptive/executions']:.0f} of {b:.0f} executions used "
-        f"({a['rollout/adaptive/budget_used']:.0%}), {a['rollout/adaptive/moved']:.0f} moved, "
-        f"{a['rollout/adaptive/designs_stopped']:.0f} designs and {a['rollout/adaptive/questions_stopped']:.0f} "
-        f"questions stopped early"
-    )
+    totals = report(rows)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"argv": sys.argv[1:], "rows": rows, "totals": totals}, fh, indent=2)
