@@ -44,18 +44,28 @@ def tokens(trees) -> tuple[int, int]:
     return designer, executor
 
 
-def arm_row(trees, cfg, wall_s: float) -> dict[str, float]:
+def arm_row(trees, cfg, wall_s: float, balance: str) -> dict[str, float]:
+    from metaagent.credit import call_matrix, hierarchical_credit, reward_matrix
     from metaagent.records import DESIGNER, EXECUTOR
     from metaagent.train.dynamic_sampling import informative_groups
 
     groups = {DESIGNER: 0, EXECUTOR: 0}
+    samples = {DESIGNER: 0, EXECUTOR: 0}  # designs / executions whose advantage is not 0: what the update learns from
     for t in trees:
         for role, k in informative_groups(t, executor_group=cfg.algo.executor_group, executor_unit=cfg.algo.executor_unit).items():
             groups[role] += k
+        calls = call_matrix(t) if cfg.algo.executor_unit == "call" else None
+        c = hierarchical_credit(
+            reward_matrix(t), executor_group=cfg.algo.executor_group, calls=calls, executor_balance=balance
+        )
+        samples[DESIGNER] += sum(a not in (None, 0.0) for a in c.designer)
+        samples[EXECUTOR] += sum(a not in (None, 0.0) for row in c.executor if row for a in row)
     d_tok, e_tok = tokens(trees)
     return {
         "designer_groups": groups[DESIGNER],
         "executor_groups": groups[EXECUTOR],
+        "designs_with_advantage": samples[DESIGNER],
+        "executions_with_advantage": samples[EXECUTOR],
         "executions": sum(len(d.executions) for t in trees for d in t.designs),
         "designer_tokens": d_tok,
         "executor_tokens": e_tok,
@@ -66,7 +76,11 @@ def arm_row(trees, cfg, wall_s: float) -> dict[str, float]:
 def per_k(row: dict[str, float]) -> dict[str, float]:
     informative = row["designer_groups"] + row["executor_groups"]
     total = row["designer_tokens"] + row["executor_tokens"]
+    extra = {}
+    if "executions_with_advantage" in row:
+        extra["executions_with_advantage_per_1k_tokens"] = 1000 * row["executions_with_advantage"] / total if total else 0.0
     return {
+        **extra,
         "informative_groups": informative,
         "per_1k_tokens": 1000 * informative / total if total else 0.0,
         "per_1k_executor_tokens": 1000 * informative / row["executor_tokens"] if row["executor_tokens"] else 0.0,
@@ -77,7 +91,9 @@ def per_k(row: dict[str, float]) -> dict[str, float]:
 
 def report(rows: list[dict]) -> dict:
     """Print the side-by-side table of ``rows`` (one per step) and return the totals."""
-    keys = ("designer_groups", "executor_groups", "executions", "designer_tokens", "executor_tokens", "execute_s")
+    keys = ("designer_groups", "executor_groups", "executions", "designer_tokens", "executor_tokens", "execute_s",
+            "designs_with_advantage", "executions_with_advantage")  # fmt: skip
+    keys = tuple(k for k in keys if all(k in row[arm] for row in rows for arm in ARMS))  # older files lack the last two
     totals = {arm: {k: sum(row[arm][k] for row in rows) for k in keys} for arm in ARMS}
     for arm in ARMS:
         totals[arm].update(per_k(totals[arm]))
@@ -99,8 +115,13 @@ def report(rows: list[dict]) -> dict:
         ("executor groups / 1k tokens", "executor_per_1k_tokens"),
         ("informative groups / 1k tokens", "per_1k_tokens"),
         ("... / 1k executor tokens", "per_1k_executor_tokens"),
+        ("designs with advantage != 0", "designs_with_advantage"),
+        ("executions with advantage != 0", "executions_with_advantage"),
+        ("... executions / 1k tokens", "executions_with_advantage_per_1k_tokens"),
     ]
     for label, k in lines:
+        if k not in totals["fixed"]:
+            continue
         fv, av = totals["fixed"][k], totals["adaptive"][k]
         ratio = f"{av / fv:9.2f}" if fv else f"{'-':>9}"
         fmt = "{:12.3f}" if "per_1k" in k else "{:12.0f}"
@@ -126,6 +147,7 @@ def main() -> None:
     p.add_argument("--set", nargs="*", default=[], help="config overrides, e.g. data.batch_size=4")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     p.add_argument("--json", help="write the per-step rows and totals here")
+    p.add_argument("--trees", metavar="DIR", help="also write each arm's rollout trees here (JSONL per step)")
     p.add_argument("--report", metavar="JSON", help="only print the table of a --json file (e.g. of a run cut short)")
     args = p.parse_args()
     if args.report:
@@ -137,6 +159,7 @@ def main() -> None:
 
     import torch
 
+    from metaagent.records import write_trees
     from metaagent.rollout.adaptive import adaptive_metrics
     from metaagent.seeding import derive_seed
     from metaagent.train.config import TrainConfig
@@ -144,6 +167,8 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.trees:
+        os.makedirs(args.trees, exist_ok=True)
     out = tempfile.mkdtemp(prefix="adaptive_bench_")
     overrides = [
         *([f"policy.model={args.model}"] if args.model else []),
@@ -179,7 +204,10 @@ def main() -> None:
                 engine.config.adaptive_budget.enabled = arm == "adaptive"
                 t0 = time.perf_counter()
                 engine.execute(trees, step=step, seed=seed, mode="train")
-                row[arm] = arm_row(trees, cfg, time.perf_counter() - t0)
+                wall = time.perf_counter() - t0
+                row[arm] = arm_row(trees, cfg, wall, "design" if arm == "adaptive" else "member")
+                if args.trees:
+                    write_trees(os.path.join(args.trees, f"{arm}_step{step}.jsonl"), trees)
                 if arm == "adaptive":
                     row[arm].update(adaptive_metrics(trees, r.n_executions, r.adaptive_budget.first_n))
             engine.config.adaptive_budget.enabled = False
