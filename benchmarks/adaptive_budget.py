@@ -8,17 +8,23 @@ For each of ``--steps`` batches of the config's task sampler (the training run's
             budget round-robin over the designs whose rewards disagree (``metaagent.rollout.adaptive``).
 
 Same tasks, same designs, same execution seeds (execution j of a design has the same seed in both arms, so
-the adaptive arm's first wave IS the fixed arm's first ``first_n`` executions). Nothing is trained. Printed per
+the adaptive arm's first wave samples as the fixed arm's first ``first_n`` executions do, up to the numerics of
+a different batch composition). Nothing is trained. Printed per
 arm: informative groups (>= 2 members, unequal rewards; designer groups and executor groups counted
 separately, with the grouping of ``algo.executor_group`` / ``algo.executor_unit``), executions, generated
 tokens (designer tokens are the same in both arms and counted in both), informative groups per 1,000
-generated tokens (all tokens, and executor tokens only), and the ratio adaptive / fixed.
+generated tokens (all tokens, and executor tokens only), and the ratio adaptive / fixed. Beside the groups, the
+designs and executions whose advantage is not 0 (``executor_balance`` member for fixed, design for adaptive):
+moving executions to a design whose rewards already disagree adds no informative group (its groups are
+informative already) but adds samples that carry an advantage; the group count credits the adaptive arm only
+for the executions that agreeing designs no longer spend.
 
 The default config runs N = 2 executions per design, which leaves nothing to free with first_n = 2, so the
 comparison raises N (``--n``, default 4, the paper's N) on top of ``--config``.
 
     nice -n 10 .venv/bin/python benchmarks/adaptive_budget.py --config default --steps 3 [--model tiny]
-        [--n 4] [--first-n 2] [--max-n 8] [--set rollout.m_designs=2 ...] [--json out.json]
+        [--n 4] [--first-n 2] [--max-n 8] [--set rollout.m_designs=2 ...] [--json out.json] [--trees DIR]
+    .venv/bin/python benchmarks/adaptive_budget.py --report out.json     # the table of a saved (or cut) run
 """
 
 from __future__ import annotations
