@@ -74,6 +74,10 @@ class TrainDisplay(RolloutObserver):
         with self._lock:
             if self._progress is None:
                 self.designs_started(0)
+            if self._execs is not None:  # a later wave of the adaptive budget: the same bar grows
+                total = next(t.total for t in self._progress.tasks if t.id == self._execs) or 0  # type: ignore[union-attr]
+                self._progress.update(self._execs, total=total + n)  # type: ignore[union-attr]
+                return
             self._execs = self._progress.add_task("executions", total=n, extra="")  # type: ignore[union-attr]
             self._t0 = time.perf_counter()
 

@@ -138,11 +138,14 @@ def hierarchical_estimator(
     norm_by_std: bool = True,
     filter_zero_var: bool = False,
     executor_unit: str = "call",
+    executor_balance: str = "member",
 ) -> list[TreeCredit]:
     """Paper Eq. 4-7 per tree (question); see :func:`metaagent.credit.matrix.hierarchical_credit`.
 
     ``executor_unit="call"`` (default, Eq. 6: a trajectory is one agent call) weighs each execution by its
     number of agent calls in the executor statistics; ``"execution"`` counts each execution once.
+    ``executor_balance="design"`` weighs each design of a question alike in its executor group (unequal
+    executions per design under ``rollout.adaptive_budget``).
     """
     if executor_unit not in EXECUTOR_UNITS:
         raise CreditError(f"executor_unit must be one of {EXECUTOR_UNITS}, got {executor_unit!r}")
@@ -155,6 +158,7 @@ def hierarchical_estimator(
                 norm_by_std=norm_by_std,
                 filter_zero_var=filter_zero_var,
                 calls=call_matrix(t) if executor_unit == "call" else None,
+                executor_balance=executor_balance,
             )
         )
         for t in trees

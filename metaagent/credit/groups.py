@@ -18,7 +18,11 @@ Both are reported in :class:`GroupResult` so callers count them (``credit/zero_v
 ``weights`` (positive integers) make member k count ``w_k`` times, exactly as if its reward were repeated
 ``w_k`` times in the group (frequency weights): ``mean = sum w r / sum w`` and
 ``std = sqrt(sum w (r - mean)^2 / (sum w - 1))``. The executor group of Eq. 6-7 uses this: its members are
-agent calls (trajectories), and an execution with c calls contributes its reward c times.
+agent calls (trajectories), and an execution with c calls contributes its reward c times. The same formula
+takes fractional frequencies (positive reals; ``sum w`` is then the effective group size of Bessel's
+correction and must exceed 1 for a std): the design-balanced executor group of an adaptive budget
+(:func:`metaagent.credit.matrix.hierarchical_credit`, ``executor_balance="design"``) uses them. A group whose
+weights sum to at most 1 is a singleton.
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ def group_advantages(
         rewards: n >= 1 finite rewards, shape (n,).
         eps: added to the std in the denominator.
         norm_by_std: divide by ``std + eps`` (GRPO) or only subtract the mean (Dr. GRPO).
-        weights: optional multiplicity of each member, shape (n,), integers >= 1 (default all 1).
+        weights: optional multiplicity of each member, shape (n,): integers >= 1 (default all 1), or
+            positive reals (fractional frequencies).
 
     Returns:
         :class:`GroupResult` with ``advantages`` of shape (n,) (one per member, not per copy).
@@ -95,11 +100,14 @@ def group_advantages(
     if weights is None:
         w = np.ones(n, dtype=np.float64)
     else:
-        if len(weights) != n or any(isinstance(x, bool) or int(x) != x or x < 1 for x in weights):
-            raise CreditError(f"weights must be {n} integers >= 1 (one per reward), got {list(weights)!r}")
+        if len(weights) != n or any(
+            isinstance(x, bool) or not isinstance(x, (int, float, np.floating, np.integer)) or not 0 < x < math.inf
+            for x in weights
+        ):
+            raise CreditError(f"weights must be {n} positive numbers (one per reward), got {list(weights)!r}")
         w = np.asarray(weights, dtype=np.float64)  # (n,)
     total = float(w.sum())
-    if total == 1:
+    if total <= 1:
         return GroupResult((0.0,), float(r[0]), 0.0, zero_var=False, singleton=True)
     mean = float((w * r).sum() / total)
     if float(r.max()) == float(r.min()):

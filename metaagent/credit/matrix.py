@@ -27,6 +27,9 @@ EXECUTOR_GROUPS = ("question", "design")
 #: what one member of an executor group is: an agent call (Eq. 6: a trajectory is one (c_i, o_i) pair) or
 #: a whole execution (each execution counts once, however many calls it made)
 EXECUTOR_UNITS = ("call", "execution")
+#: how the designs of a question weigh in its executor group: each member alike (Eq. 6), or each design alike
+#: whatever its number of executions (unequal N per design, ``rollout.adaptive_budget``)
+EXECUTOR_BALANCES = ("member", "design")
 
 Row = Sequence[float | None] | None
 
@@ -101,11 +104,32 @@ def _count_group(res: GroupResult, role: str, counts: Counter[str]) -> None:
     counts[f"{role}_singleton_groups"] += int(res.singleton)
 
 
-def _check_options(eps: float, executor_group: str | None = None) -> None:
+def _check_options(eps: float, executor_group: str | None = None, executor_balance: str = "member") -> None:
     if not eps >= 0:
         raise CreditError(f"eps must be >= 0, got {eps}")
     if executor_group is not None and executor_group not in EXECUTOR_GROUPS:
         raise CreditError(f"executor_group must be one of {EXECUTOR_GROUPS}, got {executor_group!r}")
+    if executor_balance not in EXECUTOR_BALANCES:
+        raise CreditError(f"executor_balance must be one of {EXECUTOR_BALANCES}, got {executor_balance!r}")
+
+
+def design_balanced_weights(designs: Sequence[int], weights: Sequence[float]) -> list[float]:
+    """Member weights of one executor group in which every design weighs alike: member k of design
+    ``designs[k]`` gets ``weights[k] / n_d`` (``n_d``: the design's members in the group), rescaled so the
+    weights sum to ``sum(weights)`` (the group size of Bessel's correction is unchanged).
+
+    With equal ``n_d`` this returns ``weights`` unchanged (fixed M x N). With unequal ``n_d`` (an adaptive
+    budget) the group's mean is the one fixed M x N would estimate: ``mu = (sum_d W_d mean_d) / sum_d W_d``
+    with ``W_d`` the design's mean weight per member (its mean calls per execution for ``executor_unit=call``,
+    1 per execution), i.e. the mean of the design means when every member weighs 1.
+
+    >>> design_balanced_weights([0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1])
+    [0.75, 0.75, 0.75, 0.75, 1.5, 1.5]
+    """
+    size = Counter(designs)
+    raw = [w / size[d] for d, w in zip(designs, weights)]
+    scale = sum(weights) / sum(raw)
+    return [x * scale for x in raw]
 
 
 def _check_calls(calls: Sequence[Row] | None, rows: list[list[float | None] | None]) -> list[list[int]] | None:
@@ -134,6 +158,7 @@ def hierarchical_credit(
     norm_by_std: bool = True,
     filter_zero_var: bool = False,
     calls: Sequence[Row] | None = None,
+    executor_balance: str = "member",
 ) -> MatrixCredit:
     """Hierarchical credit (paper Eq. 4-7) of one question's M x N reward matrix.
 
@@ -149,6 +174,11 @@ def hierarchical_credit(
     trajectories tau in T_ij: execution ij's reward enters mu and sigma ``calls[i][j]`` times, and an
     execution without agent calls is no member (its advantage is None: it has nothing to train).
 
+    Rows may have different lengths N_i (an adaptive budget): design i's reward is the mean over its own
+    executions, and each executor group is over the members it has. ``executor_balance="design"`` weighs the
+    designs of a question group alike (:func:`design_balanced_weights`), so a design given more executions
+    does not pull the baseline and std towards itself; with equal N_i it equals ``"member"``.
+
     Args:
         rewards: M rows (see module docstring), row i of length N_i.
         eps: added to the std.
@@ -157,11 +187,12 @@ def hierarchical_credit(
         filter_zero_var: members of zero-variance and singleton groups get None (not trained on) instead
             of advantage 0; counted in ``filtered_designs`` / ``filtered_executions``.
         calls: optional agent calls per execution (integers >= 0), the shape of ``rewards``.
+        executor_balance: "member" (Eq. 6: every member alike) or "design" (every design alike).
 
     Returns:
         :class:`MatrixCredit`; ``designer`` has M entries, ``executor`` the shape of ``rewards``.
     """
-    _check_options(eps, executor_group)
+    _check_options(eps, executor_group, executor_balance)
     rows = _check_rows(rewards)
     counts: Counter[str] = Counter()
     design_rewards = _design_rewards(rows, counts)
@@ -195,6 +226,8 @@ def hierarchical_credit(
         if not group:
             continue
         weights = None if call_rows is None else [call_rows[i][j] for i, j in group]
+        if executor_balance == "design" and len({i for i, _ in group}) > 1:
+            weights = design_balanced_weights([i for i, _ in group], weights or [1] * len(group))
         res = group_advantages(
             [rows[i][j] for i, j in group], eps=eps, norm_by_std=norm_by_std, weights=weights  # type: ignore[index,misc]
         )
@@ -215,6 +248,7 @@ def hierarchical_advantages(
     norm_by_std: bool = True,
     filter_zero_var: bool = False,
     calls: Sequence[Row] | None = None,
+    executor_balance: str = "member",
 ) -> tuple[list[float | None], list[list[float | None] | None]]:
     """``(designer_adv, executor_adv)`` of :func:`hierarchical_credit`: M floats and the shape of ``rewards``.
 
@@ -234,6 +268,7 @@ def hierarchical_advantages(
         norm_by_std=norm_by_std,
         filter_zero_var=filter_zero_var,
         calls=calls,
+        executor_balance=executor_balance,
     )
     return res.designer, res.executor
 

@@ -11,6 +11,7 @@ from metaagent.config import Checked, ConfigError
 from metaagent.policy.base import SamplingParams
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
+from .adaptive import AdaptiveBudgetConfig
 from .branching import BranchingConfig
 
 TEMPLATE_SELECTIONS = ("domain", "uniform")
@@ -70,6 +71,8 @@ class RolloutConfig(Checked):
         max_inflight: executions in flight at once (threads waiting on agent calls).
         ray_address: run sandbox workers as Ray actors at this address ("local" starts a local Ray).
         branching: tree sampling inside executions (AT-GRPO, seed 003); ``k = 1`` is off.
+        adaptive_budget: executions in waves; agreeing designs stop, their budget goes to disagreeing ones.
+            The batch's M x N budget is kept (``metaagent.rollout.adaptive``); off by default.
     """
 
     m_designs: PositiveInt = 4
@@ -87,10 +90,24 @@ class RolloutConfig(Checked):
     max_inflight: PositiveInt = 64
     ray_address: str | None = None
     branching: BranchingConfig = field(default_factory=BranchingConfig)
+    adaptive_budget: AdaptiveBudgetConfig = field(default_factory=AdaptiveBudgetConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.branching, dict):
             self.branching = BranchingConfig(**self.branching)
+        if isinstance(self.adaptive_budget, dict):
+            self.adaptive_budget = AdaptiveBudgetConfig(**self.adaptive_budget)
         super().__post_init__()
+        ab = self.adaptive_budget
+        if ab.enabled and ab.first_n >= self.n_executions:
+            raise ConfigError(
+                f"rollout.adaptive_budget.first_n = {ab.first_n} must be below rollout.n_executions = "
+                f"{self.n_executions}, or no execution is freed; raise n_executions (e.g. 4) or turn it off"
+            )
+        if ab.enabled and ab.cap(self.n_executions) < self.n_executions:
+            raise ConfigError(
+                f"rollout.adaptive_budget.max_n = {ab.max_n} is below rollout.n_executions = {self.n_executions}: "
+                "freed executions could go nowhere; set max_n >= n_executions"
+            )
         if self.branching.active and self.ray_address:
             raise ConfigError("rollout.branching.k > 1 runs host-side turn rewards; it does not run on Ray actors yet")

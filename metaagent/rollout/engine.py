@@ -198,13 +198,31 @@ class RolloutEngine:
             for task, ds in zip(tasks, designs)
         ]
         if execute:
-            self._execute(
-                trees, tasks, n, step, seed, executor_sampling, score_turns=mode == "train", branch=mode == "train"
-            )
+            self.execute(trees, step=step, seed=seed, mode=mode, n_executions=n, executor_sampling=executor_sampling)
         for tree in trees:
             fill_design_rewards(tree)
             tree.timings["total_s"] = time.perf_counter() - t0
         return trees
+
+    def execute(
+        self,
+        trees: list[RolloutTree],
+        *,
+        step: int | None = None,
+        seed: int = 0,
+        mode: str = "train",
+        n_executions: int | None = None,
+        executor_sampling: SamplingParams | None = None,
+    ) -> None:
+        """The executor stage of :meth:`rollout` on trees made with ``execute=False`` (same ``step`` and
+        ``seed``): executions are appended to their designs and design rewards filled in. Lets one designer
+        stage be executed under two settings (``benchmarks/adaptive_budget.py``)."""
+        tasks = [Task.coerce(t.task) for t in trees]
+        n = n_executions or self.config.n_executions
+        train = mode == "train"
+        self._execute(trees, tasks, n, step, seed, executor_sampling, score_turns=train, branch=train)
+        for tree in trees:
+            fill_design_rewards(tree)
 
     def close(self) -> None:
         if self._own_pool and self.pool is not None:
@@ -302,53 +320,32 @@ class RolloutEngine:
         score_turns: bool = True,
         branch: bool = False,
     ) -> None:
-        jobs = [
-            _Job(
-                t, d, tasks[t], j, derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute"), branch=branch, step=step
-            )
-            for t, tree in enumerate(trees)
-            for d in tree.designs
-            if d.valid
-            for j in range(n)
-        ]
-        self.observer.executions_started(len(jobs))
-        if not jobs:
-            return
-        params = sampling or self.config.executor.params()
-        lock = threading.Lock()
-        reward_s = [0.0] * len(trees)
-        judge_s = [0.0] * len(trees)
-        scorer = self.turn_scorer if score_turns else None
-        spans: list[list[float]] = [[float("inf"), 0.0] for _ in trees]
+        """N executions of every valid design; with ``rollout.adaptive_budget`` on a training rollout
+        (``branch``), in waves that move the budget to designs whose rewards disagree
+        (:mod:`metaagent.rollout.adaptive`)."""
 
-        def run(job: _Job) -> None:
-            start = time.perf_counter()
-            execution = self._run_one(job, params)
-            t_reward = time.perf_counter()
-            execution.reward = self._score(job.task, execution)
-            t_judge = time.perf_counter()
-            if scorer is not None:
-                scorer(job.task, execution)
-            end = time.perf_counter()
-            with lock:
-                job.design.executions.append(execution)
-                reward_s[job.tree_idx] += t_judge - t_reward
-                judge_s[job.tree_idx] += end - t_judge
-                span = spans[job.tree_idx]
-                span[0], span[1] = min(span[0], start), max(span[1], end)
-            self.observer.execution_done(execution)
+        def job(t: int, d: Design, j: int) -> _Job:
+            s = derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute")
+            return _Job(t, d, tasks[t], j, s, branch=branch, step=step)
 
-        workers = min(len(jobs), self.config.max_inflight)
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout") as ex:
-            for f in [ex.submit(run, job) for job in jobs]:
-                f.result()  # _run_one and _score never raise for a job's own failures
-        for t, tree in enumerate(trees):
-            for d in tree.designs:
-                d.executions.sort(key=lambda e: e.index)
-            tree.timings["execute_s"] = max(0.0, spans[t][1] - spans[t][0]) if spans[t][1] else 0.0
-            tree.timings["reward_s"] = reward_s[t]
-            if scorer is not None:
-                tree.timings["judge_s"] = judge_s[t]
+        valid = [(t, d) for t, tree in enumerate(trees) for d in tree.designs if d.valid]
+        ab = self.config.adaptive_budget
+        run = _WaveRunner(self, trees, sampling, score_turns)
+        if not (branch and ab.enabled and ab.first_n < n):
+            run([job(t, d, j) for t, d in valid for j in range(n)])
+        else:
+            from metaagent.rollout.adaptive import allot, is_open
+
+            budget = n * len(valid) - ab.first_n * len(valid)
+            run([job(t, d, j) for t, d in valid for j in range(ab.first_n)])
+            while budget > 0:
+                counts = [len(d.executions) for _, d in valid]
+                extra = allot(counts, [is_open(trees[t], d.index) for t, d in valid], budget, ab.cap(n))
+                if not any(extra):
+                    break
+                budget -= sum(extra)
+                run([job(t, d, c + k) for (t, d), c, e in zip(valid, counts, extra) for k in range(e)])
+        run.finish()
 
     def _run_one(self, job: _Job, params: SamplingParams) -> Execution:
         """One sandboxed execution. A failure of the host side (policy down) is recorded, not raised."""
@@ -392,6 +389,59 @@ class RolloutEngine:
             return score_execution(task, execution, self.reward_config)
         except Exception as e:  # a scorer bug must not be a silent 0: record it as an unscored execution
             return RewardRecord(None, None, None, error=f"reward could not be computed: {type(e).__name__}: {e}")
+
+
+class _WaveRunner:
+    """Runs waves of execution jobs of one rollout call (in parallel within a wave) and keeps the trees'
+    timings over all waves."""
+
+    def __init__(self, engine: RolloutEngine, trees: list[RolloutTree], sampling: SamplingParams | None, score_turns: bool):
+        self.engine, self.trees = engine, trees
+        self.params = sampling or engine.config.executor.params()
+        self.scorer = engine.turn_scorer if score_turns else None
+        self.lock = threading.Lock()
+        self.reward_s = [0.0] * len(trees)
+        self.judge_s = [0.0] * len(trees)
+        self.spans: list[list[float]] = [[float("inf"), 0.0] for _ in trees]
+
+    def __call__(self, jobs: list[_Job]) -> None:
+        engine = self.engine
+        engine.observer.executions_started(len(jobs))
+        if not jobs:
+            return
+
+        def run(job: _Job) -> None:
+            start = time.perf_counter()
+            execution = engine._run_one(job, self.params)
+            t_reward = time.perf_counter()
+            execution.reward = engine._score(job.task, execution)
+            t_judge = time.perf_counter()
+            if self.scorer is not None:
+                self.scorer(job.task, execution)
+            end = time.perf_counter()
+            with self.lock:
+                job.design.executions.append(execution)
+                self.reward_s[job.tree_idx] += t_judge - t_reward
+                self.judge_s[job.tree_idx] += end - t_judge
+                span = self.spans[job.tree_idx]
+                span[0], span[1] = min(span[0], start), max(span[1], end)
+            engine.observer.execution_done(execution)
+
+        workers = min(len(jobs), engine.config.max_inflight)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout") as ex:
+            for f in [ex.submit(run, job) for job in jobs]:
+                f.result()  # _run_one and _score never raise for a job's own failures
+        for tree in self.trees:
+            for d in tree.designs:
+                d.executions.sort(key=lambda e: e.index)
+
+    def finish(self) -> None:
+        for t, tree in enumerate(self.trees):
+            span = self.spans[t]
+            tree.timings["execute_s"] = max(0.0, span[1] - span[0]) if span[1] else 0.0
+            tree.timings["reward_s"] = self.reward_s[t]
+            if self.scorer is not None:
+                tree.timings["judge_s"] = self.judge_s[t]
 
 
 class _TeamPolicy(Policy):

@@ -24,6 +24,7 @@ TRAIN_BACKENDS = ("local", "verl")
 SCHEDULE_MODES = ("stagewise", "coupled", "designer_only", "executor_only")
 EXECUTOR_GROUPS = ("question", "design")
 EXECUTOR_UNITS = ("call", "execution")
+EXECUTOR_BALANCES = ("auto", "member", "design")  # "auto": design under rollout.adaptive_budget, else member
 STAGE_SWITCHES = ("keep", "reset")
 # LOSS_AGG_MODES and POLICY_LOSSES are re-exported for older imports; their home is metaagent.train.optim
 
@@ -145,6 +146,9 @@ class AlgoConfig(Checked):
     eps: PositiveFloat = 1e-6
     executor_group: Literal[EXECUTOR_GROUPS] = "question"
     executor_unit: Literal[EXECUTOR_UNITS] = "call"  # "call" (Eq. 6-7: each agent call is a group member) | "execution"
+    # how the designs of a question weigh in its executor group: "member" (Eq. 6, each member alike), "design"
+    # (each design alike whatever its executions: unequal N), "auto" (design when rollout.adaptive_budget is on)
+    executor_balance: Literal[EXECUTOR_BALANCES] = "auto"
     norm_by_std: bool = True
     filter_zero_var: bool = False
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
@@ -327,6 +331,13 @@ class TrainConfig:
                 "algo.estimator=eval_aligned trains failed episodes on preference pairs with the DPO loss: set "
                 "optim.dpo=true (and optim.kl_coef, the paper's eta, e.g. 0.001)"
             )
+
+    def executor_balance(self) -> str:
+        """``algo.executor_balance`` with "auto" resolved: "design" under ``rollout.adaptive_budget``."""
+        b = self.algo.executor_balance
+        if b == "auto":
+            return "design" if self.rollout.adaptive_budget.enabled else "member"
+        return b
 
     def reward_config(self):
         from metaagent.rewards import RewardConfig

@@ -291,6 +291,7 @@ class TrainLoop:
             "filter_zero_var": a.filter_zero_var,
             "executor_group": a.executor_group,
             "executor_unit": a.executor_unit,
+            "executor_balance": self.config.executor_balance(),
         }
         if "role_models" in known and self.config.policy.role_models:
             common["role_models"] = dict(self.config.policy.role_models)  # per-model normalisation
@@ -367,6 +368,15 @@ class TrainLoop:
             )
         return metrics
 
+    def _adaptive_metrics(self, trees: list[RolloutTree]) -> dict[str, float]:
+        """``rollout/adaptive/*`` (:mod:`metaagent.rollout.adaptive`) when ``rollout.adaptive_budget`` is on."""
+        from metaagent.rollout.adaptive import adaptive_metrics
+
+        r = self.config.rollout
+        if not r.adaptive_budget.enabled:
+            return {}
+        return adaptive_metrics(trees, r.n_executions, r.adaptive_budget.first_n)
+
     def train_step(self, step: int) -> StepResult:
         from metaagent.credit import assign_credit
         from metaagent.train.models import temperatures
@@ -422,6 +432,7 @@ class TrainLoop:
             "schedule/stage": stage.index,
             "schedule/switched": float(switched),
             **rollout_metrics(trees),
+            **self._adaptive_metrics(trees),
             **sampling_metrics,
             **annotation_metrics,
             **credit.metrics,

@@ -185,3 +185,14 @@ def test_check_sample_advantages_catches_a_disagreement():
     samples[0].advantage += 0.01
     with pytest.raises(VerlBackendError, match="disagree"):
         adv.check_sample_advantages(samples, members)
+
+
+@pytest.mark.parametrize("balance", ["member", "design"])
+def test_unequal_executions_per_design_equal_the_local_backends(balance):
+    """An adaptive budget's trees (N_i = 4, 2, 3; an invalid design) give the same advantages through verl."""
+    trees = [make_tree([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0], [0.0, 1.0, 0.0], []], "u0"), make_tree([[0.5, 0.0], [1.0]], "u1")]
+    local = local_advantages(trees, "hierarchical", executor_balance=balance)
+    via_verl = adv.member_advantages(trees, "hierarchical", executor_balance=balance)
+    assert {k for k, v in via_verl.items() if v is not None} == set(local)
+    for key, value in local.items():
+        assert via_verl[key] == pytest.approx(value, abs=1e-12), key

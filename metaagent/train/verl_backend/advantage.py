@@ -193,6 +193,7 @@ def compute_metaagent_hierarchical_advantage(
     norm_by_std: bool | None = None,
     filter_zero_var: bool = False,
     executor_unit: str = "call",
+    executor_balance: str = "member",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Hierarchical credit (paper Eq. 4-7) in verl's estimator signature; see the module docstring.
 
@@ -207,6 +208,7 @@ def compute_metaagent_hierarchical_advantage(
         "executor_unit": executor_unit,
         "norm_by_std": _norm_by_std(norm_by_std, config),
         "filter_zero_var": filter_zero_var,
+        "executor_balance": executor_balance,
     }
     return _estimate(
         hierarchical_credit, token_level_rewards, response_mask, index, non_tensor_batch, options
