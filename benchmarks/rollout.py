@@ -33,7 +33,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import metaagent  # noqa: E402,F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
+import metaagent  # noqa: F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
 
 DESIGNS = ("single_math", "reflection", "ensemble_judge", "solver_verifier")
 
@@ -144,8 +144,12 @@ def main() -> None:
     p.add_argument("--sandbox-workers", type=int, default=16)
     p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--modes", default="static,continuous", help="executor schedulers to measure, comma-separated")
-    p.add_argument("--repeats", type=int, default=1, help="rounds of (rollout, direct) per mode; medians printed")
+    p.add_argument(
+        "--modes", default="static,continuous", help="executor schedulers to measure, comma-separated"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=1, help="rounds of (rollout, direct) per mode; medians printed"
+    )
     args = p.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if not modes or set(modes) - {"static", "continuous"}:
@@ -161,10 +165,14 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     templates = {t.name: t for t in load_templates()}
-    tasks = load_tasks(DatasetSpec(source="bundled", split="train", levels=[1, 2], domain="math"))[: args.tasks]
+    tasks = load_tasks(DatasetSpec(source="bundled", split="train", levels=[1, 2], domain="math"))[
+        : args.tasks
+    ]
     model, tok = load_model_and_tokenizer(args.model)
     static = HFPolicy(model, tok, max_batch_size=args.max_batch_size, model_id=args.model)
-    continuous = HFPolicy(model, tok, max_batch_size=args.max_batch_size, continuous=True, model_id=args.model)
+    continuous = HFPolicy(
+        model, tok, max_batch_size=args.max_batch_size, continuous=True, model_id=args.model
+    )
 
     b, m, n_exec = args.tasks, args.m_designs, args.n_executions
     print(
@@ -202,9 +210,13 @@ def main() -> None:
             n, dsecs, dtokens = run_direct(static, trees, args)
             dcpu = time.process_time() - c0
             _row("direct batched generate", n, dtokens, dsecs, dcpu, str(min(n, args.max_batch_size)), "-")
-            ratios[name].append(((meter.tokens / secs) / (dtokens / dsecs), (meter.tokens / cpu) / (dtokens / dcpu)))
+            ratios[name].append(
+                ((meter.tokens / secs) / (dtokens / dsecs), (meter.tokens / cpu) / (dtokens / dcpu))
+            )
     print("idle s: rollout time with no agent call in flight (sandbox start, script steps, rewards)")
-    print("cpu s: this process's CPU time (model, batcher, sandbox host); its ratio is less sensitive to load")
+    print(
+        "cpu s: this process's CPU time (model, batcher, sandbox host); its ratio is less sensitive to load"
+    )
     for name, got in ratios.items():
         wall, cpu = statistics.median(r[0] for r in got), statistics.median(r[1] for r in got)
         each = ", ".join(f"{w:.2f}" for w, _ in got)
