@@ -16,19 +16,24 @@ the executor path. Goal: rollout tokens/s >= 0.7 x direct tokens/s. Two executor
 requests into the running batch between decode steps). Where the rest goes is printed too: time with no
 request in flight (sandbox and host work between turns) and the mean batch size the model ran at.
 
+Each rollout is followed at once by its own direct run and the ratio compares those two adjacent phases; on a
+shared machine the load drifts within minutes, so use ``--repeats`` and read the median (wall and CPU time).
+
     .venv/bin/python benchmarks/rollout.py [--tasks 4] [--m-designs 2] [--n-executions 2] [--max-tokens 96]
+        [--modes static,continuous] [--repeats 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import metaagent  # noqa: E402,F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
+import metaagent  # noqa: F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
 
 DESIGNS = ("single_math", "reflection", "ensemble_judge", "solver_verifier")
 
@@ -139,7 +144,16 @@ def main() -> None:
     p.add_argument("--sandbox-workers", type=int, default=16)
     p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--modes", default="static,continuous", help="executor schedulers to measure, comma-separated"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=1, help="rounds of (rollout, direct) per mode; medians printed"
+    )
     args = p.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or set(modes) - {"static", "continuous"}:
+        p.error(f"--modes takes static and/or continuous, got {args.modes!r}")
 
     import torch
 
@@ -151,44 +165,73 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     templates = {t.name: t for t in load_templates()}
-    tasks = load_tasks(DatasetSpec(source="bundled", split="train", levels=[1, 2], domain="math"))[: args.tasks]
+    tasks = load_tasks(DatasetSpec(source="bundled", split="train", levels=[1, 2], domain="math"))[
+        : args.tasks
+    ]
     model, tok = load_model_and_tokenizer(args.model)
     static = HFPolicy(model, tok, max_batch_size=args.max_batch_size, model_id=args.model)
-    continuous = HFPolicy(model, tok, max_batch_size=args.max_batch_size, continuous=True, model_id=args.model)
-
-    rows = []
-    trees = None
-    for name, executor in (
-        ("static", BatchingPolicy(static, max_batch_size=args.max_batch_size, max_wait_s=0.005)),
-        ("continuous", continuous),
-    ):
-        trees_i, secs, meter = run_rollout(executor, tasks, args, templates)
-        trees = trees if trees is not None else trees_i
-        turns = sum(len(e.turns) for t in trees_i for _, e in t.executions())
-        model_rows = None
-        if name == "static":  # rows per model call: what the batcher merged
-            model_rows = meter.rows / max(executor.stats().backend_calls, 1)
-            executor.close()
-        rows.append((f"rollout ({name})", turns, meter.tokens, secs, meter, model_rows))
-    static.weights_changed()  # the direct run starts from an empty prefix cache, as the rollouts did
-    n, secs, tokens = run_direct(static, trees, args)
-    rows.append(("direct batched generate", n, tokens, secs, None, min(n, args.max_batch_size)))
+    continuous = HFPolicy(
+        model, tok, max_batch_size=args.max_batch_size, continuous=True, model_id=args.model
+    )
 
     b, m, n_exec = args.tasks, args.m_designs, args.n_executions
     print(
         f"B={b} M={m} N={n_exec}: {b * m * n_exec} executions of {', '.join(DESIGNS)}; model {args.model}, "
         f"{args.max_tokens} tokens per call, batch <= {args.max_batch_size}, torch threads "
-        f"{torch.get_num_threads()}, load avg {os.getloadavg()[0]:.2f}"
+        f"{torch.get_num_threads()}"
     )
-    print(f"{'mode':<26}{'calls':>7}{'tokens':>8}{'seconds':>9}{'tok/s':>8}{'rows/model call':>17}{'idle s':>8}")
-    direct_rate = rows[-1][2] / rows[-1][3]
-    for label, calls, tokens, secs, meter, model_rows in rows:
-        per_call = f"{model_rows:.1f}" if model_rows else "(continuous)"
-        idle = f"{meter.idle_s:.1f}" if meter else "-"
-        print(f"{label:<26}{calls:>7}{tokens:>8}{secs:>9.1f}{tokens / secs:>8.1f}{per_call:>17}{idle:>8}")
+    print(
+        f"{'mode':<26}{'calls':>7}{'tokens':>8}{'seconds':>9}{'cpu s':>8}{'tok/s':>8}{'rows/model call':>17}"
+        f"{'idle s':>8}{'load':>6}"
+    )
+    ratios: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
+    for _ in range(args.repeats):
+        for name in modes:
+            # each rollout is followed at once by its direct run, so the ratio compares adjacent phases (on a
+            # shared machine the load drifts within minutes); both start from an empty prefix cache
+            policy = static if name == "static" else continuous
+            policy.weights_changed()
+            executor = (
+                BatchingPolicy(static, max_batch_size=args.max_batch_size, max_wait_s=0.005)
+                if name == "static"
+                else continuous
+            )
+            c0 = time.process_time()
+            trees, secs, meter = run_rollout(executor, tasks, args, templates)
+            cpu = time.process_time() - c0
+            turns = sum(len(e.turns) for t in trees for _, e in t.executions())
+            per_call = "(continuous)"
+            if name == "static":  # rows per model call: what the batcher merged
+                per_call = f"{meter.rows / max(executor.stats().backend_calls, 1):.1f}"
+                executor.close()
+            _row(f"rollout ({name})", turns, meter.tokens, secs, cpu, per_call, f"{meter.idle_s:.1f}")
+            static.weights_changed()
+            c0 = time.process_time()
+            n, dsecs, dtokens = run_direct(static, trees, args)
+            dcpu = time.process_time() - c0
+            _row("direct batched generate", n, dtokens, dsecs, dcpu, str(min(n, args.max_batch_size)), "-")
+            ratios[name].append(
+                ((meter.tokens / secs) / (dtokens / dsecs), (meter.tokens / cpu) / (dtokens / dcpu))
+            )
     print("idle s: rollout time with no agent call in flight (sandbox start, script steps, rewards)")
-    for label, _, tokens, secs, *_ in rows[:-1]:
-        print(f"ratio {label} / direct = {(tokens / secs) / direct_rate:.2f}  (goal >= 0.7)")
+    print(
+        "cpu s: this process's CPU time (model, batcher, sandbox host); its ratio is less sensitive to load"
+    )
+    for name, got in ratios.items():
+        wall, cpu = statistics.median(r[0] for r in got), statistics.median(r[1] for r in got)
+        each = ", ".join(f"{w:.2f}" for w, _ in got)
+        print(
+            f"ratio rollout ({name}) / direct = {wall:.2f}  (goal >= 0.7; by CPU time {cpu:.2f}; "
+            f"median of {len(got)}: {each})"
+        )
+
+
+def _row(label: str, calls: int, tokens: int, secs: float, cpu: float, per_call: str, idle: str) -> None:
+    print(
+        f"{label:<26}{calls:>7}{tokens:>8}{secs:>9.1f}{cpu:>8.1f}{tokens / secs:>8.1f}{per_call:>17}{idle:>8}"
+        f"{os.getloadavg()[0]:>6.1f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
