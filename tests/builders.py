@@ -372,24 +372,3 @@ class OpenAIStub(StubServer):
     def __init__(self) -> None:
         self.state = StubState()
         super().__init__(make_route(self.state))
-
-
-def run_json_script(path: str, timeout: int = 600) -> dict:
-    """Run a test file as a script in a fresh process (the repository first on PYTHONPATH, one OpenMP thread)
-    and return the JSON object its last stdout line prints: for tests that need a process of their own."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p),
-        "OMP_NUM_THREADS": "1",
-    }
-    r = subprocess.run(
-        [sys.executable, path], cwd=root, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from builders import run_json_script
 
 from metaagent.config import ConfigError
 from metaagent.train.config import TrainConfig
@@ -79,7 +80,16 @@ def test_split_placement_may_have_a_kl_term_with_lora_only():
 
 @pytest.mark.slow
 def test_verl_lora_reference_log_probs_equal_the_base_models_after_an_update():
-    out = run_json_script(__file__)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        "OMP_NUM_THREADS": "1",
+    }
+    r = subprocess.run(
+        [sys.executable, __file__], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
     print(out)
     assert out["role"] == "actor" and out["ref_in_actor"]
     assert out["ref_vs_base"] <= 1e-5, out  # the reference is the frozen base

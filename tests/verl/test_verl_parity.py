@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from builders import run_json_script
 
 ROOT = Path(__file__).resolve().parents[2]
 LOSS_TOL = 1e-5  # |loss_local - loss_verl|
@@ -21,7 +22,16 @@ LOGPROB_TOL = 1e-5  # max |updated log-prob local - verl| over response tokens (
 
 @pytest.mark.slow
 def test_local_and_verl_updates_agree_on_one_batch():
-    out = run_json_script(__file__)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        "OMP_NUM_THREADS": "1",
+    }
+    r = subprocess.run(
+        [sys.executable, __file__], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
     print(out)
     assert out["before_max_diff"] <= 1e-5  # both start from the same pi_old
     assert abs(out["loss_local"] - out["loss_verl"]) <= LOSS_TOL, out
