@@ -198,9 +198,43 @@ class Evaluation:
                     f"{self.out} holds results of other settings ({', '.join(f'{k}: {old[k]!r} != {new[k]!r}' for k in diff)}); "
                     "use another --out, the same settings to resume, or --fresh to discard them"
                 )
+            recorded = self._recorded_revisions()
+            changed = sorted(m for m, rev in self.model_revisions().items() if m in recorded and recorded[m] != rev)
+            if changed:
+                raise EvalError(
+                    f"{self.out} holds results of {', '.join(f'{m} at revision {recorded[m]}' for m in changed)}, "
+                    f"but {'it is' if len(changed) == 1 else 'they are'} now "
+                    f"{', '.join(str(self.model_revisions()[m]) for m in changed)} (the adapter changed); "
+                    "use another --out, or --fresh to discard the old results"
+                )
             self.run_id = json.loads(run_file.read_text()).get("run_id") or self._new_run_id()
         else:
             self.run_id = self._new_run_id()
+
+    def model_revisions(self) -> dict[str, str]:
+        """The weights behind each model name whose name alone does not pin them (``embedded-sft``, adapter
+        folders): :func:`metaagent.policy.cold_start.model_revision`, kept in run.json and checked on resume."""
+        from metaagent.policy.cold_start import model_revision
+
+        if not hasattr(self, "_revisions"):
+            names = {resolve_model(m, role) for d, e in self.cells for m, role in ((d, "designer"), (e, "executor")) if m}
+            revs = {n: model_revision(n) for n in sorted(names)} if self.config.backend == "hf" else {}
+            self._revisions = {n: r for n, r in revs.items() if r is not None}
+        return self._revisions
+
+    def _revision_info(self, part: Part) -> dict[str, Any]:
+        """The adapter revisions behind a task's record (``revisions: {designer, executor}``), when any."""
+        revs = self.model_revisions()
+        roles = {"designer": part.designer, "executor": part.executor}
+        found = {r: revs[resolve_model(m, r)] for r, m in roles.items() if m and resolve_model(m, r) in revs}
+        return {"revisions": found} if found else {}
+
+    def _recorded_revisions(self) -> dict[str, str]:
+        """The revisions run.json holds (also of models this run leaves out: a later run may add them back)."""
+        try:
+            return dict(json.loads((self.out / RUN_FILE).read_text()).get("model_revisions", {}))
+        except (OSError, ValueError):
+            return {}
 
     @staticmethod
     def _new_run_id() -> str:
@@ -348,7 +382,12 @@ class Evaluation:
                 seed=cfg.seed,
                 designer_sampling=rcfg.designer.params(),
                 executor_sampling=rcfg.executor.params(),
-                info={"benchmark": part.bench.label, "designer": part.designer, "executor": part.executor},
+                info={
+                    "benchmark": part.bench.label,
+                    "designer": part.designer,
+                    "executor": part.executor,
+                    **self._revision_info(part),
+                },
             )
             with lock:
                 writer = self._writers.get(part.path)
@@ -388,6 +427,7 @@ class Evaluation:
             "seed": self.config.seed,
             "models": {cell_label(d, e): {"designer": d, "executor": e} for d, e in self.cells},
             "identity": self.config.identity(),
+            "model_revisions": {**self._recorded_revisions(), **self.model_revisions()},
             "isolation": self.isolation.describe(),
             "metaagent_version": __version__,
             "created_at": time.time(),

@@ -64,6 +64,22 @@ def _adapter_hash(folder: Path, base: str) -> str:
     return h.hexdigest()[:12]
 
 
+def model_revision(name: str | os.PathLike[str]) -> str | None:
+    """Which weights a model name stands for, when the name alone does not say: the adapter hash of
+    ``embedded-sft`` (the shipped cold start, or ``$METAAGENT_COLD_START``) or of a LoRA adapter folder, the
+    same hash that names the merged model's cache folder. None for anything else (an alias built from a
+    pinned package, or an HF folder, named by its path). Results made with one revision must not be resumed
+    with another (``metaagent-eval`` checks it)."""
+    from metaagent.policy.models import COLD_START
+
+    if os.fspath(name) == COLD_START:
+        return _adapter_hash(cold_start_dir(), BASE)
+    path = Path(name).expanduser()
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        return _adapter_hash(path, adapter_base(path))
+    return None
+
+
 def adapter_base(adapter: str | os.PathLike[str]) -> str:
     """The base model an adapter folder names (``base_model_name_or_path`` of its ``adapter_config.json``)."""
     path = Path(adapter) / "adapter_config.json"

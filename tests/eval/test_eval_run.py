@@ -138,6 +138,33 @@ def test_other_settings_in_the_same_dir_are_refused(tmp_path, pool):
         _run(tmp_path, pool, methods=["sa"], benchmarks=["bundled:test/math"], limit=1, seed=5)
 
 
+def test_a_changed_adapter_is_not_resumed(tmp_path, pool):
+    """Results of an adapter (embedded-sft, a LoRA folder) carry its hash; new weights under the same name are
+    refused on resume instead of mixing two models' tasks in one table."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"base_model_name_or_path": "embedded", "r": 16}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights v1")
+
+    def run():
+        cfg = _config(tmp_path / "res", models=[str(adapter)], methods=["sa"], benchmarks=["bundled:test/math"], limit=1)
+        return Evaluation(cfg, policies={str(adapter): ScriptedPolicy(reply, model_id="a")}, pool=pool).run()
+
+    run()
+    revision = json.loads((tmp_path / "res" / "run.json").read_text())["model_revisions"][str(adapter)]
+    assert re.fullmatch(r"[0-9a-f]{12}", revision)
+    run()  # same weights: resumed
+    record = json.loads(next((tmp_path / "res").rglob("sa.jsonl")).read_text().splitlines()[0])
+    assert record["config"]["eval"]["revisions"] == {"designer": revision, "executor": revision}  # the record names it too
+    # a run of another model in the same directory keeps the adapter's revision for later resumes
+    cfg = _config(tmp_path / "res", methods=["sa"], benchmarks=["bundled:test/math"], limit=1)
+    Evaluation(cfg, policies={"scripted": ScriptedPolicy(reply, model_id="scripted")}, pool=pool).run()
+    assert json.loads((tmp_path / "res" / "run.json").read_text())["model_revisions"] == {str(adapter): revision}
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights v2")
+    with pytest.raises(EvalError, match=f"at revision {revision}, but it is now [0-9a-f]{{12}} .*--fresh"):
+        run()
+
+
 def test_bad_input_lists_the_valid_choices(tmp_path, pool):
     with pytest.raises(EvalError, match="valid methods: sa, auto, fixed:.*fixed:debate"):
         _run(tmp_path, pool, methods=["magic"])
