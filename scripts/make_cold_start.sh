@@ -27,6 +27,8 @@
 # multi-agent replies ~95-140 tokens), trained longer than v1:
 #   DATA=runs/cold_start_data_v4 OUT=runs/cold_start_v4 SHORT=1 MAX_STEPS=150 SAVE_EVERY=25 KEEP_LAST=6 \
 #     EXPORT=runs/adapter_v4_final bash scripts/make_cold_start.sh
+# The shipped adapter (README, "Designer cold start v4") is this run's final step 150; without EXPORT=... the
+# command exports it over metaagent/policy/cold_start_adapter/ itself.
 # and the README's designer section says which checkpoint was exported and what it measures.
 # Resumable: if interrupted, run it again (metaagent-sft --resume continues from the newest checkpoint).
 set -euo pipefail
