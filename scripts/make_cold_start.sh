@@ -22,6 +22,13 @@
 # then 12 more steps from its exported step 20 (INIT_ADAPTER=runs/adapter_v3_s20 LR=1e-4 WARMUP=1 MAX_STEPS=12
 # SEED=1, fresh OUT). Measured (README, #19): step 10 23/64, step 20 20/64, step 32 39/64 but 87% single-agent,
 # so v3 was not exported over the v1 adapter.
+# v4 (issue #19, try 4): a FRESH rank-16 LoRA (from the base model, not v1) on SHORT scripts (--short: a short
+# template bank, one-sentence prompts naming the task's topic and subject, 2-3 agents, 1-2 rounds, plain style;
+# multi-agent replies ~95-140 tokens), trained longer than v1:
+#   DATA=runs/cold_start_data_v4 OUT=runs/cold_start_v4 SHORT=1 MAX_STEPS=150 SAVE_EVERY=25 KEEP_LAST=6 \
+#     EXPORT=runs/adapter_v4_final bash scripts/make_cold_start.sh
+# The shipped adapter (README, "Designer cold start v4") is this run's final step 150; without EXPORT=... the
+# command exports it over metaagent/policy/cold_start_adapter/ itself.
 # and the README's designer section says which checkpoint was exported and what it measures.
 # Resumable: if interrupted, run it again (metaagent-sft --resume continues from the newest checkpoint).
 set -euo pipefail
@@ -38,6 +45,8 @@ KEEP=${KEEP:-}                        # v2: "single=0.5" (fewer single-agent des
 EXECUTOR_COPIES=${EXECUTOR_COPIES:-1} # v2: 2 (keeps the executor share when the designer data grows)
 INIT_ADAPTER=${INIT_ADAPTER:-}        # v2: runs/adapter_v1 (continue the v1 adapter)
 PLAIN=${PLAIN:-}                      # v3: 1 (plain-style replies: no f-strings)
+SHORT=${SHORT:-}                      # v4: 1 (short template bank, one-sentence prompts; see --short)
+EXPORT=${EXPORT:-metaagent/policy/cold_start_adapter}  # where the final adapter is exported (v4: runs/adapter_v4_final)
 SAVE_EVERY=${SAVE_EVERY:-10}          # v2: 5
 KEEP_LAST=${KEEP_LAST:-2}             # v2: 4
 SEED=${SEED:-0}
@@ -45,6 +54,7 @@ if [ ! -f "$DATA/manifest.json" ]; then
   # shellcheck disable=SC2086
   PLAIN_FLAG=()
   if [ -n "$PLAIN" ]; then PLAIN_FLAG=(--plain); fi
+  if [ -n "$SHORT" ]; then PLAIN_FLAG+=(--short); fi
   "$VENV/bin/python" scripts/make_cold_start_data.py --out "$DATA" --max-script-tokens "$SCRIPT_TOKENS" \
     "${PLAIN_FLAG[@]}" --keep $KEEP
 fi
@@ -61,5 +71,5 @@ for _ in $(seq "$EXECUTOR_COPIES"); do EXECUTOR+=("$DATA/executor.jsonl"); done
   --save-every "$SAVE_EVERY" --keep-last "$KEEP_LAST" --threads "$THREADS" --seed "$SEED" "${RESUME[@]}"
 "$VENV/bin/python" -c "
 from metaagent.policy.cold_start import export_adapter
-print('exported', export_adapter('$OUT/adapter', 'metaagent/policy/cold_start_adapter'))
+print('exported', export_adapter('$OUT/adapter', '$EXPORT'))
 "

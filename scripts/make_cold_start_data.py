@@ -35,6 +35,11 @@ def main() -> None:
         "--plain", action="store_true",
         help="plain-style replies: no f-strings, built prompts on their own lines (metaagent/distill/plain_style.py)",
     )  # fmt: skip
+    p.add_argument(
+        "--short", action="store_true",
+        help="shortest replies: the short template bank (metaagent/distill/short_style.py), one-sentence prompts "
+        "naming the task's topic, 2-3 agents, 1-2 rounds, plain style",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
@@ -53,6 +58,7 @@ def main() -> None:
         seed=args.seed,
         style=args.style,
         plain=args.plain,
+        short=args.short,
         fits=lambda script: len(tokenizer.encode("```python\n" + script + "\n```")) + 1 <= args.max_script_tokens,
     )
     keep = {k: float(v) for k, v in (item.split("=", 1) for item in args.keep)}

@@ -10,7 +10,8 @@ from the embedded model's own correct replies.
   by :func:`metaagent.distill.variation.instantiate` with ``structural=True``: role names and system prompts
   written for the task's topic and content, judge/critic wording paraphrased, and the counts varied (rounds,
   samples, agents in a list). The prompt is :func:`metaagent.rollout.prompts.designer_messages` in the
-  requested style (``compact`` for the embedded cold start). Every reply passes the workflow checker, keeps
+  requested style (``compact`` for the embedded cold start). With ``short=True`` (``--short``) the templates
+  are :mod:`metaagent.distill.short_style`'s short ones, with one-sentence prompts. Every reply passes the workflow checker, keeps
   its template's structure class, and fits ``budget`` tokens; duplicates are dropped.
 - **Executor examples** (:func:`executor_examples`): replies the embedded model itself wrote in correct
   executions (``sft_data/executor.jsonl``, made by template-only ``metaagent-distill``), kept only when the
@@ -39,6 +40,7 @@ from metaagent.workflow.protocol import DELIVERY_CLOSE, DELIVERY_OPEN
 
 from .examples import _row
 from .plain_style import plain_style
+from .short_style import SHORT_TEMPLATES
 from .variation import fenced, instantiate
 
 DESIGNER_SOURCE = "template-bank"
@@ -64,12 +66,17 @@ def designer_examples(
     fits: Callable[[str], bool] = lambda script: True,
     attempts: int = 8,
     plain: bool = False,
+    short: bool = False,
 ) -> list[dict[str, Any]]:
     """``per_task`` designer examples per task, balanced over structure classes (see the module docstring).
     ``plain`` rewrites each reply in plain style (:func:`metaagent.distill.plain_style.plain_style`: no
-    f-strings, built prompts on their own lines) before the token budget is checked."""
+    f-strings, built prompts on their own lines) before the token budget is checked. ``short`` draws from
+    :data:`metaagent.distill.short_style.SHORT_TEMPLATES` instead of ``templates`` (the shortest scripts per
+    structure class, already plain) and instantiates them with short prompts and small counts."""
     from metaagent.workflow import analyze_script
 
+    if short:
+        templates = SHORT_TEMPLATES
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for j, task in enumerate(tasks):
@@ -84,7 +91,7 @@ def designer_examples(
             variant = None
             for _ in range(attempts):
                 template = rng.choice(classes[structure])
-                candidate = instantiate(template, task, rng, vary=True, structural=True)
+                candidate = instantiate(template, task, rng, vary=True, structural=True, short=short)
                 if plain:
                     candidate = dataclasses.replace(candidate, script=plain_style(candidate.script))
                 if fits(candidate.script):

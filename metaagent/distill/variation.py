@@ -85,6 +85,32 @@ OPENINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("You reason ", ("You reason ", "Your job is to reason ")),
 )
 
+#: with ``short=True``: paraphrases of the phrases of metaagent/distill/short_style.py's prompts (the first
+#: entry is the original), so a task's short prompts differ from design to design
+SHORT_PARAPHRASES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "step by step",
+        ("step by step", "carefully", "one step at a time", "in small steps", "and check each step"),
+    ),
+    (
+        "put the final answer in",
+        ("put the final answer in", "give the final answer in", "end with the answer in"),
+    ),
+    ("give it in", ("give it in", "write it in", "state it in")),
+    ("with algebra", ("with algebra", "with equations", "by algebra", "by working backwards")),
+    ("the correct answer", ("the correct answer", "the right answer", "the best answer")),
+    ("the program output", ("the program output", "the printed result", "the program's output")),
+    ("a simple Python", ("a simple Python", "a plain Python", "a simple, correct Python")),
+    ("a careful Python", ("a careful Python", "a well-tested Python", "an efficient Python")),
+    ("the best program", ("the best program", "the most correct program", "the program most likely right")),
+    ("You pick ", ("You pick ", "You choose ", "You select ")),
+    ("You question ", ("You question ", "You doubt ", "You challenge ")),
+    ("a Python program", ("a Python program", "a short Python program", "a clear Python program")),
+    ("name the first error", ("name the first error", "point out the first mistake", "name any error")),
+    ("name the bugs", ("name the bugs", "point out the bugs", "list the bugs")),
+    ("a short plan", ("a short plan", "a numbered plan", "a plan of three steps")),
+)
+
 #: sentences that open a prompt; ``{topic}`` is the task's topic phrase
 TOPIC_INTROS = ("This task is about {topic}. ", "The team is working on {topic}. ")
 
@@ -125,7 +151,11 @@ _NOT_UNITS = frozenset(
 
 #: with ``structural=True``: a sentence about how the role works, by role word (or "*" for any role)
 ROLE_ADVICE: dict[str, tuple[str, ...]] = {
-    "Solver": ("Show each step.", "Check your arithmetic before answering.", "Write down what is given first."),
+    "Solver": (
+        "Show each step.",
+        "Check your arithmetic before answering.",
+        "Write down what is given first.",
+    ),
     "Critic": ("Point out the first mistake you find.", "Check every step, not only the answer."),
     "Judge": ("Prefer the answer with the clearest reasoning.", "Check each candidate before choosing."),
     "Verifier": ("Redo the key computation yourself.", "Be strict."),
@@ -151,6 +181,9 @@ class TaskFacts:
     adjective: str
     prefix: str
     focus: tuple[str, ...] = field(default=())
+    subject: str = (
+        ""  # a few words naming what this task is about ("the apples", "20 + 20", "two_sum"), or ""
+    )
 
 
 def task_facts(task: Task) -> TaskFacts:
@@ -164,7 +197,25 @@ def task_facts(task: Task) -> TaskFacts:
         if re.search(pattern, text, re.IGNORECASE | re.MULTILINE):
             topic, adjective, prefix = t, adj, pre
             break
-    return TaskFacts(topic, adjective, prefix, _focus(task.domain, text))
+    return TaskFacts(topic, adjective, prefix, _focus(task.domain, text), _subject(task.domain, text))
+
+
+def _subject(domain: str, text: str) -> str:
+    """What the short prompts (``short=True``) name after the topic: a code task's function, a math task's
+    expression, first counted thing or first named person; "" when there is none."""
+    if domain == "code":
+        m = re.search(r"`(\w+)\(", text) or re.search(r"\bRead(?:s)? (\w+ \w+)", text)
+        return m.group(1) if m else ""
+    m = re.fullmatch(r"\s*What is ([-\d\s+*/().^]+)\?\s*", text)
+    if m:
+        return m.group(1).strip()
+    for unit in re.findall(r"\b\d+(?:\.\d+)?\s+([a-z]{3,})\b", text):
+        if unit not in _NOT_UNITS:
+            return f"the {unit}"
+    m = re.search(
+        r"\b([A-Z][a-z]{2,})\s+(?:has|had|buys|bought|gets|got|reads|walks|runs|drives|saves)\b", text
+    )
+    return m.group(1) if m else ""
 
 
 def _focus(domain: str, text: str) -> tuple[str, ...]:
@@ -223,18 +274,33 @@ def vary_role(name: str, facts: TaskFacts, rng: random.Random) -> str:
     return prefix + word
 
 
-def vary_prompt(prompt: str, facts: TaskFacts, rng: random.Random, *, focus: bool = True) -> str:
+def vary_prompt(
+    prompt: str, facts: TaskFacts, rng: random.Random, *, focus: bool = True, short: bool = False
+) -> str:
+    """``short`` (the ``--short`` cold start): name the topic and the task's subject in the prompt's one
+    sentence ("math problems" -> "money problems about the apples", "coding tasks" -> "string tasks like
+    to_upper"), paraphrase its phrases (:data:`SHORT_PARAPHRASES`); no topic-intro and no focus sentence."""
     out = prompt
     for original, choices in OPENINGS:
         if out.startswith(original):
-            if rng.random() < P_OPENING:
+            if short or rng.random() < P_OPENING:
                 out = rng.choice(choices) + out[len(original) :]
             break
-    if "math problems" in out and rng.random() < P_TOPIC_WORD:
+    if short:
+        about = {"math": f" about {facts.subject}", "code": f" like {facts.subject}"} if facts.subject else {}
+        if facts.topic == "arithmetic" and facts.subject:
+            about["math"] = f" like {facts.subject}"
+        out = out.replace("math problems", f"{facts.adjective} problems" + about.get("math", ""), 1)
+        out = out.replace("coding tasks", f"{facts.adjective} tasks" + about.get("code", ""), 1)
+    elif "math problems" in out and rng.random() < P_TOPIC_WORD:
         out = out.replace("math problems", f"{facts.adjective} problems", 1)
-    if rng.random() < P_INTRO:
+    if short:
+        for original, choices in SHORT_PARAPHRASES:
+            if original in out:
+                out = out.replace(original, rng.choice(choices), 1)
+    if not short and rng.random() < P_INTRO:
         out = rng.choice(TOPIC_INTROS).format(topic=facts.topic) + out
-    if focus and facts.focus and rng.random() < P_FOCUS:
+    if focus and not short and facts.focus and rng.random() < P_FOCUS:
         out = out.rstrip() + " " + rng.choice(facts.focus)
     return out
 
@@ -290,6 +356,8 @@ def _shape(analysis: dict) -> tuple:
 #: three or more, or one added as a copy of the first under an unused role word)
 ROUND_CHOICES = (1, 2, 3)
 SAMPLE_CHOICES = (3, 4, 5, 6)
+#: the same with ``short=True``: fewer rounds and samples, no agent added to a list
+SHORT_ROUND_CHOICES, SHORT_SAMPLE_CHOICES = (1, 2), (2, 3, 4)
 P_ROUNDS, P_SAMPLES, P_DROP_AGENT, P_ADD_AGENT = 0.5, 0.7, 0.3, 0.3
 
 
@@ -300,8 +368,11 @@ def _is_agent_call(node: cst.BaseExpression) -> bool:
 class _StructureRewriter(cst.CSTTransformer):
     """Changes the counts of a template (rounds, samples, agents in a list); control flow stays."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, short: bool = False) -> None:
         self.rng = rng
+        self.short = short
+        self.rounds = SHORT_ROUND_CHOICES if short else ROUND_CHOICES
+        self.samples = SHORT_SAMPLE_CHOICES if short else SAMPLE_CHOICES
 
     def leave_For(self, original: cst.For, updated: cst.For) -> cst.For:
         it = updated.iter
@@ -313,7 +384,7 @@ class _StructureRewriter(cst.CSTTransformer):
             and isinstance(it.args[0].value, cst.Integer)
             and self.rng.random() < P_ROUNDS
         ):
-            n = self.rng.choice(ROUND_CHOICES)
+            n = self.rng.choice(self.rounds)
             arg = it.args[0].with_changes(value=cst.Integer(str(n)))
             return updated.with_changes(iter=it.with_changes(args=[arg]))
         return updated
@@ -325,7 +396,7 @@ class _StructureRewriter(cst.CSTTransformer):
             and isinstance(updated.right, cst.Integer)
             and self.rng.random() < P_SAMPLES
         ):
-            return updated.with_changes(right=cst.Integer(str(self.rng.choice(SAMPLE_CHOICES))))
+            return updated.with_changes(right=cst.Integer(str(self.rng.choice(self.samples))))
         return updated
 
     def leave_List(self, original: cst.List, updated: cst.List) -> cst.List:
@@ -338,9 +409,13 @@ class _StructureRewriter(cst.CSTTransformer):
             kept = [e for i, e in enumerate(elements) if i != drop]
             kept[-1] = kept[-1].with_changes(comma=elements[-1].comma)
             return updated.with_changes(elements=kept)
-        if r >= 1.0 - P_ADD_AGENT:
+        if r >= 1.0 - P_ADD_AGENT and not self.short:
             first = elements[0].value
-            role = first.args[0].value.evaluated_value if isinstance(first.args[0].value, cst.SimpleString) else None
+            role = (
+                first.args[0].value.evaluated_value
+                if isinstance(first.args[0].value, cst.SimpleString)
+                else None
+            )
             if not isinstance(role, str):
                 return updated
             prefix, word = _split_role(role)
@@ -365,7 +440,13 @@ class _StructureRewriter(cst.CSTTransformer):
 
 
 def instantiate(
-    template, task: Task, rng: random.Random, *, vary: bool = True, structural: bool = False
+    template,
+    task: Task,
+    rng: random.Random,
+    *,
+    vary: bool = True,
+    structural: bool = False,
+    short: bool = False,
 ) -> Variant:
     """A variant of ``template`` (a :class:`metaagent.workflow.Template`) for ``task``.
 
@@ -373,6 +454,8 @@ def instantiate(
     Role names stay distinct within a script: a rename that would collide keeps the original name.
     ``structural`` also varies the counts (:class:`_StructureRewriter`): the variant then keeps the
     template's structure and pattern but may have a different number of agents and call sites.
+    ``short`` keeps prompts short (:func:`vary_prompt` with ``short``, no role advice) and counts small
+    (:data:`SHORT_ROUND_CHOICES`, :data:`SHORT_SAMPLE_CHOICES`); used with :mod:`metaagent.distill.short_style`.
     """
     from metaagent.workflow import analyze_script, check_script
 
@@ -388,8 +471,8 @@ def instantiate(
             new_role = role
         used.add(new_role)
         word = _split_role(role)[1]
-        new_prompt = vary_prompt(prompt, facts, rng, focus=word not in NO_FOCUS_ROLE_WORDS)
-        if structural and rng.random() < P_ADVICE:
+        new_prompt = vary_prompt(prompt, facts, rng, focus=word not in NO_FOCUS_ROLE_WORDS, short=short)
+        if structural and not short and rng.random() < P_ADVICE:
             advice = ROLE_ADVICE.get(word) or ROLE_ADVICE["*"]
             new_prompt = new_prompt.rstrip() + " " + rng.choice(advice)
         return new_role, new_prompt
@@ -398,7 +481,7 @@ def instantiate(
     try:
         module = cst.parse_module(source)
         if structural:
-            module = module.visit(_StructureRewriter(rng))
+            module = module.visit(_StructureRewriter(rng, short=short))
         script = module.visit(rewriter).code
     except cst.ParserSyntaxError:
         return Variant(template.name, source, (), (), False)

@@ -1,0 +1,95 @@
+"""``make_cold_start_data.py --short``: the short template bank and short designer replies (issue #19, v4)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from statistics import mean
+
+from metaagent.data import Task
+from metaagent.distill.cold_start_data import designer_examples, structure_classes
+from metaagent.distill.short_style import SHORT_TEMPLATES
+from metaagent.distill.variation import ROLE_ADVICE, TOPIC_INTROS
+from metaagent.workflow import analyze_script, check_script, extract_script, load_templates
+
+TASKS = [
+    Task(id=f"m{i}", domain="math", question=q, answer=a, source="test")
+    for i, (q, a) in enumerate(
+        [
+            ("Tom has 12 apples and buys 5 more apples. How many apples does Tom have?", "17"),
+            ("A shirt costs $20 and is sold at a 25% discount. What is the price?", "15"),
+            ("What is 7 * 8?", "56"),
+            ("A rectangle is 4 cm by 6 cm. What is its area?", "24"),
+            ("A car drives 60 miles per hour for 3 hours. How far does it go?", "180"),
+        ]
+    )
+] + [
+    Task(
+        id=f"c{i}",
+        domain="code",
+        question=q,
+        tests={"fn_name": "f", "inputs": [["ab"]], "outputs": [1]},
+        source="test",
+    )
+    for i, q in enumerate(
+        [
+            "Write a function `count_vowels(s)` that returns the number of vowels in the string s.",
+            "Write a function `total(nums)` that returns the sum of a list of integers.",
+        ]
+    )
+]
+
+
+def test_short_bank_covers_the_banks_structure_classes_and_each_template_checks():
+    for t in SHORT_TEMPLATES:
+        assert check_script(t.source).ok, t.name
+        analysis = analyze_script(t.source)
+        assert (analysis["structure"], analysis["pattern"]) == (t.structure, t.pattern), t.name
+        assert 'f"' not in t.source  # plain style
+    bank = load_templates()
+    for domain in ("math", "code"):
+        assert set(structure_classes(SHORT_TEMPLATES, domain)) == set(structure_classes(bank, domain))
+
+
+def test_short_replies_check_are_shorter_balanced_and_name_the_task():
+    normal = designer_examples(TASKS, load_templates(), per_task=12, seed=0)
+    short = designer_examples(TASKS, load_templates(), per_task=12, seed=0, short=True)
+    assert len(short) >= 0.9 * len(normal)
+    advice = {s for sentences in ROLE_ADVICE.values() for s in sentences}
+    intros = {i.split("{")[0] for i in TOPIC_INTROS}
+    for row in short:
+        reply = row["messages"][-1]["content"]
+        script = extract_script(reply)
+        assert script is not None and check_script(script).ok, script
+        assert analyze_script(script)["structure"] == row["structure"]
+        assert row["template"].startswith("short_") and 'f"' not in script
+        assert not any(a in reply for a in advice) and not any(i in reply for i in intros), reply
+    # the same (task, design) gets the same structure class; short replies are shorter in every class
+    by_key = {(r["task_id"], r["design"]): r for r in normal}
+    pairs = [(r, by_key[(r["task_id"], r["design"])]) for r in short if (r["task_id"], r["design"]) in by_key]
+    assert len(pairs) >= 0.8 * len(short) and all(s["structure"] == n["structure"] for s, n in pairs)
+    for structure in {s["structure"] for s, _ in pairs}:
+        lengths = [
+            (len(s["messages"][-1]["content"]), len(n["messages"][-1]["content"]))
+            for s, n in pairs
+            if s["structure"] == structure
+        ]
+        assert mean(a for a, _ in lengths) < 0.8 * mean(b for _, b in lengths), structure
+    assert max(len(r["messages"][-1]["content"]) for r in short) < 600  # ~150 tokens
+    for domain in ("math", "code"):
+        counts = Counter(r["structure"] for r in short if r["domain"] == domain)
+        assert len(counts) >= 4 and max(counts.values()) <= 2 * min(counts.values()), counts
+    # one sentence per prompt naming the task's topic and subject; most prompts byte-unique
+    apples = [
+        p
+        for r in short
+        if r["task_id"] == "m0"
+        for p in analyze_script(extract_script(r["messages"][-1]["content"]))["system_prompts"]
+    ]
+    assert sum("about the apples" in p for p in apples) >= len(apples) // 2
+    assert any("count_vowels" in r["messages"][-1]["content"] for r in short if r["task_id"] == "c0")
+    prompts = Counter(
+        p
+        for r in short
+        for p in analyze_script(extract_script(r["messages"][-1]["content"]))["system_prompts"]
+    )
+    assert sum(1 for c in prompts.values() if c == 1) / sum(prompts.values()) >= 0.5
