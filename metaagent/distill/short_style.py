@@ -4,7 +4,7 @@ Why: at temperature 1.0 a 135M designer makes a mistake every so many tokens, an
 and its invalid ones long (README, "Designer cold start v3"). So ``--short`` trains on the shortest scripts that
 still cover the bank's structure classes: :data:`SHORT_TEMPLATES` has one or two small templates per class
 and domain (single, ensemble, reflection, debate, solver-tester, other), in plain style (no f-strings: ``+``
-concatenation and ``"\\n\\n".join(...)``), with two or three agents, at most two rounds, and one short
+concatenation and ``"\\n\\n".join(...)``), with one to three agents, at most two rounds, and one short
 sentence of system prompt per agent that says "math problems" / "coding tasks", which
 :func:`metaagent.distill.variation.instantiate` with ``short=True`` replaces by the task's topic ("percentage
 problems", "string tasks") and may close with one task-specific focus sentence ("Keep track of the apples.");
