@@ -10,8 +10,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.metaagent-installed
-DEMO_STEPS ?= 4
-DEMO_STAGE_LEN ?= 2
+DEMO_STEPS ?= 3
+DEMO_STAGE_LEN ?= 1
+DEMO_BATCH ?= 2
 PYTEST_ARGS ?=
 
 .PHONY: demo test install clean-venv
@@ -34,7 +35,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/train-metaagent --config default --stage-len $(DEMO_STAGE_LEN) --steps $(DEMO_STEPS)
+	$(VENV)/bin/train-metaagent --config default --stage-len $(DEMO_STAGE_LEN) --steps $(DEMO_STEPS) --data.batch-size $(DEMO_BATCH)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
