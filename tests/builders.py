@@ -372,3 +372,29 @@ class OpenAIStub(StubServer):
     def __init__(self) -> None:
         self.state = StubState()
         super().__init__(make_route(self.state))
+
+
+#: small word problems and function tasks for the distillation tests (cold-start data, short style)
+MATH_QUESTIONS = (
+    ("Tom has 12 apples and buys 5 more apples. How many apples does Tom have?", "17"),
+    ("A shirt costs $20 and is sold at a 25% discount. What is the price?", "15"),
+    ("What is 7 * 8?", "56"),
+    ("A rectangle is 4 cm by 6 cm. What is its area?", "24"),
+    ("A car drives 60 miles per hour for 3 hours. How far does it go?", "180"),
+)
+CODE_QUESTIONS = (
+    ("count_vowels", "Write a function `count_vowels(s)` that returns the number of vowels in the string s."),
+    ("total", "Write a function `total(nums)` that returns the sum of a list of integers."),
+)
+
+
+def sample_tasks(n_math: int, n_code: int) -> list:
+    """The first ``n_math`` math tasks (ids m0, m1, ...) and ``n_code`` code tasks (c0, ...) listed above."""
+    from metaagent.data.tasks import Task
+
+    math = [Task(id=f"m{i}", domain="math", question=q, answer=a, source="test") for i, (q, a) in enumerate(MATH_QUESTIONS)]
+    code = [
+        Task(id=f"c{i}", domain="code", question=q, tests={"fn_name": fn, "inputs": [["ab"]], "outputs": [1]}, source="test")
+        for i, (fn, q) in enumerate(CODE_QUESTIONS)
+    ]
+    return math[:n_math] + code[:n_code]

@@ -7,8 +7,8 @@ import random
 from collections import Counter
 
 import pytest
+from builders import sample_tasks
 
-from metaagent.data import Task
 from metaagent.distill.cold_start_data import (
     designer_examples,
     executor_examples,
@@ -20,25 +20,7 @@ from metaagent.distill.variation import instantiate
 from metaagent.rollout.prompts import prompt_style
 from metaagent.workflow import analyze_script, check_script, extract_script, load_templates
 
-TASKS = [
-    Task(id=f"m{i}", domain="math", question=q, answer=a, source="test")
-    for i, (q, a) in enumerate(
-        [
-            ("Tom has 12 apples and buys 5 more apples. How many apples does Tom have?", "17"),
-            ("A shirt costs $20 and is sold at a 25% discount. What is the price?", "15"),
-            ("What is 7 * 8?", "56"),
-            ("A rectangle is 4 cm by 6 cm. What is its area?", "24"),
-        ]
-    )
-] + [
-    Task(
-        id="c0",
-        domain="code",
-        question="Write a function `count_vowels(s)` that returns the number of vowels in the string s.",
-        tests={"fn_name": "count_vowels", "inputs": [["ab"]], "outputs": [1]},
-        source="test",
-    )
-]
+TASKS = sample_tasks(4, 1)
 
 
 def test_designer_examples_are_valid_balanced_and_task_specific():

@@ -5,38 +5,14 @@ from __future__ import annotations
 from collections import Counter
 from statistics import mean
 
-from metaagent.data import Task
+from builders import sample_tasks
+
 from metaagent.distill.cold_start_data import designer_examples, structure_classes
 from metaagent.distill.short_style import SHORT_TEMPLATES
 from metaagent.distill.variation import ROLE_ADVICE, TOPIC_INTROS
 from metaagent.workflow import analyze_script, check_script, extract_script, load_templates
 
-TASKS = [
-    Task(id=f"m{i}", domain="math", question=q, answer=a, source="test")
-    for i, (q, a) in enumerate(
-        [
-            ("Tom has 12 apples and buys 5 more apples. How many apples does Tom have?", "17"),
-            ("A shirt costs $20 and is sold at a 25% discount. What is the price?", "15"),
-            ("What is 7 * 8?", "56"),
-            ("A rectangle is 4 cm by 6 cm. What is its area?", "24"),
-            ("A car drives 60 miles per hour for 3 hours. How far does it go?", "180"),
-        ]
-    )
-] + [
-    Task(
-        id=f"c{i}",
-        domain="code",
-        question=q,
-        tests={"fn_name": "f", "inputs": [["ab"]], "outputs": [1]},
-        source="test",
-    )
-    for i, q in enumerate(
-        [
-            "Write a function `count_vowels(s)` that returns the number of vowels in the string s.",
-            "Write a function `total(nums)` that returns the sum of a list of integers.",
-        ]
-    )
-]
+TASKS = sample_tasks(5, 2)
 
 
 def test_short_bank_covers_the_banks_structure_classes_and_each_template_checks():
