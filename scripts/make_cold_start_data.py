@@ -40,11 +40,21 @@ def main() -> None:
         help="shortest replies: the short template bank (metaagent/distill/short_style.py), one-sentence prompts "
         "naming the task's topic, 2-3 agents, 1-2 rounds, plain style",
     )  # fmt: skip
+    p.add_argument(
+        "--code-references", type=int, default=0, metavar="N",
+        help="add up to N code executor examples per code task: a coder prompt from the task's designer examples "
+        "and the task's reference program as the reply (the train split's references; 0 = none)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
-    from metaagent.data import DatasetSpec, load_tasks
-    from metaagent.distill.cold_start_data import designer_examples, executor_examples, thin_structures
+    from metaagent.data import DatasetSpec, code_references, load_tasks
+    from metaagent.distill.cold_start_data import (
+        designer_examples,
+        executor_examples,
+        reference_executor_examples,
+        thin_structures,
+    )
     from metaagent.policy.models import load_tokenizer
     from metaagent.sft.data import read_chat_jsonl
     from metaagent.workflow import analyze_script, extract_script, load_templates
@@ -64,6 +74,14 @@ def main() -> None:
     keep = {k: float(v) for k, v in (item.split("=", 1) for item in args.keep)}
     designer = thin_structures(designer, keep, seed=args.seed)
     executor, executor_counts = executor_examples(read_chat_jsonl([args.executor_from]), tasks)
+    if args.code_references:
+        if args.split != "train":
+            raise SystemExit("--code-references uses reference programs as training targets: only with --split train")
+        code = reference_executor_examples(
+            designer, tasks, code_references(), per_task=args.code_references, seed=args.seed
+        )
+        executor += code
+        executor_counts["code references"] = len(code)
 
     os.makedirs(args.out, exist_ok=True)
     for name, rows in (("designer", designer), ("executor", executor)):

@@ -19,8 +19,12 @@ from the embedded model's own correct replies.
   with the delivery block the team protocol asks for (``<delivery>\\boxed{answer}</delivery>``), so every
   executor example is correct and well formatted.
 
+- **Code executor examples** (:func:`reference_executor_examples`, ``--code-references N``): the embedded
+  model solves almost no code task, so self-distillation keeps none; these pair coder prompts from the task's
+  own designer examples with the train task's reference program, delivered in a ```python block.
+
 Both kinds are rows of :data:`metaagent.distill.examples.EXAMPLE_FIELDS` (``source`` is
-``template-bank`` / ``self-distilled``).
+``template-bank`` / ``self-distilled`` / ``reference-solution``).
 """
 
 from __future__ import annotations
@@ -210,3 +214,52 @@ def executor_examples(rows: Iterable[dict[str, Any]], tasks: Sequence[Task]) -> 
         out.append(new)
         counts["kept"] += 1
     return out, counts
+
+
+REFERENCE_SOURCE = "reference-solution"
+
+
+def reference_executor_examples(
+    designer_rows: Iterable[dict[str, Any]],
+    tasks: Sequence[Task],
+    references: dict[str, str],
+    *,
+    per_task: int,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """Code executor examples from the tasks' reference programs (the train split's, never a test split's).
+
+    The embedded model solves almost no code task, so self-distillation keeps nothing for code, and a cold
+    start without code executor examples teaches the model that a ```python block is a workflow script. Here,
+    for each code task with a reference, up to ``per_task`` coder prompts are drawn (seeded) from the system
+    prompts the task's own designer examples give their agents (those that ask for a program); the example is
+    that coder's first call as the engine makes it (system: the role prompt and the team protocol; user: the
+    task) and, as the reply, the reference program in a ```python block inside the delivery block.
+    """
+    from metaagent.workflow import analyze_script, extract_script
+    from metaagent.workflow.protocol import agent_system_prompt
+
+    prompts: dict[str, list[str]] = {}
+    for row in designer_rows:
+        script = extract_script(row["messages"][-1]["content"]) or ""
+        for prompt in analyze_script(script)["system_prompts"]:
+            if "program" in prompt and prompt not in prompts.setdefault(row["task_id"], []):
+                prompts[row["task_id"]].append(prompt)
+    out: list[dict[str, Any]] = []
+    for task in tasks:
+        reference = references.get(task.id)
+        if task.domain != "code" or not reference or not prompts.get(task.id):
+            continue
+        rng = random.Random(derive_seed(seed, "reference-executor", task.id))
+        chosen = rng.sample(prompts[task.id], min(per_task, len(prompts[task.id])))
+        reply = f"{DELIVERY_OPEN}\n```python\n{reference.strip()}\n```\n{DELIVERY_CLOSE}"
+        for i, prompt in enumerate(chosen):
+            messages = [
+                {"role": "system", "content": agent_system_prompt(prompt)},
+                {"role": "user", "content": task.question},
+                {"role": "assistant", "content": reply},
+            ]
+            shape = {"task_id": task.id, "domain": task.domain, "level": _level(task), "seed": seed, "design": i}
+            fields = {"source": REFERENCE_SOURCE, "correct": True, "finish_reason": "stop"}
+            out.append(_row(messages, EXECUTOR, shape, **fields))
+    return out

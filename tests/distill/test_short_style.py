@@ -69,3 +69,26 @@ def test_short_replies_check_are_shorter_balanced_and_name_the_task():
         for p in analyze_script(extract_script(r["messages"][-1]["content"]))["system_prompts"]
     )
     assert sum(1 for c in prompts.values() if c == 1) / sum(prompts.values()) >= 0.5
+
+
+def test_code_executor_examples_pair_the_designs_coder_prompts_with_the_reference_program():
+    """--code-references: a coder's first call as the engine makes it, answered with the reference program."""
+    from metaagent.distill.cold_start_data import reference_executor_examples
+    from metaagent.workflow.protocol import AGENT_PROTOCOL, extract_delivery
+
+    designer = designer_examples(TASKS, load_templates(), per_task=12, seed=0, style="compact", short=True)
+    refs = {"c0": "s = input()\nprint(sum(ch in 'aeiou' for ch in s))"}  # c1 has none: no example for it
+    rows = reference_executor_examples(designer, TASKS, refs, per_task=3, seed=0)
+    assert len(rows) == 3 and {r["task_id"] for r in rows} == {"c0"}
+    coder_prompts = {
+        p for r in designer if r["task_id"] == "c0"
+        for p in analyze_script(extract_script(r["messages"][-1]["content"]))["system_prompts"]
+    }  # fmt: skip
+    for row in rows:
+        system, user, reply = (m["content"] for m in row["messages"])
+        assert system.endswith(AGENT_PROTOCOL) and system[: -len(AGENT_PROTOCOL)].strip() in coder_prompts
+        assert "program" in system[: -len(AGENT_PROTOCOL)] and user == TASKS[5].question
+        assert extract_delivery(reply) == f"```python\n{refs['c0']}\n```"
+        assert row["kind"] == "executor" and row["source"] == "reference-solution" and row["correct"] is True
+    assert len({r["messages"][0]["content"] for r in rows}) == 3  # three different coder prompts
+    assert rows == reference_executor_examples(designer, TASKS, refs, per_task=3, seed=0)  # seeded
