@@ -199,7 +199,11 @@ class Evaluation:
                     "use another --out, the same settings to resume, or --fresh to discard them"
                 )
             recorded = self._recorded_revisions()
-            changed = sorted(m for m, rev in self.model_revisions().items() if m in recorded and recorded[m] != rev)
+            changed = sorted(
+                m
+                for m, rev in self.model_revisions().items()
+                if m in recorded and recorded[m] != rev and self._has_records(m)
+            )
             if changed:
                 raise EvalError(
                     f"{self.out} holds results of {', '.join(f'{m} at revision {recorded[m]}' for m in changed)}, "
@@ -221,6 +225,16 @@ class Evaluation:
             revs = {n: model_revision(n) for n in sorted(names)} if self.config.backend == "hf" else {}
             self._revisions = {n: r for n, r in revs.items() if r is not None}
         return self._revisions
+
+    def _has_records(self, model: str) -> bool:
+        """Whether the results directory holds any task record made with ``model`` (as designer or executor)."""
+        return any(
+            record_path(self.out, method, d, e, bench.label).is_file()
+            for d, e in self.cells
+            if model in (resolve_model(d, "designer") if d else None, resolve_model(e, "executor"))
+            for method in self.methods
+            for bench in self.benchmarks
+        )
 
     def _revision_info(self, part: Part) -> dict[str, Any]:
         """The adapter revisions behind a task's record (``revisions: {designer, executor}``), when any."""
