@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MODES = ("stagewise", "coupled", "designer_only", "executor_only")
+START = "start"  # the held-out row of the model every mode starts from
 ROLES = ("designer", "executor")
 
 
@@ -127,7 +128,8 @@ def final_model(folder: Path) -> Path | None:
 
 
 def evaluate(args: argparse.Namespace, mode: str) -> Path | None:
-    model = final_model(run_dir(args, mode))
+    """Held-out evaluation of a mode's final checkpoint (``mode="start"``: the model every mode starts from)."""
+    model = args.model if mode == START else final_model(run_dir(args, mode))
     if model is None:
         return None
     out = Path(args.runs) / f"eval_{mode}"
@@ -136,6 +138,7 @@ def evaluate(args: argparse.Namespace, mode: str) -> Path | None:
         "--benchmarks", "bundled:test/math", "bundled:test/code", "--limit", str(args.eval_limit),
         "--n", str(args.eval_n), "--seed", str(args.seed), "--temperature", "0.7",
         "--designer-max-tokens", "320", "--executor-max-tokens", "192", "--out", str(out),
+        "--concurrency", "16", "--continuous",
     ]  # fmt: skip
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
@@ -222,6 +225,9 @@ def report(args: argparse.Namespace) -> None:
         fit = slope_ci(series(designer_steps(rows), "rollout/reward/designer"))
         if fit is not None:
             slopes.append(f"- {mode}: {fit[0]:+.4f} per step (95% CI {fit[1]:+.4f} to {fit[2]:+.4f})")
+    ev = Path(args.runs) / f"eval_{START}"
+    if (ev / "results.json").is_file():
+        lines.append(f"| {START} ({args.model}) | 0 | | | | {eval_cell(ev, 'auto')} | {eval_cell(ev, 'sa')} |")
     for ax, role in zip(axes, ROLES):
         ax.set_title(f"{role} reward (mean of {args.smooth} steps)")
         ax.set_xlabel("step")
@@ -280,7 +286,7 @@ def main() -> None:
                 if train(args, mode, until):
                     report(args)
         if not args.no_eval:
-            for mode in args.modes:
+            for mode in (START, *args.modes):
                 evaluate(args, mode)
     report(args)
 

@@ -60,6 +60,9 @@ class EvalConfig(Checked):
     device: str = "cpu"  # hf/vllm: device (cpu, cuda, cuda:1)
     dtype: str = "float32"  # hf: float32, bfloat16 or float16
     max_batch_size: PositiveInt = 32  # hf: rows decoded together
+    # hf: continuous batching (agent calls of other tasks join the running batch between decode steps): the
+    # same requests and seeds, only the batch composition differs (as it does with --concurrency)
+    continuous: bool = False
     n: PositiveInt = 3  # samples per task (designs x executions: auto n x 1, sa/fixed 1 x n)
     k: list[PositiveInt] = field(default_factory=list)  # budgets of avg@k / pass@k / maj@k (each <= n; default: 1 and n)
     limit: PositiveInt | None = None  # first N tasks of each benchmark

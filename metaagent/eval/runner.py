@@ -267,7 +267,14 @@ class Evaluation:
                     policy = build_policy("vllm", key)
                 else:
                     policy = build_policy(
-                        "hf", key, device=cfg.device, dtype=cfg.dtype, max_batch_size=cfg.max_batch_size, batching=True
+                        "hf",
+                        key,
+                        device=cfg.device,
+                        dtype=cfg.dtype,
+                        max_batch_size=cfg.max_batch_size,
+                        continuous=cfg.continuous,
+                        batching=True,
+                        max_in_flight=4 if cfg.continuous else 1,  # continuous: later batches join the running one
                     )
             except (OSError, ValueError) as e:
                 raise EvalError(f"cannot load model {name!r} with the {cfg.backend} backend: {e}") from None

@@ -104,7 +104,9 @@ def test_distill_http_teacher_interrupt_and_resume(tmp_path):
     assert len(done) == 4  # none committed twice
     for task_id in done2[:3]:  # finished tasks were never rolled out again
         assert calls[questions[task_id]] == M
-    assert calls[questions[tasks[3].id]] in (M, 2 * M)  # the killed task may have been started twice
+    # the killed task may have been started before the kill: between 0 and M of its designer calls were made
+    # then (the kill can land between two of them), and the resume makes all M again
+    assert M <= calls[questions[tasks[3].id]] <= 2 * M
 
     designer, executor = _lines(out / "designer.jsonl"), _lines(out / "executor.jsonl")
     for kind, rows in (("designer", designer), ("executor", executor)):

@@ -4,14 +4,16 @@ one fixed: and auto on two bundled tasks; table.md, results.json, and the replay
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from metaagent.cli.eval import main
 from metaagent.cli.replay import main as replay_main
+from metaagent.records import read_trees
 
 
-def _eval(out, model: str, tokens: int) -> dict:
+def _eval(out, model: str, tokens: int, *extra: str) -> dict:
     main(
         [
             "--model", model,
@@ -24,6 +26,7 @@ def _eval(out, model: str, tokens: int) -> dict:
             "--sandbox-workers", "2",
             "--bootstrap", "100",
             "--out", str(out),
+            *extra,
         ]
     )  # fmt: skip
     return json.loads((out / "results.json").read_text())
@@ -70,3 +73,31 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
         assert e.value.code == 1
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and err.startswith("metaagent-eval: ") and needle in err, err
+
+
+def _samples(out: Path) -> dict[tuple[str, str], list]:
+    """Every task's designer scripts and agent replies, by (record file, task id)."""
+    found = {}
+    for path in sorted((out / "rollouts").rglob("*.jsonl")):
+        trees, bad = read_trees(path)
+        assert not bad
+        for t in trees:
+            found[(str(path.relative_to(out)), t.task_id)] = [
+                (d.script, [[turn.response for turn in e.turns] for e in d.executions]) for d in t.designs
+            ]
+    return found
+
+
+def test_continuous_batching_gives_the_samples_of_one_task_at_a_time(tmp_path):
+    """--continuous with many tasks in flight (their agent calls join one running batch) samples exactly what
+    one task at a time with static batches samples: per-request seeds, only the batch composition differs."""
+    alone = _samples_of(tmp_path / "alone", "--concurrency", "1", "--n", "2", "--k", "2")
+    together = _samples_of(tmp_path / "together", "--concurrency", "6", "--continuous", "--n", "2", "--k", "2")
+    assert alone == together and len(alone) == 6  # 3 methods x 2 tasks
+    replies = [r for samples in alone.values() for _, runs in samples for turns in runs for r in turns]
+    assert len(replies) >= 8 and len(set(replies)) > 1  # sa and fixed: 2 tasks x 2 samples each; sampled text
+
+
+def _samples_of(out: Path, *extra: str) -> dict:
+    _eval(out, "tiny", 8, *extra)
+    return _samples(out)
