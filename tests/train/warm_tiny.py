@@ -6,7 +6,9 @@ behaviour with reward variance, so GRPO has something to learn in seconds.
   half each; ``BROKEN`` calls an undefined function, so the checker refuses it and the design earns 0);
 - executor: answers every agent prompt with ``TAGGED`` or ``UNTAGGED`` (about half each). ``TAGGED`` earns the full
   format reward (delivery tag + boxed answer: R = 0.4), ``UNTAGGED`` none (R = 0), unless "3" happens to be
-  the right answer.
+  the right answer;
+- executor, ``"executor_tagged"``: answers every agent prompt with ``TAGGED`` (a valid design's execution then
+  nearly always earns the format reward: the designer-learning test's executor).
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ def mixed_designer_examples(n: int = 24) -> list[dict]:
     ]
 
 
-def executor_examples(n: int = 24) -> list[dict]:
-    """The agent prompts the sandbox really sends for ``SCRIPT``, answered alternately tagged / untagged."""
+def executor_examples(n: int = 24, replies: tuple[str, ...] = (TAGGED, UNTAGGED)) -> list[dict]:
+    """The agent prompts the sandbox really sends for ``SCRIPT``, each answered with every one of ``replies``
+    (default: tagged and untagged; ``"executor_tagged"``: tagged only, an executor that nearly always delivers)."""
     from metaagent.policy import ScriptedPolicy
     from metaagent.rollout.config import RolloutConfig
     from metaagent.rollout.engine import FrozenDesign, RolloutEngine
@@ -77,7 +80,7 @@ def executor_examples(n: int = 24) -> list[dict]:
     return [
         {"messages": [*p, {"role": "assistant", "content": reply}], "kind": "executor"}
         for p in _seeded_order(prompts)
-        for reply in (TAGGED, UNTAGGED)
+        for reply in replies
     ]
 
 
@@ -119,6 +122,11 @@ def warm_tiny(out: Path, kind: str, *, steps: int | None = None, lr: float = 1e-
 def _build(out: Path, kind: str, *, steps: int | None, lr: float) -> str:
     from metaagent.sft.warm import sft_on_rows
 
-    rows = {"designer": designer_examples, "designer_mixed": mixed_designer_examples}.get(kind, executor_examples)()
+    builders = {
+        "designer": designer_examples,
+        "designer_mixed": mixed_designer_examples,
+        "executor_tagged": lambda: executor_examples(replies=(TAGGED,)),
+    }
+    rows = builders.get(kind, executor_examples)()
     steps = steps or (60 if kind == "executor" else 100)
     return sft_on_rows(rows, out, steps=steps, name=f"sft_{kind}", kinds=[kind.split("_")[0]], lr=lr)
