@@ -20,6 +20,11 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   its designer-stage steps with a 95% CI (least squares; t interval);
 - ``metrics_<mode>.jsonl``: a copy of each run's metrics.
 
+``--modes ... frozen`` adds a paired baseline: ``designer_only`` at lr 1e-30 (updates that change no weight), so
+its step ``s`` is the untrained model's rollout of step ``s`` with the same tasks and seeds; the table then also
+gives each mode's reward gain over it step by step, which removes the task-to-task spread that dominates a
+2-task step's reward.
+
 Everything is resumable: run it again with the same arguments and it continues (``--resume`` is implied when a
 run folder has checkpoints). The modes are trained round-robin, ``--chunk`` steps at a time (default
 ``--save-every``): each chunk resumes the mode's run with its full ``--steps`` (so the learning-rate schedule is
@@ -44,6 +49,11 @@ sys.path.insert(0, str(ROOT))
 
 MODES = ("stagewise", "coupled", "designer_only", "executor_only")
 START = "start"  # the held-out row of the model every mode starts from
+# the paired baseline: the same task stream and seeds with updates that change nothing (designer_only at lr 1e-30:
+# the AdamW step is ~1e-30 a weight, below float32 resolution of every nonzero weight), so its step s is the
+# untrained model's rollout of step s, and "mode minus frozen" at a step is free of which tasks were drawn
+FROZEN = "frozen"
+FROZEN_ARGS = ("optim.lr=1e-30",)
 ROLES = ("designer", "executor")
 
 
@@ -86,9 +96,11 @@ def train(args: argparse.Namespace, mode: str, until: int | None = None) -> bool
         return False
     cmd = [
         sys.executable, "-m", "metaagent.cli.train", "--config", args.config,
-        "--model", args.model, "--mode", mode, "--stage-len", str(args.stage_len),
+        "--model", args.model, "--mode", "designer_only" if mode == FROZEN else mode,
+        "--stage-len", str(args.stage_len),
         "--steps", str(args.steps), "--out", str(folder), "--trainer.save-every", str(args.save_every),
         "--trainer.val-every", "0", f"trainer.seed={args.seed}", *args.train_args,
+        *(FROZEN_ARGS if mode == FROZEN else ()),
     ]  # fmt: skip
     if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
         cmd.append("--resume")
@@ -163,9 +175,35 @@ def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def designer_steps(rows: list[dict]) -> list[dict]:
-    """Rows of steps where the designer was trained (``schedule/active`` names the active roles)."""
-    return [r for r in rows if str(r.get("schedule/active", "")) in ("designer", "both")]
+def trained_steps(rows: list[dict], role: str) -> list[dict]:
+    """Rows of steps where ``role`` was trained (``schedule/active`` names the active roles)."""
+    return [r for r in rows if str(r.get("schedule/active", "")) in (role, "both")]
+
+
+def paired(rows: list[dict], base: list[dict], key: str, steps: set[int] | None = None) -> list[tuple[int, float]]:
+    """(step, value of ``rows`` minus value of ``base`` at the same step): same tasks and seeds, so the task
+    draw cancels; only steps in ``steps`` when given."""
+    ref = dict(series(base, key))
+    return [(s, v - ref[s]) for s, v in series(rows, key) if s in ref and (steps is None or s in steps)]
+
+
+def mean_ci_text(points: list[tuple[int, float]]) -> str:
+    """Mean of the values with a 95% t interval over steps."""
+    from metaagent.eval.metrics import t_quantile
+
+    xs = [v for _, v in points]
+    if len(xs) < 3:
+        return "fewer than 3 steps"
+    m = mean(xs)
+    half = t_quantile(0.975, len(xs) - 1) * math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+    return f"{m:+.3f} (95% CI {m - half:+.3f} to {m + half:+.3f}; {len(xs)} steps)"
+
+
+def fit_text(points: list[tuple[int, float]]) -> str:
+    fit = slope_ci(points)
+    if fit is None:
+        return "fewer than 3 steps"
+    return f"{fit[0]:+.4f} per step (95% CI {fit[1]:+.4f} to {fit[2]:+.4f}; {len(points)} steps)"
 
 
 def eval_cell(folder: Path, method: str) -> str:
@@ -199,7 +237,8 @@ def report(args: argparse.Namespace) -> None:
         "valid-script rate (last 10) | held-out auto | held-out sa |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
-    slopes = []
+    slopes, gains = [], []
+    base = read_metrics(run_dir(args, FROZEN))
     for mode in args.modes:
         folder = run_dir(args, mode)
         rows = read_metrics(folder)
@@ -212,7 +251,7 @@ def report(args: argparse.Namespace) -> None:
             k = max(1, args.smooth)
             xs = [p[0] for p in pts]
             ys = [mean([q[1] for q in pts[max(0, i - k + 1) : i + 1]]) for i in range(len(pts))]
-            ax.plot(xs, ys, label=mode)
+            ax.plot(xs, ys, label=mode, linestyle="--" if mode == FROZEN else "-", color="0.4" if mode == FROZEN else None)
         d = [v for _, v in series(rows, "rollout/reward/designer")]
         e = [v for _, v in series(rows, "rollout/reward/executor")]
         valid = [v for _, v in series(rows, "rollout/valid_script_rate")]
@@ -222,9 +261,22 @@ def report(args: argparse.Namespace) -> None:
             f"{mean(e[:10]):.3f} → {mean(e[-10:]):.3f} | {mean(valid[-10:]):.2f} | {eval_cell(ev, 'auto')} | "
             f"{eval_cell(ev, 'sa')} |"
         )
-        fit = slope_ci(series(designer_steps(rows), "rollout/reward/designer"))
-        if fit is not None:
-            slopes.append(f"- {mode}: {fit[0]:+.4f} per step (95% CI {fit[1]:+.4f} to {fit[2]:+.4f})")
+        if mode == FROZEN:
+            continue
+        d_rows, e_rows = trained_steps(rows, "designer"), trained_steps(rows, "executor")
+        if base and rows:
+            d_steps, e_steps = {r["step"] for r in d_rows}, {r["step"] for r in e_rows}
+            gains.append(
+                f"| {mode} | {mean_ci_text(paired(rows, base, 'rollout/reward/designer')[-10:])} | "
+                f"{fit_text(paired(rows, base, 'rollout/reward/designer', d_steps)) if d_steps else '-'} | "
+                f"{mean_ci_text(paired(rows, base, 'rollout/reward/executor')[-10:])} | "
+                f"{fit_text(paired(rows, base, 'rollout/reward/executor', e_steps)) if e_steps else '-'} |"
+            )
+        if d_rows or e_rows:
+            slopes.append(f"| {mode} | "
+                          f"{fit_text(series(d_rows, 'rollout/reward/designer')) if d_rows else '-'} | "
+                          f"{fit_text(series(d_rows, 'rollout/valid_script_rate')) if d_rows else '-'} | "
+                          f"{fit_text(series(e_rows, 'rollout/reward/executor')) if e_rows else '-'} |")
     ev = Path(args.runs) / f"eval_{START}"
     if (ev / "results.json").is_file():
         lines.append(f"| {START} ({args.model}) | 0 | | | | {eval_cell(ev, 'auto')} | {eval_cell(ev, 'sa')} |")
@@ -247,18 +299,37 @@ def report(args: argparse.Namespace) -> None:
         "",
         *lines,
         "",
-        "Slope of the designer's reward over its designer-stage steps (least squares, 95% t interval):",
+        "Slopes over the steps where a role was trained (least squares over (step, value), 95% t interval): the",
+        "designer's reward (the mean of its designs' rewards, Eq. 4) and valid-script rate over the steps that",
+        "trained the designer, the executor's reward over the steps that trained the executor.",
         "",
-        *(slopes or ["- (no mode has 3 designer-stage steps yet)"]),
+        "| mode | designer reward, designer-trained steps | valid-script rate, designer-trained steps | "
+        "executor reward, executor-trained steps |",
+        "| --- | --- | --- | --- |",
+        *slopes,
         "",
     ]
+    if gains:
+        text += [
+            f"Paired against `{FROZEN}` (the untrained model on the same tasks with the same seeds, step for step; "
+            f"{steps_done(run_dir(args, FROZEN))} steps): the gain of each mode's reward at a step over the frozen",
+            "model's at that step, as a mean over the mode's last 10 steps and as a slope over the steps that trained",
+            "the role (95% t intervals).",
+            "",
+            "| mode | designer gain, last 10 steps | designer gain slope, designer-trained steps | "
+            "executor gain, last 10 steps | executor gain slope, executor-trained steps |",
+            "| --- | --- | --- | --- | --- |",
+            *gains,
+            "",
+        ]
     (results / "table.md").write_text("\n".join(text))
     print("\n".join(text))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=(*MODES, FROZEN),
+                   help=f"modes to train; '{FROZEN}' adds the paired baseline (no-op updates, same tasks and seeds)")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--stage-len", type=int, default=5)
     p.add_argument("--save-every", type=int, default=2)
@@ -286,7 +357,7 @@ def main() -> None:
                 if train(args, mode, until):
                     report(args)
         if not args.no_eval:
-            for mode in (START, *args.modes):
+            for mode in (START, *(m for m in args.modes if m != FROZEN)):  # frozen's final model is the start
                 evaluate(args, mode)
     report(args)
 
