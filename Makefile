@@ -14,6 +14,9 @@ DEMO_STEPS ?= 3
 DEMO_STAGE_LEN ?= 1
 DEMO_BATCH ?= 2
 PYTEST_ARGS ?=
+# two pytest-xdist workers, one per core of the 2-core reference machine (each computes on one thread; see
+# tests/conftest.py); a test file stays on one worker, so its module fixtures are built once. PYTEST_WORKERS=0: serial
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test install clean-venv
 
@@ -38,7 +41,7 @@ demo: $(STAMP)
 	$(VENV)/bin/train-metaagent --config default --stage-len $(DEMO_STAGE_LEN) --steps $(DEMO_STEPS) --data.batch-size $(DEMO_BATCH)
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

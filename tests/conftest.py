@@ -14,6 +14,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # pytest runs models in the main thread, where spinning OpenMP workers starve the sandbox and code-test
 # processes on small machines (measured: tiny-model generation 4.7-12.6 s spinning vs 1.0 s passive).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# `make test` runs the files on two pytest-xdist workers (one per core of the 2-core reference machine): each
+# worker and every process it starts computes on one thread, so the two never spin against each other.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 
 @pytest.fixture
