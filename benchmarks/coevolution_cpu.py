@@ -20,7 +20,7 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   its designer-stage steps with a 95% CI (least squares; t interval);
 - ``metrics_<mode>.jsonl``: a copy of each run's metrics.
 
-``--modes ... frozen`` adds a paired baseline: ``designer_only`` at lr 1e-30 (updates that change no weight), so
+``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline: ``designer_only`` at lr 1e-30 (updates that change no weight), so
 its step ``s`` is the untrained model's rollout of step ``s`` with the same tasks and seeds; the table then also
 gives each mode's reward gain over it step by step, which removes the task-to-task spread that dominates a
 2-task step's reward.
@@ -293,7 +293,7 @@ def report(args: argparse.Namespace) -> None:
     text = [
         "# CPU co-evolution (embedded-sft, configs/default.yaml)",
         "",
-        f"Command: `python benchmarks/coevolution_cpu.py {' '.join(sys.argv[1:])}`".rstrip(),
+        f"Command: `python benchmarks/coevolution_cpu.py {' '.join(a for a in sys.argv[1:] if a != '--report-only')}`",
         f"Steps {args.steps} per mode, stage length {args.stage_len} (paper: K = 30), seed {args.seed}; "
         f"held-out: bundled test, {args.eval_limit} tasks per domain, n = {args.eval_n}.",
         "",
