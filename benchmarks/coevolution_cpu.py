@@ -21,9 +21,9 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
 - ``metrics_<mode>.jsonl``: a copy of each run's metrics.
 
 ``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline:
-``designer_only`` at lr 1e-30 (updates that change no weight), so its step ``s`` is the untrained model's rollout of step ``s`` with the same tasks and seeds; the table then also
-gives each mode's reward gain over it step by step, which removes the task-to-task spread that dominates a
-2-task step's reward.
+``designer_only`` at lr 1e-30 (updates that change no weight), so its step ``s`` is the untrained model's rollout
+of step ``s`` with the same tasks and seeds; the table then also gives each mode's reward gain over it step by
+step, which removes the task-to-task spread that dominates a 2-task step's reward.
 
 Everything is resumable: run it again with the same arguments and it continues (``--resume`` is implied when a
 run folder has checkpoints). The modes are trained round-robin, ``--chunk`` steps at a time (default
