@@ -16,9 +16,13 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   execution reward), smoothed over ``--smooth`` steps, one line per mode; designer stages of the stagewise
   run shaded;
 - ``table.md``: a Table-4-style table (mode, steps done, reward per role first vs last 10 steps, valid-script
-  rate, held-out accuracy of auto and sa with 95% CIs) and, per mode, the slope of the designer's reward over
-  its designer-stage steps with a 95% CI (least squares; t interval);
-- ``metrics_<mode>.jsonl``: a copy of each run's metrics.
+  rate, how many correct math answers were boxed as an unevaluated expression, held-out accuracy of auto and sa
+  with 95% CIs) and, per mode, the slope of the designer's reward over its designer-stage steps with a 95% CI
+  (least squares; t interval); each final checkpoint's held-out avg@k minus the start model's on the same tasks
+  (paired bootstrap), with App. C's same- vs different-structure split of the tasks only it solves;
+- ``metrics_<mode>.jsonl``: a copy of each run's metrics;
+- ``heldout/eval_<mode>/``: a copy of each held-out ``metaagent-eval`` results directory (records, results.json,
+  table.md, report.html), so ``metaagent-replay`` opens any held-out task without the checkpoints.
 
 ``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline:
 ``designer_only`` at lr 1e-30 (updates that change no weight), so its step ``s`` is the untrained model's rollout
@@ -38,6 +42,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +60,7 @@ START = "start"  # the held-out row of the model every mode starts from
 FROZEN = "frozen"
 FROZEN_ARGS = ("optim.lr=1e-30",)
 ROLES = ("designer", "executor")
+NUMERAL = re.compile(r"-?\d+(?:\.\d+)?")  # a plain number: a boxed math answer in final form
 
 
 def run_dir(args: argparse.Namespace, mode: str) -> Path:
@@ -223,6 +229,65 @@ def eval_cell(folder: Path, method: str) -> str:
     return "; ".join(out) or "-"
 
 
+
+def boxed_expressions(files: list[Path]) -> tuple[int, int]:
+    """(correct math executions, those whose boxed answer is not a plain number) in rollout records: the
+    verifier compares symbolically, so ``\\boxed{16 + 19}`` for "What is 16 + 19?" counts as correct; the share
+    tells a learned shortcut (copy the question's expression into the box) from learned arithmetic."""
+    correct = expr = 0
+    for f in files:
+        for line in f.read_text().splitlines():
+            rec = json.loads(line)
+            if rec["task"].get("domain") != "math":
+                continue
+            for design in rec["designs"]:
+                for ex in design["executions"]:
+                    if (ex.get("reward") or {}).get("correct") == 1.0:
+                        correct += 1
+                        box = re.search(r"\\boxed\{(.*)\}", ex.get("answer") or "", re.DOTALL)
+                        expr += bool(box) and not NUMERAL.fullmatch(box.group(1).strip())
+    return correct, expr
+
+
+def expr_text(files: list[Path]) -> str:
+    correct, expr = boxed_expressions(files)
+    return f"{expr}/{correct}" if correct else "0/0"
+
+
+def per_task(folder: Path, method: str) -> dict[str, dict]:
+    """Per-task scores of ``method`` over every held-out benchmark of a metaagent-eval run, by task id."""
+    path = folder / "results.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    k = str(data.get("k_main", 1))
+    out = {}
+    for cell in data.get("cells", {}).values():
+        for methods in cell.get("benchmarks", {}).values():
+            for t in (methods.get(method) or {}).get("per_task", []):
+                if t["avg"].get(k) is not None:
+                    out[t["task_id"]] = {"score": t["avg"][k], "structure": t.get("structure"),
+                                         "valid": t.get("valid_designs", 0), "designs": t.get("designs", 0)}
+    return out
+
+
+def heldout_paired(base: dict[str, dict], other: dict[str, dict], *, designs: bool, threshold: float = 0.5) -> str:
+    """``other - base`` avg@k on the held-out tasks both scored (paired bootstrap over tasks, 95%), with the
+    tasks solved (avg >= ``threshold``) only by ``other`` split into same vs different modal structure (App. C)."""
+    from metaagent.eval.metrics import paired_bootstrap_ci
+
+    ids = sorted(set(base) & set(other))
+    if not ids:
+        return "-"
+    diff, lo, hi = paired_bootstrap_ci([base[i]["score"] for i in ids], [other[i]["score"] for i in ids])
+    only_b = [i for i in ids if other[i]["score"] >= threshold > base[i]["score"]]
+    only_a = [i for i in ids if base[i]["score"] >= threshold > other[i]["score"]]
+    same = sum(1 for i in only_b if base[i]["structure"] and base[i]["structure"] == other[i]["structure"])
+    split = f"; {same} same structure" if designs and only_b else ""
+    return (f"{100 * diff:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] ({len(ids)} tasks; solved only here "
+            f"{len(only_b)}{split}, only by start {len(only_a)})")
+
+
 def report(args: argparse.Namespace) -> None:
     import matplotlib
 
@@ -234,8 +299,9 @@ def report(args: argparse.Namespace) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
     lines = [
         "| mode | steps | designer reward (first 10 → last 10) | executor reward (first 10 → last 10) | "
-        "valid-script rate (last 10) | held-out auto | held-out sa |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "valid-script rate (last 10) | correct math answers boxed as an expression (last 10) | held-out auto | "
+        "held-out sa |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     slopes, gains = [], []
     base = read_metrics(run_dir(args, FROZEN))
@@ -258,7 +324,8 @@ def report(args: argparse.Namespace) -> None:
         ev = Path(args.runs) / f"eval_{mode}"
         lines.append(
             f"| {mode} | {steps_done(folder)} | {mean(d[:10]):.3f} → {mean(d[-10:]):.3f} | "
-            f"{mean(e[:10]):.3f} → {mean(e[-10:]):.3f} | {mean(valid[-10:]):.2f} | {eval_cell(ev, 'auto')} | "
+            f"{mean(e[:10]):.3f} → {mean(e[-10:]):.3f} | {mean(valid[-10:]):.2f} | "
+            f"{expr_text(sorted((folder / 'rollouts').glob('step_*.jsonl'))[-10:])} | {eval_cell(ev, 'auto')} | "
             f"{eval_cell(ev, 'sa')} |"
         )
         if mode == FROZEN:
@@ -279,7 +346,7 @@ def report(args: argparse.Namespace) -> None:
                           f"{fit_text(series(e_rows, 'rollout/reward/executor')) if e_rows else '-'} |")
     ev = Path(args.runs) / f"eval_{START}"
     if (ev / "results.json").is_file():
-        lines.append(f"| {START} ({args.model}) | 0 | | | | {eval_cell(ev, 'auto')} | {eval_cell(ev, 'sa')} |")
+        lines.append(f"| {START} ({args.model}) | 0 | | | | | {eval_cell(ev, 'auto')} | {eval_cell(ev, 'sa')} |")
     for ax, role in zip(axes, ROLES):
         ax.set_title(f"{role} reward (mean of {args.smooth} steps)")
         ax.set_xlabel("step")
@@ -322,6 +389,39 @@ def report(args: argparse.Namespace) -> None:
             *gains,
             "",
         ]
+    start = {m: per_task(Path(args.runs) / f"eval_{START}", m) for m in ("auto", "sa")}
+    held = []
+    for mode in args.modes:
+        ev = Path(args.runs) / f"eval_{mode}"
+        if mode != FROZEN and start["auto"] and (ev / "results.json").is_file():
+            auto = per_task(ev, "auto")
+            valid = sum(t["valid"] for t in auto.values()) / max(1, sum(t["designs"] for t in auto.values()))
+            held.append(f"| {mode} | {heldout_paired(start['auto'], auto, designs=True)} | "
+                        f"{heldout_paired(start['sa'], per_task(ev, 'sa'), designs=False)} | {valid:.2f} | "
+                        f"{expr_text(list(ev.glob('rollouts/*/*math*/auto.jsonl')))} | "
+                        f"{expr_text(list(ev.glob('rollouts/*/*math*/sa.jsonl')))} |")
+    if held:
+        sv = start["auto"].values()
+        text += [
+            f"Held-out, paired against `{START}` ({args.model}, the model every mode starts from; same tasks, seeds",
+            "and sampling): each final checkpoint's avg@k minus the start model's, in points, pooled over the held-out",
+            "math and code tasks (paired bootstrap over tasks, 95%); a task counts as solved at avg >= 0.5, and the",
+            "tasks only the trained model solves are split into same modal design structure as the start model's",
+            (f"(executor gain) or a different one (designer flip), as in App. C. Start model's valid-script rate: "
+             f"{sum(t['valid'] for t in sv) / max(1, sum(t['designs'] for t in sv)):.2f}."),
+            "",
+            ("| mode | auto, final minus start | sa, final minus start | auto valid-script rate | correct math "
+             "answers boxed as an expression, auto | same, sa |"),
+            "| --- | --- | --- | --- | --- | --- |",
+            (f"| {START} | | | | {expr_text(list((Path(args.runs) / f'eval_{START}').glob('rollouts/*/*math*/auto.jsonl')))} | "
+             f"{expr_text(list((Path(args.runs) / f'eval_{START}').glob('rollouts/*/*math*/sa.jsonl')))} |"),
+            *held,
+            "",
+        ]
+    for mode in (START, *args.modes):  # the held-out records travel with the table (replayable without runs/)
+        ev = Path(args.runs) / f"eval_{mode}"
+        if (ev / "results.json").is_file():
+            shutil.copytree(ev, results / "heldout" / ev.name, dirs_exist_ok=True)
     (results / "table.md").write_text("\n".join(text))
     print("\n".join(text))
 
