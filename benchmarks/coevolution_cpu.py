@@ -229,7 +229,6 @@ def eval_cell(folder: Path, method: str) -> str:
     return "; ".join(out) or "-"
 
 
-
 def boxed_expressions(files: list[Path]) -> tuple[int, int]:
     """(correct math executions, those whose boxed answer is not a plain number) in rollout records: the
     verifier compares symbolically, so ``\\boxed{16 + 19}`` for "What is 16 + 19?" counts as correct; the share
@@ -254,38 +253,35 @@ def expr_text(files: list[Path]) -> str:
     return f"{expr}/{correct}" if correct else "0/0"
 
 
-def per_task(folder: Path, method: str) -> dict[str, dict]:
-    """Per-task scores of ``method`` over every held-out benchmark of a metaagent-eval run, by task id."""
+def task_scores(folder: Path, method: str) -> list:
+    """``method``'s per-task scores (``TaskScore``) over every held-out benchmark of a metaagent-eval run."""
+    from metaagent.eval.scoring import TaskScore
+
     path = folder / "results.json"
     if not path.is_file():
-        return {}
-    data = json.loads(path.read_text())
-    k = str(data.get("k_main", 1))
-    out = {}
-    for cell in data.get("cells", {}).values():
+        return []
+    out = []
+    for cell in json.loads(path.read_text()).get("cells", {}).values():
         for methods in cell.get("benchmarks", {}).values():
             for t in (methods.get(method) or {}).get("per_task", []):
-                if t["avg"].get(k) is not None:
-                    out[t["task_id"]] = {"score": t["avg"][k], "structure": t.get("structure"),
-                                         "valid": t.get("valid_designs", 0), "designs": t.get("designs", 0)}
+                ks = {key: {int(k): v for k, v in t[key].items()} for key in ("avg", "pass", "maj")}
+                fields = {f: t[f] for f in TaskScore.__dataclass_fields__ if f in t and f not in ("avg", "maj")}
+                out.append(TaskScore(**fields, avg=ks["avg"], pass_=ks["pass"], maj=ks["maj"]))
     return out
 
 
-def heldout_paired(base: dict[str, dict], other: dict[str, dict], *, designs: bool, threshold: float = 0.5) -> str:
-    """``other - base`` avg@k on the held-out tasks both scored (paired bootstrap over tasks, 95%), with the
-    tasks solved (avg >= ``threshold``) only by ``other`` split into same vs different modal structure (App. C)."""
-    from metaagent.eval.metrics import paired_bootstrap_ci
+def heldout_paired(base: list, other: list, k: int, *, designs: bool) -> str:
+    """``other - base`` avg@k on the held-out tasks both scored, with App. C's split of the tasks only ``other``
+    solves (``metaagent.eval.analysis.paired_comparison``)."""
+    from metaagent.eval.analysis import paired_comparison
 
-    ids = sorted(set(base) & set(other))
-    if not ids:
+    c = paired_comparison(base, other, metric="avg", k=k)
+    if c["diff"] is None:
         return "-"
-    diff, lo, hi = paired_bootstrap_ci([base[i]["score"] for i in ids], [other[i]["score"] for i in ids])
-    only_b = [i for i in ids if other[i]["score"] >= threshold > base[i]["score"]]
-    only_a = [i for i in ids if base[i]["score"] >= threshold > other[i]["score"]]
-    same = sum(1 for i in only_b if base[i]["structure"] and base[i]["structure"] == other[i]["structure"])
-    split = f"; {same} same structure" if designs and only_b else ""
-    return (f"{100 * diff:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] ({len(ids)} tasks; solved only here "
-            f"{len(only_b)}{split}, only by start {len(only_a)})")
+    lo, hi = c["ci95"]
+    split = f"; {c['only_b_same_structure']} same structure" if designs and c["only_b"] else ""
+    return (f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] ({c['tasks']} tasks; solved only here "
+            f"{c['only_b']}{split}, only by start {c['only_a']})")
 
 
 def report(args: argparse.Namespace) -> None:
@@ -389,32 +385,34 @@ def report(args: argparse.Namespace) -> None:
             *gains,
             "",
         ]
-    start = {m: per_task(Path(args.runs) / f"eval_{START}", m) for m in ("auto", "sa")}
+    start_dir = Path(args.runs) / f"eval_{START}"
+    start = {m: task_scores(start_dir, m) for m in ("auto", "sa")}
+    k_main = json.loads((start_dir / "results.json").read_text())["k_main"] if start["auto"] else 1
     held = []
     for mode in args.modes:
         ev = Path(args.runs) / f"eval_{mode}"
         if mode != FROZEN and start["auto"] and (ev / "results.json").is_file():
-            auto = per_task(ev, "auto")
-            valid = sum(t["valid"] for t in auto.values()) / max(1, sum(t["designs"] for t in auto.values()))
-            held.append(f"| {mode} | {heldout_paired(start['auto'], auto, designs=True)} | "
-                        f"{heldout_paired(start['sa'], per_task(ev, 'sa'), designs=False)} | {valid:.2f} | "
+            auto = task_scores(ev, "auto")
+            valid = sum(t.valid_designs for t in auto) / max(1, sum(t.designs for t in auto))
+            held.append(f"| {mode} | {heldout_paired(start['auto'], auto, k_main, designs=True)} | "
+                        f"{heldout_paired(start['sa'], task_scores(ev, 'sa'), k_main, designs=False)} | {valid:.2f} | "
                         f"{expr_text(list(ev.glob('rollouts/*/*math*/auto.jsonl')))} | "
                         f"{expr_text(list(ev.glob('rollouts/*/*math*/sa.jsonl')))} |")
     if held:
-        sv = start["auto"].values()
+        sv = start["auto"]
         text += [
             f"Held-out, paired against `{START}` ({args.model}, the model every mode starts from; same tasks, seeds",
             "and sampling): each final checkpoint's avg@k minus the start model's, in points, pooled over the held-out",
             "math and code tasks (paired bootstrap over tasks, 95%); a task counts as solved at avg >= 0.5, and the",
             "tasks only the trained model solves are split into same modal design structure as the start model's",
             (f"(executor gain) or a different one (designer flip), as in App. C. Start model's valid-script rate: "
-             f"{sum(t['valid'] for t in sv) / max(1, sum(t['designs'] for t in sv)):.2f}."),
+             f"{sum(t.valid_designs for t in sv) / max(1, sum(t.designs for t in sv)):.2f}."),
             "",
             ("| mode | auto, final minus start | sa, final minus start | auto valid-script rate | correct math "
              "answers boxed as an expression, auto | same, sa |"),
             "| --- | --- | --- | --- | --- | --- |",
-            (f"| {START} | | | | {expr_text(list((Path(args.runs) / f'eval_{START}').glob('rollouts/*/*math*/auto.jsonl')))} | "
-             f"{expr_text(list((Path(args.runs) / f'eval_{START}').glob('rollouts/*/*math*/sa.jsonl')))} |"),
+            (f"| {START} | | | | {expr_text(list(start_dir.glob('rollouts/*/*math*/auto.jsonl')))} | "
+             f"{expr_text(list(start_dir.glob('rollouts/*/*math*/sa.jsonl')))} |"),
             *held,
             "",
         ]
