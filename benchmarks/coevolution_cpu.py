@@ -233,6 +233,8 @@ def boxed_expressions(files: list[Path]) -> tuple[int, int]:
     """(correct math executions, those whose boxed answer is not a plain number) in rollout records: the
     verifier compares symbolically, so ``\\boxed{16 + 19}`` for "What is 16 + 19?" counts as correct; the share
     tells a learned shortcut (copy the question's expression into the box) from learned arithmetic."""
+    from metaagent.rewards.math import find_boxed
+
     correct = expr = 0
     for f in files:
         for line in f.read_text().splitlines():
@@ -243,8 +245,8 @@ def boxed_expressions(files: list[Path]) -> tuple[int, int]:
                 for ex in design["executions"]:
                     if (ex.get("reward") or {}).get("correct") == 1.0:
                         correct += 1
-                        box = re.search(r"\\boxed\{(.*)\}", ex.get("answer") or "", re.DOTALL)
-                        expr += bool(box) and not NUMERAL.fullmatch(box.group(1).strip())
+                        box = find_boxed(ex.get("answer") or "")
+                        expr += box is not None and not NUMERAL.fullmatch(box)
     return correct, expr
 
 
@@ -263,10 +265,7 @@ def task_scores(folder: Path, method: str) -> list:
     out = []
     for cell in json.loads(path.read_text()).get("cells", {}).values():
         for methods in cell.get("benchmarks", {}).values():
-            for t in (methods.get(method) or {}).get("per_task", []):
-                ks = {key: {int(k): v for k, v in t[key].items()} for key in ("avg", "pass", "maj")}
-                fields = {f: t[f] for f in TaskScore.__dataclass_fields__ if f in t and f not in ("avg", "maj")}
-                out.append(TaskScore(**fields, avg=ks["avg"], pass_=ks["pass"], maj=ks["maj"]))
+            out += [TaskScore.from_dict(t) for t in (methods.get(method) or {}).get("per_task", [])]
     return out
 
 

@@ -8,7 +8,7 @@ counted in ``metric_errors`` (the number of tasks a metric is averaged over is r
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from statistics import fmean
 from typing import Any
@@ -103,6 +103,13 @@ class TaskScore:
         d["avg"] = {str(k): v for k, v in d["avg"].items()}
         d["maj"] = {str(k): v for k, v in d["maj"].items()}
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TaskScore:
+        """Inverse of :meth:`to_dict` (a ``per_task`` entry of ``results.json``)."""
+        ks = {key: {int(k): v for k, v in d[key].items()} for key in ("avg", "pass", "maj")}
+        fields = {f: d[f] for f in cls.__dataclass_fields__ if f in d and f not in ("avg", "pass_", "maj")}
+        return cls(**fields, avg=ks["avg"], pass_=ks["pass"], maj=ks["maj"])
 
 
 def _modal(labels: Sequence[str]) -> str | None:

@@ -211,6 +211,12 @@ def test_task_score_counts_unscored_samples_as_errors_not_zeros():
     assert s.statuses == {"ok": 2, "invalid_design": 1}
 
 
+def test_task_score_round_trips_through_results_json():
+    s = score_task(_tree("t", [1, None, 0], "single"), [1, 2, 3])
+    back = type(s).from_dict(json.loads(json.dumps(s.to_dict())))
+    assert back == s and back.pass_[3] == s.pass_[3] and 3 in back.avg
+
+
 def test_paired_comparison_splits_only_b_by_structure():
     a = [score_task(_tree(f"t{i}", [0, 0], "single"), [2]) for i in range(4)]
     b = [
