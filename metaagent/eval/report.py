@@ -31,6 +31,12 @@ def _rows(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
+def signed(x: float, digits: int = 1) -> str:
+    """``x`` with its sign, rounded; a difference that rounds to zero reads ``+0.00``, never ``-0.00``."""
+    r = round(x, digits)
+    return f"{r if r != 0 else 0.0:+.{digits}f}"
+
+
 def _value(entry: dict[str, Any] | None, metric: str) -> float | None:
     if not entry:
         return None
@@ -58,7 +64,7 @@ def metric_table(results: dict[str, Any], metric: str) -> str:
                 continue
             ref = base.get(cell, {}).get(b)
             star = "" if entries[b] and entries[b]["complete"] else "*"
-            gain = f" ({v - ref:+.2f})" if ref is not None else ""
+            gain = f" ({signed(v - ref, 2)})" if ref is not None else ""
             cells.append(f"{v:.2f}{gain}{star}")
         present = [vals[b] for b in benches if vals[b] is not None]
         avg = fmean(present) if len(present) == len(benches) and present else None
@@ -67,7 +73,7 @@ def metric_table(results: dict[str, Any], metric: str) -> str:
         if avg is None:
             cells.append("—")
         else:
-            cells.append(f"{avg:.2f}" + (f" ({avg - ref_avg:+.2f})" if ref_avg is not None else ""))
+            cells.append(f"{avg:.2f}" + (f" ({signed(avg - ref_avg, 2)})" if ref_avg is not None else ""))
         lines.append(f"| {cell} | {method} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
 
@@ -125,7 +131,7 @@ def render_table(results: dict[str, Any]) -> str:
             lo, hi = c["ci95"]
             out.append(
                 f"| {c['a'][0]} / {c['a'][2]} | {c['b'][0]} / {c['b'][2]} | {c['a'][1]} | {c['tasks']} "
-                f"| {100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] "
+                f"| {signed(100 * c['diff'])} [{signed(100 * lo)}, {signed(100 * hi)}] "
                 f"| {c['only_b']}: {c['only_b_same_structure']} / {c['only_b_different_structure']} | {c['only_a']} |"
             )
     return "\n".join(out) + "\n"
@@ -280,7 +286,7 @@ def render_html(
                 [
                     (
                         e(f"{c['a'][0]} / {c['a'][2]}"), e(f"{c['b'][0]} / {c['b'][2]}"), e(c["a"][1]), str(c["tasks"]),
-                        f"{100 * c['diff']:+.1f}", f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]",
+                        f"{signed(100 * c['diff'])}", f"[{signed(100 * c['ci95'][0])}, {signed(100 * c['ci95'][1])}]",
                         f"{c['only_b']} ({c['only_b_same_structure']} / {c['only_b_different_structure']})", str(c["only_a"]),
                     )
                     for c in cmps

@@ -114,3 +114,24 @@ def test_slope_ci_by_hand():
         slope_ci([(0, 1), (1, 2)])
     with pytest.raises(EvalError, match="two steps"):
         slope_ci([(3, 1), (3, 2), (3, 0)])
+
+
+def test_table_gains_never_read_minus_zero():
+    """A gain that is zero up to float error prints ``+0.00`` (the committed table once showed ``(-0.00)``)."""
+    from metaagent.eval.report import metric_table, signed
+
+    assert signed(-1e-12, 2) == "+0.00" and signed(-0.004, 2) == "+0.00" and signed(-0.006, 2) == "-0.01"
+    assert signed(2.86) == "+2.9" and signed(-3.14159, 2) == "-3.14"
+
+    def entry(mean: float) -> dict:
+        return {"metrics": {"pass@1": {"mean": mean}}, "complete": True}
+
+    x = 0.1 + 0.2  # 0.30000000000000004: the row's value is 1e-14 % above sa's
+    results = {
+        "benchmarks": ["b"],
+        "methods": ["sa", "fixed:t"],
+        "cells": {"m": {"benchmarks": {"b": {"sa": entry(x), "fixed:t": entry(0.3)}}}},
+    }
+    table = metric_table(results, "pass@1")
+    assert "| m | fixed:t | 30.00 (+0.00) | 30.00 (+0.00) |" in table
+    assert "-0.00" not in table
