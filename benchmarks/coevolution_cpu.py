@@ -273,13 +273,14 @@ def heldout_paired(base: list, other: list, k: int, *, designs: bool) -> str:
     """``other - base`` avg@k on the held-out tasks both scored, with App. C's split of the tasks only ``other``
     solves (``metaagent.eval.analysis.paired_comparison``)."""
     from metaagent.eval.analysis import paired_comparison
+    from metaagent.eval.report import signed
 
     c = paired_comparison(base, other, metric="avg", k=k)
     if c["diff"] is None:
         return "-"
     lo, hi = c["ci95"]
     split = f"; {c['only_b_same_structure']} same structure" if designs and c["only_b"] else ""
-    return (f"{100 * c['diff']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] ({c['tasks']} tasks; solved only here "
+    return (f"{signed(100 * c['diff'])} [{signed(100 * lo)}, {signed(100 * hi)}] ({c['tasks']} tasks; solved only here "
             f"{c['only_b']}{split}, only by start {c['only_a']})")
 
 
