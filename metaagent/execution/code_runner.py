@@ -382,6 +382,37 @@ def _read_result(path: Path, nonce: str, outcome: TestOutcome | None) -> dict[st
     return data
 
 
+def _status(outcome: TestOutcome, name: str, error: str = "") -> None:
+    outcome.status, outcome.error = name, clip(error, 1000)
+
+
+def _stopped_by_a_limit(
+    outcome: TestOutcome, limits: Limits, timed_out: bool, returncode: int, cpu_s: float, *results: Any
+) -> bool:
+    """Set the status of a test the runner's limits stopped (wall clock, CPU, memory cgroup) and return
+    True; raise RunnerError when a process could not be confined (``results``: the harness results)."""
+    for r in results:
+        if r and r.get("status") == "isolation":
+            raise RunnerError(f"the isolation layer could not be applied to a test process: {r.get('error')}")
+    if timed_out:
+        _status(outcome, "timeout", f"wall-clock limit of {limits.wall_limit_s:g}s exceeded")
+    elif returncode == -signal.SIGXCPU or cpu_s > limits.time_limit_s:
+        _status(outcome, "timeout", f"CPU time limit of {limits.time_limit_s:g}s exceeded ({cpu_s:.2f}s used)")
+    elif outcome.sandbox["sandbox/oom_kill"]:
+        _status(outcome, "memory", f"memory limit of {limits.memory_mb} MB (+ its scratch directory) exceeded")
+    else:
+        return False
+    return True
+
+
+def _ended_early(returncode: int, stderr: str) -> str:
+    """Why a program's process ended before its test finished."""
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        return f"the program was killed by {name}\n{stderr}"
+    return f"the program exited (code {returncode}) before the test finished\n{stderr}"
+
+
 def _classify_assert(
     outcome: TestOutcome,
     limits: Limits,
@@ -392,24 +423,15 @@ def _classify_assert(
     judge_stderr: str,
 ) -> None:
     """The status of an assert test from its judge's verdict and what became of the program's process."""
-
-    def status(name: str, error: str = "") -> None:
-        outcome.status, outcome.error = name, clip(error, 1000)
-
     (timed_out, returncode, cpu), (judge_timed_out, judge_code, _) = waited
-    for r in (result, judged):
-        if r and r.get("status") == "isolation":
-            raise RunnerError(f"the isolation layer could not be applied to a test process: {r.get('error')}")
     counts = judged.get("counts") if judged else None
     if isinstance(counts, dict):
         for key in ("non_plain_value", "early_exit"):
             outcome.sandbox[f"sandbox/{key}"] += int(counts.get(key, 0) or 0)
-    if timed_out or judge_timed_out:
-        return status("timeout", f"wall-clock limit of {limits.wall_limit_s:g}s exceeded")
-    if returncode == -signal.SIGXCPU or cpu > limits.time_limit_s:
-        return status("timeout", f"CPU time limit of {limits.time_limit_s:g}s exceeded ({cpu:.2f}s used)")
-    if outcome.sandbox["sandbox/oom_kill"] or (result and result.get("status") == "memory"):
-        return status("memory", f"memory limit of {limits.memory_mb} MB exceeded")
+    if _stopped_by_a_limit(outcome, limits, timed_out or judge_timed_out, returncode, cpu, result, judged):
+        return None
+    if result and result.get("status") == "memory":
+        return _status(outcome, "memory", f"address-space limit of {limits.memory_mb} MB exceeded")
     if judged is None:
         raise RunnerError(
             f"the judge of an assert test ended without a verdict (exit code {judge_code}): "
@@ -417,19 +439,16 @@ def _classify_assert(
         )
     verdict = judged.get("status")
     if verdict == "ok":
-        return status("passed")
+        return _status(outcome, "passed")
     if verdict == "assertion":
-        return status("wrong_answer", judged.get("error", ""))
+        return _status(outcome, "wrong_answer", judged.get("error", ""))
     if verdict == "unsupported":
         raise RunnerError(f"this assert test cannot be judged outside the program's process: {judged['error']}")
     if verdict != "program_ended":
-        return status("runtime_error", judged.get("error", ""))
+        return _status(outcome, "runtime_error", judged.get("error", ""))
     if result is not None and result.get("status") not in (None, "ok"):
-        return status("runtime_error", result.get("error", "") or stderr)
-    if returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
-        return status("runtime_error", f"the program was killed by {name}\n{stderr}")
-    return status("runtime_error", f"the program exited (code {returncode}) before the test finished\n{stderr}")
+        return _status(outcome, "runtime_error", result.get("error", "") or stderr)
+    return _status(outcome, "runtime_error", _ended_early(returncode, stderr))
 
 
 def _classify(
@@ -443,52 +462,31 @@ def _classify(
     stdout: str,
     stderr: str,
 ) -> None:
-    def status(name: str, error: str = "") -> None:
-        outcome.status, outcome.error = name, clip(error, 1000)
-
-    if result and result.get("status") == "isolation":
-        raise RunnerError(f"the isolation layer could not be applied to a test program: {result.get('error')}")
-    if timed_out:
-        return status("timeout", f"wall-clock limit of {limits.wall_limit_s:g}s exceeded")
-    if returncode == -signal.SIGXCPU or outcome.cpu_s > limits.time_limit_s:
-        return status("timeout", f"CPU time limit of {limits.time_limit_s:g}s exceeded ({outcome.cpu_s:.2f}s used)")
-    if outcome.sandbox["sandbox/oom_kill"]:
-        return status("memory", f"memory limit of {limits.memory_mb} MB (+ its scratch directory) exceeded")
+    if _stopped_by_a_limit(outcome, limits, timed_out, returncode, outcome.cpu_s, result):
+        return None
     if (
         outcome.output_truncated
         or (result and result.get("status") == "output_limit")
         or (returncode < 0 and -returncode == signal.SIGXFSZ)
     ):
         outcome.output_truncated = True
-        return status("wrong_answer", f"output exceeded {limits.max_output_bytes} bytes and was cut")
+        return _status(outcome, "wrong_answer", f"output exceeded {limits.max_output_bytes} bytes and was cut")
     if result is None:
         if "MemoryError" in stderr:
-            return status("memory", f"address-space limit of {limits.memory_mb} MB exceeded")
-        if returncode < 0:
-            name = (
-                signal.Signals(-returncode).name
-                if -returncode in signal.valid_signals()
-                else str(-returncode)
-            )
-            return status("runtime_error", f"the program was killed by {name}\n{stderr}")
+            return _status(outcome, "memory", f"address-space limit of {limits.memory_mb} MB exceeded")
         if suite.kind == "stdio" and returncode == 0:  # exited on its own (os._exit): judge what it printed
-            return (
-                status("passed")
-                if outputs_match(stdout, suite.cases[index].expected)
-                else status("wrong_answer")
-            )
-        return status(
-            "runtime_error", f"the program exited (code {returncode}) before the test finished\n{stderr}"
-        )
+            ok = outputs_match(stdout, suite.cases[index].expected)
+            return _status(outcome, "passed" if ok else "wrong_answer")
+        return _status(outcome, "runtime_error", _ended_early(returncode, stderr))
     kind = result.get("status")
     if kind == "memory":
-        return status("memory", f"address-space limit of {limits.memory_mb} MB exceeded")
+        return _status(outcome, "memory", f"address-space limit of {limits.memory_mb} MB exceeded")
     if kind != "ok":
-        return status("runtime_error", result.get("error", "") or stderr)
+        return _status(outcome, "runtime_error", result.get("error", "") or stderr)
     if suite.kind == "stdio":
         ok = outputs_match(stdout, suite.cases[index].expected)
     else:
         value = _json_value(str(result.get("value", "None")), outcome)
         outcome.actual = clip(value)
         ok = call_result_matches(value, suite.cases[index].expected)
-    return status("passed") if ok else status("wrong_answer")
+    return _status(outcome, "passed" if ok else "wrong_answer")
