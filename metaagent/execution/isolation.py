@@ -50,7 +50,7 @@ from .errors import ExecutionError
 log = logging.getLogger(__name__)
 
 ISOLATION_MODES = ("auto", "landlock", "namespaces", "none")
-MEMORY_CGROUP_MODES = ("auto", "off")
+MEMORY_CGROUP_MODES = ("auto", "none")  # not "off": YAML reads it as false
 LAYERS_BY_STRENGTH = ("landlock", "namespaces", "none")
 ENV_VAR = "METAAGENT_ISOLATION"
 SETTINGS_ENV_VAR = "METAAGENT_EXECUTION"  # the other execution.* settings, as JSON
@@ -90,13 +90,13 @@ class ExecutionConfig:
     installed packages (top-level import names) a test program may import when site packages are on
     (``reward.site_packages``); nothing else in site-packages is readable. ``memory_cgroup``: ``auto``
     puts every test program in its own memory cgroup (limit: its memory + its scratch size, tmpfs and
-    kernel memory included) where cgroups are writable, ``off`` never does.
+    kernel memory included) where cgroups are writable, ``none`` never does.
     """
 
     isolation: str = "auto"  # kernel isolation of model-written code: auto | landlock | namespaces | none
     scratch_mb: int = 64  # size of each test program's temporary directory (a tmpfs) in MB
     packages: tuple[str, ...] = ()  # importable installed packages under reward.site_packages, e.g. [numpy]
-    memory_cgroup: str = "auto"  # per-program memory cgroup: auto (where writable) | off
+    memory_cgroup: str = "auto"  # per-program memory cgroup: auto (where writable) | none
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -128,7 +128,7 @@ class Isolation:
     scratch_mb: int = 64
     reason: str = ""  # why a weaker layer than landlock (empty when landlock)
     packages: tuple[str, ...] = ()  # importable installed packages when a program runs with site packages
-    memory_cgroup: str = "auto"  # per-program memory cgroups: auto (where writable) | off
+    memory_cgroup: str = "auto"  # per-program memory cgroups: auto (where writable) | none
 
     def child_spec(self, scratch: str | None, *, site_packages: bool = False) -> dict[str, Any] | None:
         """The keyword arguments of :func:`._confine.confine` for a child process (None: layer none);
@@ -171,8 +171,8 @@ class Isolation:
     def describe(self) -> dict[str, Any]:
         """What ``run.json`` and ``/healthz`` record: the layer, what it covers, and the memory cgroups
         (``"v1: <dir>"`` / ``"v2: <dir>"``, or ``"none: <why>"``)."""
-        if self.memory_cgroup == "off":
-            cgroups = "none: execution.memory_cgroup=off"
+        if self.memory_cgroup == "none":
+            cgroups = "none: execution.memory_cgroup=none"
         else:
             slots, why = cgroup.probe()
             cgroups = f"v{slots.root.version}: {slots.root.path}" if slots else f"none: {why}"
@@ -400,6 +400,7 @@ def configure(
         tuple(inherited.get("packages", ())) if packages is None else tuple(packages),
         inherited.get("memory_cgroup", "auto") if memory_cgroup is None else memory_cgroup,
     )
+    package_paths(settings.packages)  # an unknown name fails here, not at the first test program
     iso = resolve(settings.isolation, settings.scratch_mb)
     iso = dataclasses.replace(iso, packages=settings.packages, memory_cgroup=settings.memory_cgroup)
     _active = iso
@@ -422,8 +423,8 @@ def active() -> Isolation:
 
 def cgroup_slots() -> Any:
     """The pool of per-program memory cgroups (:class:`.cgroup.Slots`), or None: ``execution.memory_cgroup``
-    is ``off`` or cgroups are not writable here (:func:`describe` says why)."""
-    if active().memory_cgroup == "off":
+    is ``none`` or cgroups are not writable here (:func:`describe` says why)."""
+    if active().memory_cgroup == "none":
         return None
     return cgroup.probe()[0]
 
