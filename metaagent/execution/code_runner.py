@@ -44,7 +44,7 @@ from .code_tests import TestSuite, call_result_matches, outputs_match
 from .errors import RunnerError
 from . import cgroup
 from .isolation import CHILD_DIR, active, cgroup_slots
-from .process import kill_group
+from .process import kill_group, kill_process
 
 TEST_STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory", "skipped")
 #: what the runner saw a program do to its sandbox, per test (reward details; all counts):
@@ -182,17 +182,18 @@ def run_test_case(
             workdirs.append(Path(tempfile.mkdtemp(prefix="metaagent-judge-")))
             requests_r, requests_w = os.pipe()
             answers_r, answers_w = os.pipe()
+            procs = []
             try:
                 served = dict(spec, mode="serve", requests_fd=requests_r, answers_fd=answers_w)
-                procs = [_start(workdirs[0], served, program, "", limits, (requests_r, answers_w), slot=slot)]
+                procs.append(_start(workdirs[0], served, program, "", limits, (requests_r, answers_w), slot=slot))
                 judge = dict(_spec(workdirs[1], limits, iso), mode="judge", program=None,
                              test_source=suite.source, entry_point=suite.entry_point,
                              requests_fd=requests_w, answers_fd=answers_r,
                              cpu_seconds=max(JUDGE_CPU_S, int(limits.wall_limit_s) + 2))  # fmt: skip
                 procs.append(_start(workdirs[1], judge, None, "", limits, (requests_w, answers_r)))
             except BaseException:
-                for proc in procs if "procs" in locals() else []:
-                    kill_group(proc.pid)
+                for proc in procs:
+                    kill_process(proc)
                 raise
             finally:
                 for fd in (requests_r, requests_w, answers_r, answers_w):
@@ -259,44 +260,41 @@ def _start(
     """Write the files of one harness process into ``workdir`` and start it (its own session). ``slot``:
     move it into that memory cgroup while its interpreter starts (the move waits for an RCU grace period,
     ~10 ms; the harness waits for the go on ``go_fd`` before it runs anything of the program)."""
-    go_r = go_w = None
-    if slot is not None:
-        go_r, go_w = os.pipe()
-        spec = dict(spec, go_fd=go_r)
-        fds = (*fds, go_r)
-    if program is not None:
-        (workdir / "program.py").write_text(program, encoding="utf-8")
-    # the spec is a Python literal: the child reads it without importing json (start-up time)
-    (workdir / "spec.txt").write_text(repr(spec), encoding="utf-8")
-    (workdir / "stdin.txt").write_text(stdin, encoding="utf-8")
-    site = limits.site_packages and spec["mode"] != "judge"
-    argv = [limits.python, "-I", "-B"] + ([] if site else ["-S"]) + [HARNESS, "spec.txt"]
-    env = dict(CLEAN_ENV, HOME=str(workdir), TMPDIR=str(workdir))
-    with (
-        open(workdir / "stdin.txt", "rb") as fin,
-        open(workdir / "stdout.txt", "wb") as fout,
-        open(workdir / "stderr.txt", "wb") as ferr,
-    ):
-        try:
-            proc = _Started(argv, cwd=workdir, env=env, stdin=fin, stdout=fout, stderr=ferr,
-                            start_new_session=True, close_fds=True, pass_fds=fds)  # fmt: skip
-        except OSError as e:
-            raise RunnerError(f"cannot start {limits.python!r} for a code test: {e}") from e
-        finally:
-            if go_r is not None:
-                os.close(go_r)
-    proc.nonce = spec["nonce"]
-    if slot is not None:
-        try:
-            cgroup.enter(slot, proc.pid)
-            os.write(go_w, b"1")
-        except OSError as e:
-            kill_group(proc.pid)
-            proc.wait()
-            raise RunnerError(f"cannot move a test program into its memory cgroup {slot}: {e}") from e
-        finally:
-            os.close(go_w)
-    return proc
+    go_r, go_w = os.pipe() if slot is not None else (None, None)
+    try:
+        if go_r is not None:
+            spec, fds = dict(spec, go_fd=go_r), (*fds, go_r)
+        if program is not None:
+            (workdir / "program.py").write_text(program, encoding="utf-8")
+        # the spec is a Python literal: the child reads it without importing json (start-up time)
+        (workdir / "spec.txt").write_text(repr(spec), encoding="utf-8")
+        (workdir / "stdin.txt").write_text(stdin, encoding="utf-8")
+        site = limits.site_packages and spec["mode"] != "judge"
+        argv = [limits.python, "-I", "-B"] + ([] if site else ["-S"]) + [HARNESS, "spec.txt"]
+        env = dict(CLEAN_ENV, HOME=str(workdir), TMPDIR=str(workdir))
+        with (
+            open(workdir / "stdin.txt", "rb") as fin,
+            open(workdir / "stdout.txt", "wb") as fout,
+            open(workdir / "stderr.txt", "wb") as ferr,
+        ):
+            try:
+                proc = _Started(argv, cwd=workdir, env=env, stdin=fin, stdout=fout, stderr=ferr,
+                                start_new_session=True, close_fds=True, pass_fds=fds)  # fmt: skip
+            except OSError as e:
+                raise RunnerError(f"cannot start {limits.python!r} for a code test: {e}") from e
+        proc.nonce = spec["nonce"]
+        if slot is not None:
+            try:
+                cgroup.enter(slot, proc.pid)
+                os.write(go_w, b"1")
+            except OSError as e:
+                kill_process(proc)
+                raise RunnerError(f"cannot move a test program into its memory cgroup {slot}: {e}") from e
+        return proc
+    finally:
+        for fd in (go_r, go_w):
+            if fd is not None:
+                os.close(fd)
 
 
 def _wait(
