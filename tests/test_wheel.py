@@ -74,3 +74,23 @@ def test_installed_wheel_trains_one_step_of_the_packaged_tiny_config(venv):
     assert (out / "metrics.jsonl").is_file(), r.stdout[-2000:]
     row = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
     assert row["step"] == 0 and "rollout/reward/executor" in row
+
+
+def test_installed_wheel_keeps_its_gold_answers_from_tested_programs(venv):
+    """In a wheel install the bundled gold answers and hidden tests sit in site-packages; a tested program
+    (confined by the landlock layer) cannot read them, though the host can."""
+    probe = (
+        "import json, os, metaagent\n"
+        "from metaagent.execution import isolation\n"
+        "from metaagent.execution.code import run_code_tests\n"
+        "data = os.path.join(os.path.dirname(metaagent.__file__), 'data', 'bundled', 'code_references.jsonl')\n"
+        "program = f'try:\\n    print(len(open({data!r}).read()))\\nexcept OSError as e:\\n    print(e.errno)\\n'\n"
+        "result = run_code_tests(program, {'inputs': [''], 'outputs': ['']})\n"
+        "print(json.dumps({'layer': isolation.active().layer, 'host': os.path.getsize(data) > 0,\n"
+        "  'file': data, 'program': result.tests[0].actual.strip()}))\n"
+    )
+    out = json.loads(run([str(venv / "v" / "bin" / "python"), "-c", probe], venv).stdout.strip().splitlines()[-1])
+    assert out["file"].startswith(str(venv / "v")) and out["host"]
+    if out["layer"] != "landlock":
+        pytest.skip(f"reads are restricted by the landlock layer only (here: {out['layer']})")
+    assert out["program"] == "13"  # EACCES

@@ -37,7 +37,7 @@ TEACHER_ROLLOUT: dict[str, Any] = {
     "k_templates": 1,
     "designer": {"temperature": 1.0, "max_tokens": 1024},
     "executor": {"temperature": 1.0, "max_tokens": 1024, "stop": [DELIVERY_CLOSE]},
-    "limits": {"timeout_s": 120, "max_agent_calls": 16, "max_total_tokens": 16384},
+    "limits": {"timeout_s": 120, "total_timeout_s": 600, "max_agent_calls": 16, "max_total_tokens": 16384},
     "sandbox_workers": 8,
     "max_inflight": 32,
 }

@@ -5,9 +5,10 @@ temporary directory, in its own session, with a clean environment, stdin from th
 stdout/stderr redirected to files. It
 
 1. reads the spec (a Python literal written by the parent) and deletes it, so the program cannot read the
-   result nonce from disk,
+   result nonce from disk; when the parent gave the program a memory cgroup
+   (:mod:`metaagent.execution.cgroup`), waits until the parent has moved it there (``spec["go_fd"]``),
 2. sets resource limits: address space, CPU seconds (inherited by any child, so an escaped busy loop
-   dies too), output file size, no core files,
+   dies too), output file size, open files, no core files,
 3. confines itself with the isolation layer the parent chose (``spec["isolation"]``, the keyword
    arguments of :func:`_confine.confine`: Landlock / namespaces, no capabilities, a seccomp filter; see
    :mod:`metaagent.execution.isolation`); if that fails the program is not run (status ``isolation``),
@@ -17,11 +18,19 @@ stdout/stderr redirected to files. It
    kernel layer, destructive file-system calls (``os.remove``, ``os.rename`` ... which also stops
    ``shutil.rmtree``) are disabled too; under one they work inside the program's own temporary directory
    only. The parent also kills the whole process group,
-5. runs the program (stdio: as ``__main__``; call: calls ``fn_name``; assert: runs the test source),
+5. runs the program (stdio: as ``__main__``; call: calls ``fn_name``; serve: answers the calls of an
+   assert test's judge, see below),
 6. writes ``result.txt`` (a literal with the nonce), so a program that exits early cannot pass.
 
-The expected output never reaches this process: the parent compares. Start-up cost matters (one process
-per test), so only built-in modules are imported here; ``traceback`` is imported when a program fails.
+The expected output never reaches the program's process: the parent compares. Assert tests (HumanEval's
+``check(candidate)``) run in two processes: this harness in mode ``serve`` runs the program and answers
+calls ``(name, args, kwargs)`` with ``repr`` of the result on a pipe; a second harness in mode ``judge``
+(the test source in its own spec, its own confinement, no access to the program's files or memory) runs
+the test with every program function it mentions replaced by a stub that asks the server and reads the
+answer back as plain data (:mod:`._plain`). So the verdict is decided by a process the program cannot
+reach: patched builtins, objects that equal everything, frames and the result channel of the program's
+own process decide nothing. Start-up cost matters (one process per test), so the program side imports
+only built-in modules; ``traceback`` is imported when a program fails.
 """
 
 import builtins
@@ -135,11 +144,12 @@ def _disabled(name):
 
 
 def _set_limits(spec):
-    memory, cpu, size = spec["memory_bytes"], spec["cpu_seconds"], spec["file_bytes"]
+    memory, cpu, size, files = spec["memory_bytes"], spec["cpu_seconds"], spec["file_bytes"], spec["open_files"]
     for which, soft, hard in (
         (resource.RLIMIT_AS, memory, memory),
         (resource.RLIMIT_CPU, cpu, cpu + 1),
         (resource.RLIMIT_FSIZE, size, size),
+        (resource.RLIMIT_NOFILE, files, files),
         (resource.RLIMIT_CORE, 0, 0),
     ):
         resource.setrlimit(which, (soft, hard))
@@ -195,9 +205,149 @@ def _join_program_threads():
             thread.join()
 
 
+# ---- assert tests: the program serves calls, the judge decides ------------------------------------
+MAX_FRAME = 8 << 20  # bytes of one answer of the program (larger: the judge counts it as not plain)
+_HEADER = 4
+
+
+def _send(fd, text):
+    data = text.encode("utf-8", "backslashreplace")
+    data = len(data).to_bytes(_HEADER, "big") + data
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _recv_exact(fd, n):
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv(fd, limit=None):
+    """One frame as text; None at end of file; ``limit``: larger frames raise OverflowError."""
+    header = _recv_exact(fd, _HEADER)
+    if header is None:
+        return None
+    size = int.from_bytes(header, "big")
+    if limit is not None and size > limit:
+        raise OverflowError(f"an answer of {size} bytes (the limit is {limit})")
+    data = _recv_exact(fd, size)
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def _serve(namespace, requests, answers):
+    """Program side of an assert test: announce the program's callables, then answer every call until the
+    judge closes the pipe. Requests come from the judge (literals of plain data)."""
+    names = sorted(n for n, v in list(namespace.items()) if isinstance(n, str) and callable(v))
+    _send(answers, repr(names))
+    literals = {"__builtins__": {}, "inf": float("inf"), "nan": float("nan")}
+    while True:
+        request = _recv(requests)
+        if request is None:
+            return
+        name, args, kwargs = eval(request, literals)  # noqa: S307 - the judge's repr of plain data
+        try:
+            if name not in namespace:
+                raise NameError(f"the program defines no function {name!r}")
+            answer = "ok " + repr(namespace[name](*args, **kwargs))
+        except MemoryError:
+            raise
+        except BaseException as e:  # noqa: BLE001 - the program's exception goes to the judge
+            try:
+                answer = "error " + repr((type(e).__name__, str(e)[:2000]))
+            except BaseException:  # noqa: BLE001 - an exception whose str() fails
+                answer = "error " + repr((type(e).__name__, ""))
+        _send(answers, answer)
+
+
+class _ProgramEnded(BaseException):
+    """The program's process stopped answering (exited, crashed, was killed); not catchable by tests."""
+
+
+class _Unsupported(BaseException):
+    """The test passes something that is not plain data to the program: it cannot be judged this way."""
+
+
+#: what the judge saw of the program (reported with its verdict): calls made, answers that were not plain
+#: data, whether the program stopped answering
+JUDGE_COUNTS = {"calls": 0, "non_plain_value": 0, "early_exit": 0}
+
+
+def _judge(spec):
+    """Judge side of an assert test: run the test source with stubs for the program's functions.
+    Returns ``(status, message)``; raises what the test raises (AssertionError: the test failed)."""
+    import _plain  # noqa: PLC0415 - next to this file; the program's process never imports it
+
+    requests, answers = spec["requests_fd"], spec["answers_fd"]
+    counts = JUDGE_COUNTS
+    hello = _recv(answers, MAX_FRAME)
+    if hello is None:
+        counts["early_exit"] += 1
+        return "program_ended", None
+    offered = _plain.parse(hello)
+    tests = compile(spec["test_source"], "tests.py", "exec")
+    namespace = {"__builtins__": builtins, "__name__": "tests"}
+    _add_prelude(namespace, tests)
+
+    def stub(name):
+        def call(*args, **kwargs):
+            if not (_plain.is_plain(args) and _plain.is_plain(kwargs)):
+                raise _Unsupported(f"the test calls {name}() with a value that is not plain data")
+            counts["calls"] += 1
+            _send(requests, repr((name, args, kwargs)))
+            try:
+                answer = _recv(answers, MAX_FRAME)
+            except OverflowError as e:
+                counts["non_plain_value"] += 1
+                raise TypeError(f"{name}() returned {e}") from None
+            if answer is None:
+                counts["early_exit"] += 1
+                raise _ProgramEnded(f"the program stopped during a call of {name}()")
+            kind, _, body = answer.partition(" ")
+            try:
+                value = _plain.parse(body)
+            except _plain.NotPlain as e:
+                counts["non_plain_value"] += 1
+                raise TypeError(f"{name}() returned a value that is not plain data ({e})") from None
+            if kind == "ok":
+                return value
+            if kind == "error" and type(value) is tuple and [type(v) for v in value] == [str, str]:
+                kind = getattr(builtins, value[0], None)
+                if not (isinstance(kind, type) and issubclass(kind, Exception)):
+                    kind = RuntimeError
+                raise kind(value[1])
+            counts["non_plain_value"] += 1
+            raise TypeError(f"{name}() gave a malformed answer")
+
+        call.__name__ = call.__qualname__ = name
+        return call
+
+    if type(offered) is list:
+        for name in _names(tests) & {n for n in offered if type(n) is str and n.isidentifier()}:
+            if not hasattr(builtins, name) and name not in PRELUDE:
+                namespace[name] = stub(name)
+    try:
+        exec(tests, namespace)  # noqa: S102 - the task's own test source (trusted), never the program
+        entry = spec.get("entry_point")
+        if entry and callable(namespace.get("check")):
+            namespace["check"](stub(entry))
+    except _ProgramEnded as e:
+        return "program_ended", str(e)
+    except _Unsupported as e:
+        return "unsupported", str(e)
+    return "ok", None
+
+
 def _run(spec, program_source):
     """Run the program; returns ``(status, value)``; raises whatever the program raises."""
     mode = spec["mode"]
+    if mode == "judge":
+        return _judge(spec)
     code = compile(program_source, "program.py", "exec")
     module = type(sys)("__main__" if mode == "stdio" else "solution")
     module.__dict__["__builtins__"] = builtins
@@ -210,29 +360,21 @@ def _run(spec, program_source):
             if e.code not in (None, 0):
                 return "exit", f"the program called exit({e.code!r})"
         return "ok", None
-    tests = compile(spec["test_source"], "tests.py", "exec") if mode == "assert" else None
-    _add_prelude(namespace, code, *([tests] if tests else []))
+    _add_prelude(namespace, code)
     sys.modules["solution"] = module
     exec(code, namespace)  # noqa: S102 - running the program is the point
-    if mode == "call":
-        name = spec["fn_name"]
-        solution = namespace.get("Solution")
-        if isinstance(solution, type) and hasattr(solution, name):
-            target = getattr(solution(), name)
-        elif callable(namespace.get(name)):
-            target = namespace[name]
-        else:
-            raise NameError(
-                f"the program defines no function {name!r} (nor a Solution class with that method)"
-            )
-        return "ok", target(*spec["args"])
-    exec(tests, namespace)  # noqa: S102 - running the program is the point
-    entry = spec.get("entry_point")
-    if entry and callable(namespace.get("check")):
-        if not callable(namespace.get(entry)):
-            raise NameError(f"the program defines no function {entry!r}")
-        namespace["check"](namespace[entry])
-    return "ok", None
+    if mode == "serve":
+        _serve(namespace, spec["requests_fd"], spec["answers_fd"])
+        return "ok", None
+    name = spec["fn_name"]
+    solution = namespace.get("Solution")
+    if isinstance(solution, type) and hasattr(solution, name):
+        target = getattr(solution(), name)
+    elif callable(namespace.get(name)):
+        target = namespace[name]
+    else:
+        raise NameError(f"the program defines no function {name!r} (nor a Solution class with that method)")
+    return "ok", target(*spec["args"])
 
 
 def main():
@@ -243,29 +385,42 @@ def main():
         )  # parent's literal
     os.unlink(spec_path)
     nonce = spec["nonce"]
-    with open(spec["program"], encoding="utf-8") as f:
-        program_source = f.read()
+    program_source = ""
+    if spec.get("program"):
+        with open(spec["program"], encoding="utf-8") as f:
+            program_source = f.read()
     result_path = os.path.abspath(spec["result"])
     write, close, exit_, stdout_flush = os.write, os.close, os._exit, sys.stdout.flush
     lseek, ftruncate = os.lseek, os.ftruncate
     # opened before the isolation layer turns the directory into a private tmpfs the parent cannot see
     result_fd = os.open(result_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+
+    def fail_setup(e):
+        error = f"{type(e).__name__}: {e}"
+        payload = repr({"nonce": nonce, "status": "isolation", "value": "None", "error": error})
+        write(result_fd, payload.encode("utf-8", "replace"))
+        exit_(0)
+
     confine = None
-    if spec.get("isolation"):
-        sys.path.insert(0, spec["confine_dir"])
-        try:
+    sys.path.insert(0, spec["confine_dir"])
+    try:
+        if spec.get("isolation"):
             from _confine import confine
-        finally:
-            del sys.path[0]
+        if spec["mode"] == "judge":
+            import _plain  # noqa: F401 - before confinement: the package directory is not readable after
+    finally:
+        del sys.path[0]
+    if spec.get("go_fd") is not None:  # the parent moves this process into its memory cgroup meanwhile
+        if os.read(spec["go_fd"], 1) != b"1":
+            fail_setup(OSError("the parent could not move this process into its memory cgroup"))
+        os.close(spec["go_fd"])
     sys.setrecursionlimit(10_000)
     _set_limits(spec)
     if confine is not None:
         try:
             applied = confine(**spec["isolation"])
         except BaseException as e:  # noqa: BLE001 - never run the program unconfined
-            payload = repr({"nonce": nonce, "status": "isolation", "value": "None", "error": f"{type(e).__name__}: {e}"})
-            write(result_fd, payload.encode("utf-8", "replace"))
-            exit_(0)
+            fail_setup(e)
         del applied
     _guard(confined=confine is not None)
 
@@ -275,6 +430,8 @@ def main():
         _join_program_threads()
         if status == "exit":
             status, error, value = "exception", value, None
+        elif status in ("program_ended", "unsupported"):  # the judge's
+            error, value = value or "", None
     except MemoryError:
         status, error = "memory", "MemoryError"
     except AssertionError:
@@ -294,7 +451,10 @@ def main():
         shown = repr(value)
     except BaseException as e:  # noqa: BLE001 - a broken __repr__ or a structure too deep to print
         status, error, shown = "exception", f"the return value cannot be printed: {type(e).__name__}", "None"
-    payload = repr({"nonce": nonce, "status": status, "value": shown, "error": error[-4000:]})
+    result = {"nonce": nonce, "status": status, "value": shown, "error": error[-4000:]}
+    if spec["mode"] == "judge":
+        result["counts"] = dict(JUDGE_COUNTS)
+    payload = repr(result)
     data = payload.encode("utf-8", "replace")
     lseek(result_fd, 0, 0)  # the program may have written to the inherited descriptor
     write(result_fd, data)

@@ -8,17 +8,22 @@ is :mod:`metaagent.execution.isolation`.
 :func:`confine` applies, in this order (each step needs the previous one's privileges):
 
 1. ``namespaces``: a private mount namespace (plus a user namespace when not root) in which the scratch
-   directory becomes a size-limited tmpfs, and (``network_ns``) a fresh network namespace (only a down
-   loopback); in the ``namespaces`` layer every other mount is also remounted read-only;
+   directory becomes a size-limited tmpfs and the ``hide_paths`` (site-packages inside readable library
+   trees) are covered by empty read-only tmpfs mounts, and (``network_ns``) fresh network and IPC
+   namespaces (only a down loopback, no System V / POSIX message queue objects shared with the host); in
+   the ``namespaces`` layer every other mount is also remounted read-only;
 2. ``no_new_privs``;
-3. Landlock (``landlock`` layer): reads only beneath the listed read-only paths, every file-system right
-   only beneath the scratch directory, no TCP bind/connect (ABI >= 4), no signals to processes outside
-   the domain and no connection to abstract Unix sockets created outside it (ABI >= 6);
+3. Landlock (``landlock`` layer): reads only beneath the listed read-only paths (a path given as
+   ``(path, "dir")`` may only be listed, its files not read), every file-system right only beneath the
+   scratch directory, no TCP bind/connect (ABI >= 4), no signals to processes outside the domain and no
+   connection to abstract Unix sockets created outside it (ABI >= 6);
 4. all capabilities dropped (root keeps uid 0 but loses CAP_DAC_OVERRIDE, CAP_SYS_ADMIN, CAP_KILL, ...);
-5. a seccomp filter: no new processes (fork, vfork, clone without CLONE_THREAD, clone3 -> ENOSYS so that
-   libc falls back to clone; threads stay allowed), no execve, no socket() (socketpair stays: asyncio's
-   self-pipe), no signals except to itself and its own process group, no ptrace / process_vm_* /
-   unshare / setns / mount, no chmod / chown / xattr changes (Landlock does not cover metadata).
+5. a seccomp filter built from three tables below: :data:`DENIED` (refused with EPERM: new processes,
+   namespaces and mounts, sockets and io_uring, shared memory and IPC, kernel interfaces, file metadata),
+   :data:`ARG_RULES` (allowed only with given arguments: threads but no processes, signals and resource
+   calls only on the process itself, ``socketpair`` only as a connected AF_UNIX stream pair) and
+   :data:`LAST_AUDITED` (any younger system call fails with ENOSYS, as on an older kernel; ``clone3`` too,
+   so that libc falls back to ``clone``).
 
 Every refusal is an ``OSError`` with ``EPERM`` (Landlock file access: ``EACCES``) in the program.
 """
@@ -26,40 +31,68 @@ Every refusal is an ``OSError`` with ``EPERM`` (Landlock file access: ``EACCES``
 import ctypes
 import os
 
-# ---- syscall numbers --------------------------------------------------------------------------------
+# ---- system call numbers ----------------------------------------------------------------------------
+#: (x86_64, aarch64) number of every system call the filter names; None: not on that architecture.
+#: Read from the kernel's uapi headers (x86_64: asm/unistd_64.h, aarch64: asm-generic/unistd.h);
+#: tests/execution/test_seccomp.py checks them against the headers where those are installed.
+SYSCALLS = {
+    "landlock_create_ruleset": (444, 444), "landlock_add_rule": (445, 445), "landlock_restrict_self": (446, 446),
+    # processes and other processes' memory
+    "fork": (57, None), "vfork": (58, None), "clone": (56, 220), "clone3": (435, 435), "execve": (59, 221),
+    "execveat": (322, 281), "ptrace": (101, 117), "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271), "kcmp": (312, 272), "pidfd_open": (434, 434), "pidfd_getfd": (438, 438),
+    "pidfd_send_signal": (424, 424), "process_madvise": (440, 440), "process_mrelease": (448, 448),
+    # signals
+    "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138),
+    "rt_tgsigqueueinfo": (297, 240),
+    # namespaces and mounts
+    "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39),
+    "pivot_root": (155, 41), "chroot": (161, 51), "open_tree": (428, 428), "move_mount": (429, 429),
+    "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
+    "mount_setattr": (442, 442),
+    # sockets and asynchronous I/O (io_uring makes and connects sockets without socket()/connect())
+    "socket": (41, 198), "socketpair": (53, 199), "connect": (42, 203), "bind": (49, 200),
+    "listen": (50, 201), "accept": (43, 202), "accept4": (288, 242), "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426), "io_uring_register": (427, 427), "io_setup": (206, 0),
+    # memory outside the address space: memfd, System V and POSIX IPC, userfaultfd
+    "memfd_create": (319, 279), "memfd_secret": (447, 447), "shmget": (29, 194), "shmat": (30, 196),
+    "shmctl": (31, 195), "shmdt": (67, 197), "semget": (64, 190), "semop": (65, 193), "semctl": (66, 191),
+    "semtimedop": (220, 192), "msgget": (68, 186), "msgsnd": (69, 189), "msgrcv": (70, 188),
+    "msgctl": (71, 187), "mq_open": (240, 180), "mq_unlink": (241, 181), "mq_timedsend": (242, 182),
+    "mq_timedreceive": (243, 183), "mq_notify": (244, 184), "mq_getsetattr": (245, 185),
+    "userfaultfd": (323, 282),
+    # kernel interfaces (most need a capability that is dropped anyway)
+    "bpf": (321, 280), "perf_event_open": (298, 241), "keyctl": (250, 219), "add_key": (248, 217),
+    "request_key": (249, 218), "fanotify_init": (300, 262), "name_to_handle_at": (303, 264),
+    "open_by_handle_at": (304, 265), "uselib": (134, None), "modify_ldt": (154, None), "syslog": (103, 116),
+    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "init_module": (175, 105),
+    "finit_module": (313, 273), "delete_module": (176, 106), "swapon": (167, 224), "swapoff": (168, 225),
+    "reboot": (169, 142), "acct": (163, 89), "quotactl": (179, 60), "quotactl_fd": (443, 443),
+    "sethostname": (170, 161), "setdomainname": (171, 162), "settimeofday": (164, 170),
+    "clock_settime": (227, 112), "clock_adjtime": (305, 266), "adjtimex": (159, 171), "iopl": (172, None),
+    "ioperm": (173, None), "vhangup": (153, 58), "lookup_dcookie": (212, 18),
+    # file metadata (Landlock does not cover it)
+    "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "chown": (92, None), "fchown": (93, 55),
+    "lchown": (94, None), "fchownat": (260, 54), "setxattr": (188, 5), "lsetxattr": (189, 6),
+    "fsetxattr": (190, 7), "removexattr": (197, 14), "lremovexattr": (198, 15), "fremovexattr": (199, 16),
+    # calls that name a process: allowed on the calling process only (ARG_RULES)
+    "prlimit64": (302, 261), "sched_setaffinity": (203, 122), "sched_setparam": (142, 118),
+    "sched_setscheduler": (144, 119), "sched_setattr": (314, 274), "migrate_pages": (256, 238),
+    "move_pages": (279, 239), "get_robust_list": (274, 100), "setpriority": (141, 140),
+    "ioprio_set": (251, 30),
+}  # fmt: skip
+#: the highest system call number the tables above were audited against (kernel headers of Linux 6.x:
+#: 450 = set_mempolicy_home_node on both architectures); younger ones fail with ENOSYS
+LAST_AUDITED = 450
+
 _MACHINE = os.uname().machine  # not `platform`: its import costs ~2 ms per test program
 if _MACHINE in ("x86_64", "AMD64"):
-    AUDIT_ARCH = 0xC000003E
-    NR = {
-        "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
-        "unshare": 272, "mount": 165,
-        "fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "execve": 59, "execveat": 322,
-        "socket": 41, "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
-        "rt_tgsigqueueinfo": 297, "pidfd_send_signal": 424, "ptrace": 101, "process_vm_readv": 310,
-        "process_vm_writev": 311, "setns": 308, "umount2": 166, "pivot_root": 155, "chroot": 161,
-        "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93,
-        "lchown": 94, "fchownat": 260, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
-        "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "open_by_handle_at": 304,
-        "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298,
-        "userfaultfd": 323,
-    }  # fmt: skip
+    AUDIT_ARCH, _COLUMN = 0xC000003E, 0
 elif _MACHINE in ("aarch64", "arm64"):
-    AUDIT_ARCH = 0xC00000B7
-    NR = {
-        "landlock_create_ruleset": 444, "landlock_add_rule": 445, "landlock_restrict_self": 446,
-        "unshare": 97, "mount": 40,
-        "clone": 220, "clone3": 435, "execve": 221, "execveat": 281,
-        "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
-        "rt_tgsigqueueinfo": 240, "pidfd_send_signal": 424, "ptrace": 117, "process_vm_readv": 270,
-        "process_vm_writev": 271, "setns": 268, "umount2": 39, "pivot_root": 41, "chroot": 51,
-        "fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "fchown": 55, "fchownat": 54,
-        "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "removexattr": 14, "lremovexattr": 15,
-        "fremovexattr": 16, "open_by_handle_at": 265, "keyctl": 219, "add_key": 217, "request_key": 218,
-        "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
-    }  # fmt: skip
+    AUDIT_ARCH, _COLUMN = 0xC00000B7, 1
 else:  # pragma: no cover - other architectures: no layer is available
-    AUDIT_ARCH = None
-    NR = {}
+    AUDIT_ARCH, _COLUMN = None, None
+NR = {} if _COLUMN is None else {n: nums[_COLUMN] for n, nums in SYSCALLS.items() if nums[_COLUMN] is not None}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -113,10 +146,11 @@ def _fs_handled(abi):
     return _FS_BY_ABI[max(k for k in _FS_BY_ABI if k <= abi)]
 
 
-def apply_landlock(read_paths, write_paths, abi=None):
+def apply_landlock(read_paths, write_paths, abi=None, list_paths=()):
     """Restrict this process (and anything it could start) with one Landlock domain. A path may also be
     an open file descriptor (an int: e.g. 0 so that ``open("/dev/stdin")`` reaches the test input file).
-    Returns what was enforced: {"abi", "fs", "net", "scope"}."""
+    ``list_paths``: directories whose entries may be listed (beneath them too) but whose files may not be
+    read unless a read path grants them. Returns what was enforced: {"abi", "fs", "net", "scope"}."""
     abi = landlock_abi() if abi is None else abi
     if abi < 1:
         raise ConfineError(95, "Landlock is not available in this kernel")
@@ -129,7 +163,7 @@ def apply_landlock(read_paths, write_paths, abi=None):
     try:
         read = FS_READ_FILE | FS_READ_DIR
         write = handled & ~FS_EXECUTE & ~FS_IOCTL_DEV
-        for paths, access in ((read_paths, read), (write_paths, write)):
+        for paths, access in ((list_paths, FS_READ_DIR), (read_paths, read), (write_paths, write)):
             for path in paths:
                 try:
                     pfd = path if isinstance(path, int) else os.open(path, os.O_PATH | os.O_CLOEXEC)
@@ -140,8 +174,10 @@ def apply_landlock(read_paths, write_paths, abi=None):
                 except OSError:
                     continue  # a listed path that does not exist (or a closed descriptor) grants nothing
                 try:
-                    allowed = access if is_dir else access & _FILE_RIGHTS
-                    rule = _PathBeneathAttr(allowed & handled, pfd)
+                    allowed = (access if is_dir else access & _FILE_RIGHTS) & handled
+                    if not allowed:
+                        continue  # a listing right on a file: nothing to grant
+                    rule = _PathBeneathAttr(allowed, pfd)
                     _check(_syscall("landlock_add_rule", ctypes.c_int(fd), ctypes.c_int(1), ctypes.byref(rule),
                                     ctypes.c_uint32(0)), f"landlock_add_rule({path})")  # fmt: skip
                 finally:
@@ -155,7 +191,7 @@ def apply_landlock(read_paths, write_paths, abi=None):
 
 
 # ---- namespaces -------------------------------------------------------------------------------------
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x00020000, 0x10000000, 0x40000000, 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 )
@@ -177,11 +213,41 @@ def _mount(source, target, fstype, flags, data):
            f"mount({target})")  # fmt: skip
 
 
-def enter_namespaces(scratch=None, scratch_mb=0, network=True, readonly_rest=False):
-    """Private mount namespace (tmpfs of ``scratch_mb`` MB on ``scratch``; with ``readonly_rest`` every
-    other mount read-only) and, with ``network``, an empty network namespace. Returns what was done."""
+def hide(hidden, keep=()):
+    """Cover each directory of ``hidden`` with an empty read-only tmpfs (installed packages, datasets, the
+    project's data); each path of ``keep`` beneath one is bind-mounted back into it, read-only (allowed
+    packages)."""
+    fds = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in keep}  # before they are covered
+    try:
+        for target in hidden:
+            if not os.access(target, os.X_OK):
+                continue  # out of this uid's reach (a worker as nobody below /root): unreadable anyway
+            inside = [p for p in keep if p.startswith(target.rstrip("/") + "/")]
+            flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+            _mount("tmpfs", target, "tmpfs", flags | (0 if inside else MS_RDONLY), "size=64k,mode=0755")
+            if not inside:
+                continue
+            for path in inside:
+                placeholder = os.path.join(target, path[len(target) :].lstrip("/"))
+                os.makedirs(os.path.dirname(placeholder), exist_ok=True)
+                if os.fstat(fds[path]).st_mode & 0o170000 == 0o040000:
+                    os.mkdir(placeholder)
+                else:
+                    os.close(os.open(placeholder, os.O_WRONLY | os.O_CREAT, 0o644))
+                _mount(f"/proc/self/fd/{fds[path]}", placeholder, None, MS_BIND | MS_REC, None)
+                _mount(None, placeholder, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+            _mount(None, target, None, MS_REMOUNT | MS_RDONLY | flags, None)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def enter_namespaces(scratch=None, scratch_mb=0, network=True, readonly_rest=False, hidden=(), keep=()):
+    """Private mount namespace (tmpfs of ``scratch_mb`` MB on ``scratch``; ``hidden`` directories covered,
+    see :func:`hide`; with ``readonly_rest`` every other mount read-only) and, with ``network``, empty
+    network and IPC namespaces. Returns what was done."""
     uid, gid = os.geteuid(), os.getegid()
-    flags = CLONE_NEWNS | (CLONE_NEWNET if network else 0) | (CLONE_NEWUSER if uid != 0 else 0)
+    flags = CLONE_NEWNS | (CLONE_NEWNET | CLONE_NEWIPC if network else 0) | (CLONE_NEWUSER if uid != 0 else 0)
     _check(_syscall("unshare", ctypes.c_int(flags)), "unshare")
     if uid != 0:  # keep our own uid inside the user namespace
         _libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: after a uid switch /proc/self is root's until then
@@ -192,6 +258,7 @@ def enter_namespaces(scratch=None, scratch_mb=0, network=True, readonly_rest=Fal
         finally:
             _libc.prctl(4, 0, 0, 0, 0)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    hide(hidden, keep)
     if readonly_rest:
         with open("/proc/self/mountinfo") as f:
             mounts = [line.split() for line in f]
@@ -228,18 +295,53 @@ def drop_capabilities():
 
 
 # ---- seccomp ----------------------------------------------------------------------------------------
-_LD_W_ABS, _JEQ, _JSET, _JGE, _RET = 0x20, 0x15, 0x45, 0x35, 0x06
+_LD_W_ABS, _AND_K, _JEQ, _JSET, _JGE, _RET = 0x20, 0x54, 0x15, 0x45, 0x35, 0x06
 _ALLOW, _KILL = 0x7FFF0000, 0x80000000
 _EPERM, _ENOSYS = 1, 38
-CLONE_THREAD = 0x00010000
-_DENIED = (
-    "fork", "vfork", "execve", "execveat", "socket", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
-    "pidfd_send_signal", "ptrace", "process_vm_readv", "process_vm_writev", "unshare", "setns", "mount",
-    "umount2", "pivot_root", "chroot", "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown",
-    "lchown", "fchownat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
-    "fremovexattr", "open_by_handle_at", "keyctl", "add_key", "request_key", "bpf", "perf_event_open",
-    "userfaultfd",
-)  # fmt: skip
+CLONE_THREAD, AF_UNIX, SOCK_STREAM, SOCK_TYPE_MASK = 0x00010000, 1, 1, 0xF
+PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
+
+#: refused with EPERM, by what they would reach (the audit of the system call table, see SYSCALLS)
+DENIED = {
+    "processes": ("fork", "vfork", "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev",
+                  "kcmp", "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "process_madvise",
+                  "process_mrelease", "tkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"),
+    "namespaces and mounts": ("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree",
+                              "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr"),
+    "sockets": ("socket", "connect", "bind", "listen", "accept", "accept4", "io_uring_setup",
+                "io_uring_enter", "io_uring_register", "io_setup"),
+    "shared memory and IPC": ("memfd_create", "memfd_secret", "shmget", "shmat", "shmctl", "shmdt", "semget",
+                              "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open",
+                              "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+                              "userfaultfd"),
+    "kernel interfaces": ("bpf", "perf_event_open", "keyctl", "add_key", "request_key", "fanotify_init",
+                          "name_to_handle_at", "open_by_handle_at", "uselib", "modify_ldt", "syslog",
+                          "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+                          "swapon", "swapoff", "reboot", "acct", "quotactl", "quotactl_fd", "sethostname",
+                          "setdomainname", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl",
+                          "ioperm", "vhangup", "lookup_dcookie"),
+    "file metadata": ("chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat", "setxattr",
+                      "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr"),
+}  # fmt: skip
+
+#: allowed only when every (argument index, mask, allowed values) holds: (argument & mask) is one of the
+#: values (mask None: the whole 32-bit argument; "pid" / "-pid": the process's own pid / process group)
+ARG_RULES = {
+    "clone": ((0, CLONE_THREAD, (CLONE_THREAD,)),),  # threads, never processes
+    "socketpair": ((0, None, (AF_UNIX,)), (1, SOCK_TYPE_MASK, (SOCK_STREAM,))),  # no datagrams to a path
+    "kill": ((0, None, (0, "pid", "-pid")),),
+    "tgkill": ((0, None, ("pid",)),),
+    "prlimit64": ((0, None, (0, "pid")),),
+    "sched_setaffinity": ((0, None, (0, "pid")),),
+    "sched_setparam": ((0, None, (0, "pid")),),
+    "sched_setscheduler": ((0, None, (0, "pid")),),
+    "sched_setattr": ((0, None, (0, "pid")),),
+    "migrate_pages": ((0, None, (0, "pid")),),
+    "move_pages": ((0, None, (0, "pid")),),
+    "get_robust_list": ((0, None, (0, "pid")),),
+    "setpriority": ((0, None, (PRIO_PROCESS,)), (1, None, (0, "pid"))),
+    "ioprio_set": ((0, None, (IOPRIO_WHO_PROCESS,)), (1, None, (0, "pid"))),
+}
 
 
 class _SockFilter(ctypes.Structure):
@@ -250,26 +352,38 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
+def _errno(e):
+    return (_RET, 0, 0, 0x00050000 | e)
+
+
+def _arg_rule(nr, conditions, pid):
+    """Instructions for one ARG_RULES entry: skipped unless the call is ``nr``; then EPERM unless every
+    condition holds, else allow. Arguments are read as their low 32 bits (little-endian ``seccomp_data``)."""
+    body = []
+    for index, mask, values in conditions:
+        values = [{"pid": pid, "-pid": -pid}.get(v, v) & 0xFFFFFFFF for v in values]
+        body.append((_LD_W_ABS, 0, 0, 16 + 8 * index))
+        if mask is not None:
+            body.append((_AND_K, 0, 0, mask))
+        body += [(_JEQ, len(values) - i, 0, v) for i, v in enumerate(values)]  # a match jumps past the EPERM
+        body.append(_errno(_EPERM))
+    body.append((_RET, 0, 0, _ALLOW))
+    return [(_JEQ, 0, len(body), nr)] + body
+
+
 def _seccomp_program(pid):
-    """The BPF program (a list of (code, jt, jf, k)); ``pid`` is the only process signals may reach."""
-    errno = lambda e: (_RET, 0, 0, 0x00050000 | e)  # noqa: E731
+    """The BPF program (a list of (code, jt, jf, k)) for the process ``pid``."""
     prog = [(_LD_W_ABS, 0, 0, 4), (_JEQ, 1, 0, AUDIT_ARCH), (_RET, 0, 0, _KILL), (_LD_W_ABS, 0, 0, 0)]
     if AUDIT_ARCH == 0xC000003E:
-        prog += [(_JGE, 0, 1, 0x40000000), errno(_EPERM)]  # x32 system calls
-    for name in _DENIED:
-        if name in NR:
-            prog += [(_JEQ, 0, 1, NR[name]), errno(_EPERM)]
-    prog += [(_JEQ, 0, 1, NR["clone3"]), errno(_ENOSYS)]
-    # clone: allowed only for threads (flags are args[0]; offset 16 is its low 32 bits)
-    prog += [(_JEQ, 0, 4, NR["clone"]), (_LD_W_ABS, 0, 0, 16), (_JSET, 0, 1, CLONE_THREAD),
-             (_RET, 0, 0, _ALLOW), errno(_EPERM)]  # fmt: skip
-    # kill(pid, sig): only itself (pid), its process group (0 or -pid); tgkill(tgid, ...): only itself
-    own = (0, pid, (-pid) & 0xFFFFFFFF)
-    prog += [(_JEQ, 0, 6, NR["kill"]), (_LD_W_ABS, 0, 0, 16)]
-    prog += [(_JEQ, 3 - i, 0, value) for i, value in enumerate(own)]
-    prog += [errno(_EPERM), (_RET, 0, 0, _ALLOW)]
-    prog += [(_JEQ, 0, 4, NR["tgkill"]), (_LD_W_ABS, 0, 0, 16), (_JEQ, 1, 0, pid), errno(_EPERM),
-             (_RET, 0, 0, _ALLOW)]  # fmt: skip
+        prog += [(_JGE, 0, 1, 0x40000000), _errno(_EPERM)]  # x32 system calls
+    prog += [(_JGE, 0, 1, LAST_AUDITED + 1), _errno(_ENOSYS)]
+    for names in DENIED.values():
+        for name in names:
+            if name in NR:
+                prog += [(_JEQ, 0, 1, NR[name]), _errno(_EPERM)]
+    prog += [(_JEQ, 0, 1, NR["clone3"]), _errno(_ENOSYS)]  # libc falls back to clone, filtered below
+    for name, conditions in ARG_RULES.items():
+        prog += _arg_rule(NR[name], conditions, pid)
     prog.append((_RET, 0, 0, _ALLOW))
     return prog
 
@@ -284,22 +398,25 @@ def apply_seccomp():
 
 
 # ---- everything -------------------------------------------------------------------------------------
-def confine(layer, read_paths=(), scratch=None, scratch_mb=0, namespaces=False, network_ns=False):
+def confine(layer, read_paths=(), scratch=None, scratch_mb=0, namespaces=False, network_ns=False, list_paths=(),
+            hide_paths=(), keep_paths=()):  # fmt: skip
     """Apply ``layer`` ("landlock" | "namespaces") to this process; see the module doc. ``scratch`` is the
     only writable directory (None: nothing writable). ``namespaces`` / ``network_ns`` say whether the
-    mount / network namespaces are used (the host probes what works). Returns what was applied."""
+    mount / network and IPC namespaces are used (the host probes what works); ``hide_paths`` /
+    ``keep_paths``: see :func:`hide` (mount namespace only). Returns what was applied."""
     if layer not in ("landlock", "namespaces"):
         raise ConfineError(22, f"unknown isolation layer {layer!r}")
     done = {"layer": layer}
     if namespaces or layer == "namespaces":
         done.update(enter_namespaces(scratch if scratch_mb else None, scratch_mb, network_ns,
-                                     readonly_rest=layer == "namespaces"))  # fmt: skip
+                                     readonly_rest=layer == "namespaces", hidden=hide_paths,
+                                     keep=keep_paths))  # fmt: skip
     if layer == "landlock":
         writable = [scratch] if scratch else []
         # descriptors 0-2 as files: ``open("/dev/stdin")`` / ``open("/dev/stdout", "w")`` reach the files the
         # parent opened for them (pipes and ttys are not subject to Landlock anyway)
         done["landlock"] = apply_landlock(list(read_paths) + ["/dev/null", "/dev/zero", "/dev/urandom", 0],
-                                          writable + ["/dev/null", 1, 2])  # fmt: skip
+                                          writable + ["/dev/null", 1, 2], list_paths=list_paths)  # fmt: skip
     else:
         _check(_libc.prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     drop_capabilities()

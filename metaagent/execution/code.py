@@ -8,29 +8,50 @@ without exceeding the environment's execution time or memory constraints."
   python3 / an unlabelled fence).
 * :func:`run_code_tests`: every test in its own limited process (see :mod:`.code_runner`), up to
   ``workers`` at a time, returning a :class:`CodeResult`. Test formats are described in
-  :mod:`.code_tests`. The workflow tools (``run_tests``, ``run_program``) call this on the host.
+  :mod:`.code_tests`. The workflow tools (``run_tests``, ``run_program``) call this on the host, inside
+  :func:`deadline` (the execution's time budget: no test runs past it).
 
 Every program runs under the isolation layer of :mod:`.isolation` (Landlock or namespaces where the kernel
-offers them: no writes outside its temporary directory, no reads outside the Python installation and system
-libraries, no network, no new processes), plus resource limits and a process-group kill. The README's
-"Sandbox: what is covered" lists what that does and does not stop.
+offers them: no writes outside its temporary directory, no reads outside the standard library and system
+libraries, no network, no shared memory, no new processes), plus resource limits, a memory cgroup where
+one can be made and a process-group kill; its verdict is decided outside its process (:mod:`.code_runner`).
+The README's "Sandbox: what is covered" lists what that does and does not stop.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .code_runner import TEST_STATUSES, Limits, TestOutcome, run_test_case
+from .code_runner import SANDBOX_COUNTERS, TEST_STATUSES, Limits, TestOutcome, run_test_case
 from .code_tests import TestSuite, normalize_tests
 
 DEFAULT_FENCE_LANGUAGES: tuple[str, ...] = ("python", "py", "python3", "")
 DEFAULT_WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("metaagent_code_deadline", default=None)
+
+
+@contextlib.contextmanager
+def deadline(at: float | None) -> Iterator[None]:
+    """Within this block no test of :func:`run_code_tests` runs past ``at`` (a ``time.monotonic()`` time;
+    None: no deadline; nested blocks keep the earlier one): a test still running then, or not started,
+    is a ``timeout``. The workflow session runs every tool call in one."""
+    outer = _DEADLINE.get()
+    token = _DEADLINE.set(at if outer is None else (outer if at is None else min(outer, at)))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
 
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
 
@@ -97,6 +118,10 @@ class CodeResult:
             lines.append(f"error: {fail.error}")
         return "\n".join(lines)
 
+    def sandbox_counts(self) -> dict[str, int]:
+        """What the program tried against its sandbox, summed over tests (:data:`SANDBOX_COUNTERS`)."""
+        return {key: sum(t.sandbox.get(key, 0) for t in self.tests) for key in SANDBOX_COUNTERS}
+
     def to_dict(self) -> dict[str, Any]:
         first = self.first_failure
         return {
@@ -106,6 +131,7 @@ class CodeResult:
             "elapsed_s": self.elapsed_s,
             "counts": self.status_counts(),
             "first_failure": first.to_dict() if first else None,
+            "sandbox": self.sandbox_counts(),
         }
 
 
@@ -139,11 +165,12 @@ def run_code_tests(
     limits = Limits(time_limit_s, memory_mb, max_output_bytes, site_packages=site_packages)
     start = time.monotonic()
     failed = threading.Event()
+    until = _DEADLINE.get()  # read here: the pool's threads do not see this context
 
     def run(index: int) -> TestOutcome:
         if stop_on_failure and failed.is_set():
             return TestOutcome(index, "skipped")
-        outcome = run_test_case(program, suite, index, limits)
+        outcome = run_test_case(program, suite, index, limits, deadline=until)
         if not outcome.passed:
             failed.set()
         return outcome

@@ -5,16 +5,22 @@ Every process that runs model-written code confines itself before running it (th
 ``run_tests`` / ``run_program``) and the workflow sandbox workers. This module decides the layer and the
 paths:
 
-* ``landlock`` (strongest): Landlock (reads only the Python installation and the system libraries, writes
-  only the process's own fresh temporary directory, no TCP bind/connect, no signals out of the domain),
-  plus, where the kernel allows it, a mount namespace (the temporary directory is a size-limited tmpfs);
+* ``landlock`` (strongest): Landlock (reads only the interpreter's standard library and the system
+  libraries, never a site-packages / dist-packages directory (installed datasets, the project's own data
+  in a wheel install) except the packages named in ``execution.packages``; writes only the process's own
+  fresh temporary directory; no TCP bind/connect, no signals out of the domain), plus, where the kernel
+  allows it, a mount namespace (the temporary directory is a size-limited tmpfs) and empty network and
+  IPC namespaces;
 * ``namespaces``: mount namespace with every mount read-only except the tmpfs temporary directory, and
-  an empty network namespace; reads are NOT restricted;
+  empty network and IPC namespaces; reads are NOT restricted;
 * ``none``: only the rlimits, clean environment, process-group kill and Python-level guards.
 
 Both real layers also drop every capability and install a seccomp filter (no new processes, no execve,
-no socket(), signals only to itself, no chmod/chown/xattr). ``auto`` picks the strongest layer that works
-here; :func:`configure` logs the choice, and :func:`describe` is what ``run.json`` and ``/healthz`` record.
+no sockets (socket(), io_uring, connect/bind), no memfd / System V / POSIX shared memory, signals and
+resource calls only on itself, no chmod/chown/xattr; the tables are in :mod:`._confine`). ``auto`` picks
+the strongest layer that works here; :func:`configure` logs the choice, and :func:`describe` is what
+``run.json`` and ``/healthz`` record. Memory beyond the address space (tmpfs, kernel buffers) is bounded
+per program by a memory cgroup where one can be created (:mod:`.cgroup`).
 
 Config: ``execution.isolation: auto | landlock | namespaces | none`` (:class:`ExecutionConfig`). The
 choice is also exported as ``METAAGENT_ISOLATION`` so helper processes started later (data loaders, Ray
@@ -23,7 +29,9 @@ workers) make the same one.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import logging
 import os
 import subprocess
@@ -32,26 +40,36 @@ import sysconfig
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from metaagent.config import ConfigError
 
+from . import cgroup
 from .errors import ExecutionError
 
 log = logging.getLogger(__name__)
 
 ISOLATION_MODES = ("auto", "landlock", "namespaces", "none")
+MEMORY_CGROUP_MODES = ("auto", "none")  # not "off": YAML reads it as false
 LAYERS_BY_STRENGTH = ("landlock", "namespaces", "none")
 ENV_VAR = "METAAGENT_ISOLATION"
+SETTINGS_ENV_VAR = "METAAGENT_EXECUTION"  # the other execution.* settings, as JSON
 CHILD_DIR = str(Path(__file__).resolve().parent)  # where _confine.py lives (the harness imports it from here)
 #: the oldest Landlock ABI used as a layer: 3 is the first that refuses truncating a file
 MIN_LANDLOCK_ABI = 3
-#: system paths a Python program needs to read (shared libraries, locale, time zones, certificates)
+#: library trees a Python program reads (shared libraries of the extension modules, a system Python's
+#: standard library), always minus the site directories below
+SYSTEM_LIB_DIRS = ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/local/lib", "/lib", "/lib64", "/lib32")
+#: other system paths a Python program reads (loader cache, time zones, certificates, its own /proc)
 SYSTEM_READ_PATHS = (
-    "/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin",
-    "/etc/ld.so.cache", "/etc/localtime",
+    "/etc/ld.so.cache", "/etc/localtime", "/usr/share/zoneinfo",
     "/etc/ssl", "/etc/ca-certificates", "/etc/mime.types", "/proc/self",
 )  # fmt: skip
+#: directories of installed packages: never readable as a whole (datasets with reference solutions, the
+#: project's bundled gold answers in a wheel install); only the packages in ``execution.packages``
+SITE_DIR_NAMES = ("site-packages", "dist-packages")
+#: the project's own package (its data: gold answers, hidden tests), never readable by model-written code
+PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 HOW_TO_ACCEPT = (
     "set execution.isolation=none to run model-written code with only rlimits and Python guards (accept the "
     "risk: run on a machine or container that holds nothing you could not lose)"
@@ -68,17 +86,35 @@ class ExecutionConfig:
 
     ``isolation``: ``auto`` (the strongest available: landlock > namespaces > none), or one layer by name
     (an error when it is not available). ``scratch_mb``: size of each test program's temporary directory
-    when it is a tmpfs (mount namespaces available); writing more fails with ENOSPC.
+    when it is a tmpfs (mount namespaces available); writing more fails with ENOSPC. ``packages``: the
+    installed packages (top-level import names) a test program may import when site packages are on
+    (``reward.site_packages``); nothing else in site-packages is readable. ``memory_cgroup``: ``auto``
+    puts every test program in its own memory cgroup (limit: its memory + its scratch size, tmpfs and
+    kernel memory included) where cgroups are writable, ``none`` never does.
     """
 
     isolation: str = "auto"  # kernel isolation of model-written code: auto | landlock | namespaces | none
     scratch_mb: int = 64  # size of each test program's temporary directory (a tmpfs) in MB
+    packages: tuple[str, ...] = ()  # importable installed packages under reward.site_packages, e.g. [numpy]
+    memory_cgroup: str = "auto"  # per-program memory cgroup: auto (where writable) | none
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
             raise ConfigError(f"execution.isolation must be one of {ISOLATION_MODES}, got {self.isolation!r}")
         if self.scratch_mb < 1:
             raise ConfigError(f"execution.scratch_mb must be >= 1, got {self.scratch_mb}")
+        if isinstance(self.packages, str) or not all(
+            isinstance(p, str) and p.isidentifier() for p in self.packages
+        ):
+            raise ConfigError(
+                f"execution.packages must be a list of top-level import names (e.g. [numpy]), "
+                f"got {self.packages!r}"
+            )
+        self.packages = tuple(self.packages)
+        if self.memory_cgroup not in MEMORY_CGROUP_MODES:
+            raise ConfigError(
+                f"execution.memory_cgroup must be one of {MEMORY_CGROUP_MODES}, got {self.memory_cgroup!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -91,20 +127,27 @@ class Isolation:
     namespaces: bool  # mount + network namespaces can be created here
     scratch_mb: int = 64
     reason: str = ""  # why a weaker layer than landlock (empty when landlock)
+    packages: tuple[str, ...] = ()  # importable installed packages when a program runs with site packages
+    memory_cgroup: str = "auto"  # per-program memory cgroups: auto (where writable) | none
 
-    def child_spec(self, scratch: str | None, extra_read: tuple[str, ...] = ()) -> dict[str, Any] | None:
-        """The keyword arguments of :func:`._confine.confine` for a child process (None: layer none)."""
+    def child_spec(self, scratch: str | None, *, site_packages: bool = False) -> dict[str, Any] | None:
+        """The keyword arguments of :func:`._confine.confine` for a child process (None: layer none);
+        ``site_packages``: the process imports from site-packages (``self.packages`` become readable)."""
         if self.layer == "none":
             return None
+        rules = read_rules(self.packages if site_packages else (), hide=self.namespaces)
         return {
             "layer": self.layer,
-            "read_paths": list(read_paths()) + list(extra_read),
+            "read_paths": list(rules.read),
+            "list_paths": list(rules.listed),
+            "hide_paths": list(rules.hidden),
+            "keep_paths": list(rules.keep),
             "scratch": scratch,
             "scratch_mb": self.scratch_mb if self.namespaces and scratch else 0,
             "namespaces": self.namespaces,
-            # landlock: socket() is refused by seccomp and TCP by Landlock, so an empty network namespace
-            # would add ~1 ms per program (more under load: namespaces are torn down serially) for nothing
-            "network_ns": self.namespaces and self.layer == "namespaces",
+            # under landlock too: UDP, Unix datagrams and anything a future kernel interface opens would
+            # otherwise share the host's network; System V / POSIX IPC objects the host's
+            "network_ns": self.namespaces,
         }
 
     def covers(self) -> list[str]:
@@ -121,29 +164,133 @@ class Isolation:
         else:
             out.append("fs-write")
         if self.namespaces:
-            out += ["scratch-size"] + (["netns"] if self.layer == "namespaces" else [])
-        out += ["no-processes", "no-sockets", "no-capabilities"]
+            out += ["scratch-size", "netns", "ipcns"]
+        out += ["no-processes", "no-sockets", "no-shared-memory", "no-capabilities"]
         return out
 
     def describe(self) -> dict[str, Any]:
-        return {**asdict(self), "covers": self.covers()}
+        """What ``run.json`` and ``/healthz`` record: the layer, what it covers, and the memory cgroups
+        (``"v1: <dir>"`` / ``"v2: <dir>"``, or ``"none: <why>"``)."""
+        if self.memory_cgroup == "none":
+            cgroups = "none: execution.memory_cgroup=none"
+        else:
+            slots, why = cgroup.probe()
+            cgroups = f"v{slots.root.version}: {slots.root.path}" if slots else f"none: {why}"
+        return {**asdict(self), "covers": self.covers(), "memory_cgroups": cgroups}
 
 
-@functools.lru_cache(maxsize=1)
-def read_paths() -> tuple[str, ...]:
-    """Paths a confined Python process may read: the installation (prefixes, stdlib, site-packages, the
-    interpreter binary's real location) and the system libraries."""
-    found: list[str] = []
-    candidates = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                  os.path.dirname(os.path.realpath(sys.executable))]  # fmt: skip
-    candidates += [p for k, p in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib", "purelib", "platlib")]
-    candidates += [p for p in sys.path if p and os.path.isabs(p) and "site-packages" in p]
-    for path in list(candidates) + list(SYSTEM_READ_PATHS):
-        real = path if path.startswith("/proc/") else os.path.realpath(path)  # /proc/self: the child's own
-        for p in dict.fromkeys((path, real)):
-            if os.path.exists(p) and p not in found and p != "/":
-                found.append(p)
-    return tuple(found)
+def _beneath(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _site_dirs() -> set[str]:
+    """Every site-packages / dist-packages directory of this interpreter and of the library trees."""
+    import glob
+    import site
+
+    found = set(site.getsitepackages()) | {site.getusersitepackages()}
+    found |= {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    found |= {p for p in sys.path if os.path.basename(p.rstrip(os.sep)) in SITE_DIR_NAMES}
+    stdlib_parent = os.path.dirname(sysconfig.get_paths()["stdlib"])
+    for root in (*SYSTEM_LIB_DIRS, stdlib_parent):
+        for name in SITE_DIR_NAMES:
+            found |= set(glob.glob(os.path.join(root, "python*", name)))
+    return {os.path.realpath(p) for p in found if p}
+
+
+def _grant(root: str, excluded: list[str], read: list[str], listed: list[str]) -> None:
+    """Add read rules for ``root`` minus every path in ``excluded``: a root with no excluded path beneath
+    is one rule; otherwise it may be listed and each entry is granted the same way."""
+    inside = [e for e in excluded if _beneath(e, root)]
+    if not inside:
+        read.append(root)
+        return
+    if root in inside or not os.path.isdir(root):
+        return
+    listed.append(root)
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        real = os.path.realpath(path)
+        if real != path and any(_beneath(e, real) or _beneath(real, e) for e in excluded):
+            continue  # a link to (or above) an excluded directory
+        _grant(real, inside if real == path else excluded, read, listed)
+
+
+class ReadRules(NamedTuple):
+    """What a confined process may read: Landlock rules, plus what its mount namespace hides."""
+
+    read: tuple[str, ...]  # readable paths (Landlock read rules)
+    listed: tuple[str, ...]  # directories whose entries may be listed, not read
+    hidden: tuple[str, ...]  # directories beneath a readable path, covered by an empty read-only tmpfs
+    keep: tuple[str, ...]  # paths beneath a hidden directory, bind-mounted back (execution.packages)
+
+
+@functools.lru_cache(maxsize=8)
+def read_rules(packages: tuple[str, ...] = (), hide: bool = False) -> ReadRules:
+    """What a confined Python process may read: the interpreter's standard library and extension modules,
+    the system library trees, a few system files, and the top-level ``packages`` (import names, e.g.
+    ``("numpy",)``: their directories and bundled ``<name>.libs``); never a site directory as a whole, nor
+    the ``metaagent`` package, nor anything else (home, run directories).
+
+    Site directories inside a library tree (a Python's own site-packages below its standard library) are
+    taken out of it in one of two ways. ``hide`` (the process has a mount namespace): an empty read-only
+    tmpfs covers each, so the trees stay one rule each. Otherwise each tree is split: every entry on the
+    way to a site directory is its own rule (the directories on the way may only be listed)."""
+    paths = sysconfig.get_paths()
+    dynload = sysconfig.get_config_var("DESTSHARED") or ""  # lib-dynload: the extension modules
+    roots: list[str] = []
+    for root in (os.path.dirname(paths["stdlib"]), paths["stdlib"], dynload, *SYSTEM_LIB_DIRS):
+        real = os.path.realpath(root) if root else ""
+        if not real or real == "/" or not os.path.exists(real) or any(_beneath(real, r) for r in roots):
+            continue
+        roots = [r for r in roots if not _beneath(r, real)] + [real]
+    excluded = sorted(_site_dirs() | {os.path.realpath(PACKAGE_DIR)})
+    files = [p if p.startswith("/proc/") else os.path.realpath(p) for p in SYSTEM_READ_PATHS if os.path.exists(p)]
+    allowed = package_paths(packages) if packages else []
+    if hide:
+        hidden = [e for e in excluded if os.path.isdir(e) and any(_beneath(e, r) for r in roots)]
+        keep = [p for p in allowed if any(_beneath(p, h) for h in hidden)]
+        own = os.path.realpath(PACKAGE_DIR)
+        listed = [d for d in excluded if d not in hidden and d != own and os.path.isdir(d)] if packages else []
+        return ReadRules(tuple(roots + files + allowed), tuple(listed), tuple(hidden), tuple(keep))
+    read: list[str] = []
+    listed = []
+    for root in roots:
+        _grant(root, excluded, read, listed)
+    if packages:  # the import system lists a site directory to find a package in it
+        listed += [d for d in excluded if os.path.isdir(d) and d != os.path.realpath(PACKAGE_DIR)]
+    return ReadRules(tuple(dict.fromkeys(read + files + allowed)), tuple(dict.fromkeys(listed)), (), ())
+
+
+def package_paths(packages: tuple[str, ...]) -> list[str]:
+    """The files of the top-level import names ``packages`` (their directory or module file, and a
+    ``<name>.libs`` directory of bundled shared libraries next to it); IsolationError for an unknown name."""
+    import importlib.util
+
+    out = []
+    for name in packages:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not (spec.origin or spec.submodule_search_locations):
+            raise IsolationError(
+                f"execution.packages names {name!r}, which is not importable here; install it or remove it"
+            )
+        locations = list(spec.submodule_search_locations or []) or [spec.origin]
+        for loc in locations:
+            real = os.path.realpath(loc)
+            if _beneath(real, os.path.realpath(PACKAGE_DIR)):
+                raise IsolationError(f"execution.packages may not name the project's own package ({name!r})")
+            out.append(real)
+            libs = os.path.join(os.path.dirname(real), f"{name}.libs")
+            if os.path.isdir(libs):
+                out.append(os.path.realpath(libs))
+    return out
 
 
 def _landlock_abi() -> int:
@@ -164,7 +311,8 @@ _PROBE = """
 import sys, os
 sys.path.insert(0, {dir!r})
 import _confine
-_confine.confine({layer!r}, {read!r}, {scratch!r}, 1 if {ns!r} else 0, namespaces={ns!r}, network_ns={ns!r})
+_confine.confine({layer!r}, {read!r}, {scratch!r}, 1 if {ns!r} else 0, namespaces={ns!r}, network_ns={ns!r},
+                 list_paths={listed!r}, hide_paths={hidden!r})
 os.chdir({scratch!r}) if not {ns!r} else None
 import socket
 try:
@@ -179,7 +327,9 @@ open("probe.txt", "w").write("ok")
 def _probe_child(layer: str, namespaces: bool) -> tuple[bool, str]:
     """Apply ``layer`` in a short-lived child (never in this process) and report whether it worked."""
     with tempfile.TemporaryDirectory(prefix="metaagent-probe-") as scratch:
-        code = _PROBE.format(dir=CHILD_DIR, layer=layer, read=list(read_paths()), ns=namespaces, scratch=scratch)
+        rules = read_rules(hide=namespaces)
+        code = _PROBE.format(dir=CHILD_DIR, layer=layer, read=list(rules.read), listed=list(rules.listed),
+                             hidden=list(rules.hidden), ns=namespaces, scratch=scratch)  # fmt: skip
         try:
             proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
                                   timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd=scratch,
@@ -231,14 +381,33 @@ def resolve(mode: str = "auto", scratch_mb: int = 64) -> Isolation:
 _active: Isolation | None = None
 
 
-def configure(mode: str | None = None, scratch_mb: int = 64, *, quiet: bool = False) -> Isolation:
-    """Choose the layer for this process (and, through ``METAAGENT_ISOLATION``, the processes it starts);
-    logs the choice. ``mode`` None: ``METAAGENT_ISOLATION`` or ``auto``."""
+def configure(
+    mode: str | None = None,
+    scratch_mb: int | None = None,
+    *,
+    packages: tuple[str, ...] | None = None,
+    memory_cgroup: str | None = None,
+    quiet: bool = False,
+) -> Isolation:
+    """Choose the layer for this process (and, through ``METAAGENT_ISOLATION`` / ``METAAGENT_EXECUTION``,
+    the processes it starts); logs the choice. Arguments left None: those environment variables, else
+    the :class:`ExecutionConfig` defaults."""
     global _active
-    mode = mode or os.environ.get(ENV_VAR) or "auto"
-    iso = resolve(mode, scratch_mb)
+    inherited = json.loads(os.environ.get(SETTINGS_ENV_VAR) or "{}")
+    settings = ExecutionConfig(
+        mode or os.environ.get(ENV_VAR) or "auto",
+        inherited.get("scratch_mb", 64) if scratch_mb is None else scratch_mb,
+        tuple(inherited.get("packages", ())) if packages is None else tuple(packages),
+        inherited.get("memory_cgroup", "auto") if memory_cgroup is None else memory_cgroup,
+    )
+    package_paths(settings.packages)  # an unknown name fails here, not at the first test program
+    iso = resolve(settings.isolation, settings.scratch_mb)
+    iso = dataclasses.replace(iso, packages=settings.packages, memory_cgroup=settings.memory_cgroup)
     _active = iso
-    os.environ[ENV_VAR] = mode
+    os.environ[ENV_VAR] = settings.isolation
+    inherited = {"scratch_mb": settings.scratch_mb, "packages": list(settings.packages),
+                 "memory_cgroup": settings.memory_cgroup}  # fmt: skip
+    os.environ[SETTINGS_ENV_VAR] = json.dumps(inherited)
     if not quiet:
         if iso.layer == "none":
             log.warning("model-written code runs WITHOUT kernel isolation (%s)", iso.reason)
@@ -252,11 +421,20 @@ def active() -> Isolation:
     return _active if _active is not None else configure(quiet=True)
 
 
+def cgroup_slots() -> Any:
+    """The pool of per-program memory cgroups (:class:`.cgroup.Slots`), or None: ``execution.memory_cgroup``
+    is ``none`` or cgroups are not writable here (:func:`describe` says why)."""
+    if active().memory_cgroup == "none":
+        return None
+    return cgroup.probe()[0]
+
+
 def for_config(config: ExecutionConfig | None, *, purpose: str, code_tasks: bool = True) -> Isolation:
     """Configure the layer for a command. ``purpose="train"`` with code tasks refuses to start when auto
     finds no layer; evaluation and serving warn loudly instead."""
     config = config or ExecutionConfig()
-    iso = configure(config.isolation, config.scratch_mb, quiet=True)
+    iso = configure(config.isolation, config.scratch_mb, packages=config.packages,
+                    memory_cgroup=config.memory_cgroup, quiet=True)  # fmt: skip
     if iso.layer == "none" and config.isolation == "auto":
         if purpose == "train" and code_tasks:
             raise IsolationError(f"refusing to train on code tasks without isolation: {iso.reason}; {HOW_TO_ACCEPT}")

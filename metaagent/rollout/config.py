@@ -85,7 +85,7 @@ class RolloutConfig(Checked):
     designer: SamplingConfig = field(default_factory=_default_designer_sampling)
     executor: SamplingConfig = field(default_factory=_default_executor_sampling)
     frozen_designer: str | None = None
-    limits: dict[str, Any] = field(default_factory=lambda: {"timeout_s": 120.0})
+    limits: dict[str, Any] = field(default_factory=lambda: {"timeout_s": 120.0, "total_timeout_s": 600.0})
     sandbox_workers: PositiveInt = 8
     max_inflight: PositiveInt = 64
     ray_address: str | None = None

@@ -28,9 +28,12 @@ class Limits:
 
     Attributes:
         timeout_s: wall-clock seconds the script itself may run. Time spent waiting for agent replies and
-            tools is not counted (the model's speed is not the script's fault); the host kills the worker
-            when the script's own time runs out.
-        total_timeout_s: optional wall-clock cap on the whole execution, agent calls included.
+            tools is not counted here (the model's speed is not the script's fault; tools have their own
+            budget); the host kills the worker when the script's own time runs out.
+        total_timeout_s: wall-clock cap on the whole execution, agent and tool calls included (a tool call
+            in progress is cut at it); None: no cap (every shipped config sets one).
+        tool_time_s: wall-clock seconds all tool calls of one execution may take together; a program a
+            tool runs is stopped when it runs out, and the next tool call ends the execution (``limit``).
         memory_mb: address-space limit of the worker process while the script runs (RLIMIT_AS).
         cpu_s: CPU-seconds limit of the script (RLIMIT_CPU, a backstop behind ``timeout_s``);
             default ``ceil(timeout_s) + 1``.
@@ -45,6 +48,7 @@ class Limits:
 
     timeout_s: Seconds = 30.0
     total_timeout_s: Seconds | None = None
+    tool_time_s: Seconds = 60.0
     memory_mb: Annotated[int, Field(strict=True, gt=63)] = 512
     cpu_s: Seconds | None = None
     max_agent_calls: Count = 32

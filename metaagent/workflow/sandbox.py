@@ -29,10 +29,12 @@ What is covered (each is a test in ``tests/workflow``):
   worker switches to ``nobody`` so that RLIMIT_NPROC = 0 also makes fork fail at the OS level; no file
   writes (RLIMIT_FSIZE = 0) and no core dumps;
 - the kernel layer (:mod:`metaagent.execution.isolation`, ``execution.isolation``): after the uid switch
-  each worker confines itself: Landlock reads only of the Python installation and the ``metaagent``
-  package, no writes, no TCP, no signals out (or read-only mounts + an empty network namespace under the
-  ``namespaces`` layer), no capabilities, and a seccomp filter (no new processes, no execve, no socket());
-  the layer is in the worker's ``ready`` message (``worker_info()``);
+  each worker confines itself: Landlock reads only of the standard library and system libraries (not
+  site-packages, not the ``metaagent`` package and its data), no writes, no TCP, no signals out (or
+  read-only mounts under the ``namespaces`` layer), empty network and IPC namespaces where the kernel
+  allows them, no capabilities, and a seccomp filter (no new processes, no execve, no sockets, no
+  io_uring, no memfd / System V / POSIX shared memory); the layer is in the worker's ``ready`` message
+  (``worker_info()``);
 - host safety: the host never unpickles or executes anything from a worker (JSON frames with a size
   cap); a worker that dies, hangs or talks nonsense is killed and replaced; other executions continue.
 
@@ -83,10 +85,9 @@ from .channel import Channel, ChannelError
 from .limits import Limits
 from .session import Session, executor_sampling
 
-#: the package root, put on the worker's PYTHONPATH so it imports the same code as the host
+#: the package root, put on the worker's PYTHONPATH so it imports the same code as the host (a confined
+#: worker reads none of it: it imports everything before it confines itself)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-#: the only part of it a confined worker may read (never the repository around it: runs, notes, .git)
-_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])
 STARTUP_TIMEOUT_S = 60.0
 
 
@@ -119,7 +120,7 @@ class _Worker:
         argv = [python, "-s", "-m", "metaagent.workflow.worker", str(worker_end.fileno())]
         if not drop_privileges:
             argv.append("--no-drop-privileges")
-        confine = isolation.active().child_spec(None, extra_read=(_PACKAGE_DIR,))
+        confine = isolation.active().child_spec(None)
         if confine is not None:
             argv.append("--isolation=" + json.dumps(confine))
         try:

@@ -6,8 +6,10 @@ k agents is one batch of k requests); the turn is recorded here with the Complet
 log-probs, which never leave the host.
 
 Clocks: ``Limits.timeout_s`` counts the time the script runs on its own, i.e. the time the host waits for
-the worker's next message; time spent in ``policy.generate`` and in tools is not counted (``total_timeout_s``,
-when set, counts everything).
+the worker's next message; time spent in ``policy.generate`` and in tools is not counted there. Tool calls
+share ``Limits.tool_time_s``, and ``total_timeout_s`` counts everything: each tool call runs inside
+:func:`metaagent.execution.code.deadline` set to whichever ends first, so a program a tool runs is
+stopped at it, and the execution ends as soon as either is spent.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from metaagent.execution.code import deadline as code_deadline
 from metaagent.policy.base import ChatRequest, Policy, RequestError, SamplingParams
 from metaagent.records import (
     EXECUTION_STATUSES,
@@ -173,6 +176,8 @@ class Session:
         self.answer: str | None = None
         self.batches = 0  # agent-call messages served so far
         self.script_s = 0.0
+        self.tool_s = 0.0  # time spent in tool calls (Limits.tool_time_s)
+        self.deadline: float | None = None  # time.monotonic() of Limits.total_timeout_s
         self.compile_s: float | None = None
 
     # ---- outcome ------------------------------------------------------------------------------------------
@@ -220,7 +225,7 @@ class Session:
         """
         L = self.limits
         channel = worker.channel
-        deadline = None if L.total_timeout_s is None else time.monotonic() + L.total_timeout_s
+        deadline = self.deadline = None if L.total_timeout_s is None else time.monotonic() + L.total_timeout_s
         run = {
             "op": "run",
             "source": self.source,
@@ -453,10 +458,17 @@ class Session:
             or not all(isinstance(k, str) for k in kwargs)
         ):
             raise ProtocolError("tool arguments must be a list and a dict")
-        if len(self.tool_calls) >= self.limits.max_tool_calls:
+        L = self.limits
+        if len(self.tool_calls) >= L.max_tool_calls:
             return self._stop(
-                "limit", "ToolCallLimit", f"the script made more than {self.limits.max_tool_calls} tool calls"
+                "limit", "ToolCallLimit", f"the script made more than {L.max_tool_calls} tool calls"
             )
+        if self.tool_s >= L.tool_time_s:
+            return self._stop("limit", "ToolTimeLimit", f"the script's tool calls took {self.tool_s:.1f} s; the "
+                              f"limit is {L.tool_time_s:g} s (limits.tool_time_s)")  # fmt: skip
+        until = time.monotonic() + L.tool_time_s - self.tool_s
+        if self.deadline is not None:
+            until = min(until, self.deadline)
         fn = self.tools[name]
         try:
             arguments = dict(inspect.signature(fn).bind(*args, **kwargs).arguments)
@@ -466,10 +478,12 @@ class Session:
             arguments = {"args": args, "kwargs": kwargs}
         t0 = time.perf_counter()
         try:
-            value = fn(*args, **kwargs)
+            with code_deadline(until):  # programs a tool runs stop at the budget (tools not running code: after)
+                value = fn(*args, **kwargs)
             result, ok = (value if isinstance(value, str) else str(value)), True
         except Exception as e:  # noqa: BLE001 - a failing tool is reported to the script, which may carry on
             result, ok = f"error: {name} failed ({type(e).__name__}: {e})", False
+        self.tool_s += time.perf_counter() - t0
         result = result[:MAX_TOOL_RESULT_CHARS]
         self.tool_calls.append(
             ToolCall(
@@ -482,4 +496,6 @@ class Session:
                 elapsed_s=time.perf_counter() - t0,
             )
         )
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return self._stop("timeout", "TotalTimeout", f"the execution took more than {L.total_timeout_s:g} s")
         return {"op": "result", "value": result}

@@ -12,8 +12,9 @@ answer ``done``. While the script runs, its agent and tool calls are messages to
 Hardening at start-up: no core files, no file writes (RLIMIT_FSIZE 0), few file descriptors, a low
 recursion limit, when started as root a switch to the unprivileged ``nobody`` user so that
 RLIMIT_NPROC = 0 forbids ``fork`` (the kernel does not apply RLIMIT_NPROC to root), and then the host's
-isolation layer (``--isolation=JSON``, :mod:`metaagent.execution.isolation`): reads only the Python
-installation and the ``metaagent`` package, no writes at all, no network, no new processes.
+isolation layer (``--isolation=JSON``, :mod:`metaagent.execution.isolation`): reads only the standard
+library and the system libraries (never site-packages nor the ``metaagent`` package and its data: every
+import happens before), no writes at all, no network, no shared memory, no new processes.
 """
 
 from __future__ import annotations

