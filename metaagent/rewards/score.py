@@ -39,6 +39,8 @@ from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, FINAL_F
 from .shortcuts import shortcut_metrics
 
 CODE_CORRECTNESS = ("all_pass", "pass_rate")
+#: sandbox counters of a tested program that mean it tried to decide its own verdict (shortcut forged_verdict)
+FORGERY_COUNTERS = ("sandbox/forged_result", "sandbox/non_plain_value")
 UNSUBMITTED_FORMAT = ("zero", "delivery")
 
 
@@ -229,6 +231,8 @@ def score_execution(
             except (RewardError, ExecutionError) as e:
                 return _error_record("code_runner", f"code runner failed: {e}", fmt, details)
             details["code"] = result.to_dict()
+            if any(result.sandbox_counts().get(key, 0) for key in FORGERY_COUNTERS):
+                found.append("forged_verdict")
             correct = 1.0 if result.all_passed else (result.pass_rate if pass_rate else 0.0)
 
     components = dict(fmt, correct=correct)

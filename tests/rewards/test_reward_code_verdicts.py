@@ -179,6 +179,10 @@ def test_a_forged_verdict_earns_no_reward_through_a_workflow_execution(pool, nam
     assert record.error is None, record.error
     assert record.correct == (1.0 if name == "honest" else 0.0), record.details["code"]
     assert set(record.details["code"]["sandbox"]) >= {"sandbox/non_plain_value", "sandbox/forged_result"}
+    forged = any(record.details["code"]["sandbox"][k] for k in ("sandbox/non_plain_value", "sandbox/forged_result"))
+    assert ("forged_verdict" in record.details["shortcuts"]) == forged  # counted as reward/shortcut/forged_verdict
+    if name == "equal/object":
+        assert forged
 
 
 # ---- what crosses the boundary -------------------------------------------------------------------------
