@@ -57,9 +57,19 @@ BUDGETS = {
 DRY_BUDGET_SCALE = 3.0  # CPU (a shared 2-core CI machine) is slower than the GPU the budgets are set for
 #: the vLLM test runs in its own stage (verl-vllm), with a smaller command
 VLLM_TEST = "tests/verl/test_verl_gpu.py"
-#: distributions --prepare does not download: the GPU machine's torch stack, and what only the verl stages use
-#: (verl, ray and vLLM are hundreds of MB: install them on the machine, or carry them separately)
-PREPARE_EXCLUDE = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*|verl|ray|vllm|xformers|flash-attn)$", re.I)
+#: what --prepare downloads for a machine without network: the distributions the check's stages import (measured
+#: 2026-11-28 with a sitecustomize hook over a dry run, plus the sandbox workers' checkers), at the versions
+#: installed where --prepare runs. Not the torch stack nor what torch itself requires (sympy, jinja2, filelock,
+#: fsspec, typing-extensions, numpy: any machine with torch has them), nor verl / ray / vLLM (hundreds of MB:
+#: installed on the GPU machine, or their stages are skipped).
+PREPARE_WHEELS = (
+    "transformers", "tokenizers", "huggingface-hub", "hf-xet", "safetensors", "accelerate", "peft", "pydantic",
+    "pydantic-core", "annotated-types", "typing-inspection", "libcst", "RestrictedPython", "math-verify",
+    "latex2sympy2_extended", "antlr4-python3-runtime", "omegaconf", "hydra-core", "PyYAML", "rich", "markdown-it-py",
+    "mdurl", "Pygments", "psutil", "regex", "tqdm", "packaging", "httpx", "httpcore", "h11", "anyio", "sniffio",
+    "idna", "certifi", "click", "typer", "shellingham", "dill", "pytest", "pluggy", "iniconfig", "hypothesis",
+    "sortedcontainers", "attrs",
+)  # fmt: skip
 
 
 @dataclass
@@ -351,8 +361,8 @@ def markdown(summary: dict) -> str:
 
 def prepare(target: Path, python_version: str, platforms: list[str]) -> int:
     """``target/model``: the embedded model's tokenizer and config.json (no weights: the check builds random
-    weights of that shape); ``target/wheels``: wheels of metaagent's runtime dependencies at the versions
-    installed here (this process's environment), for ``python_version`` on ``platforms``, not the torch stack."""
+    weights of that shape); ``target/wheels``: wheels of :data:`PREPARE_WHEELS` at the versions installed here,
+    for ``python_version`` on ``platforms``."""
     sys.path.insert(0, str(ROOT))
     from metaagent.policy.models import resolve_model
 
@@ -363,7 +373,12 @@ def prepare(target: Path, python_version: str, platforms: list[str]) -> int:
         if f.is_file() and not f.name.startswith(("model", "pytorch_model")):
             shutil.copy2(f, model / f.name)
     print(f"[gpu-check] {model}: {sorted(p.name for p in model.iterdir())}")
-    wanted = dependency_closure("metaagent")
+    wanted = {}
+    for name in PREPARE_WHEELS:
+        try:
+            wanted[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            print(f"[gpu-check] {name} is not installed here; install it (make install) or fetch its wheel by hand")
     wheels = target / "wheels"
     wheels.mkdir(exist_ok=True)
     failed = []
@@ -371,41 +386,20 @@ def prepare(target: Path, python_version: str, platforms: list[str]) -> int:
         cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest",
                str(wheels), "--python-version", python_version, "--implementation", "cp",
                *[a for p in platforms for a in ("--platform", p)], f"{name}=={ver}"]  # fmt: skip
-        if subprocess.run(cmd, capture_output=True, text=True).returncode != 0:
+        if subprocess.run(cmd, capture_output=True, text=True).returncode == 0:
+            continue
+        # no binary for that platform: a pure-Python sdist (antlr4-python3-runtime) builds into a wheel for any
+        built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir",
+                                str(wheels), f"{name}=={ver}"], capture_output=True, text=True)  # fmt: skip
+        stem = name.replace("-", "_").lower()
+        pure = [w for w in wheels.glob("*.whl") if w.name.lower().startswith(stem) and w.name.endswith("-py3-none-any.whl")]
+        if built.returncode != 0 or not pure:
             failed.append(f"{name}=={ver}")
     size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
     print(f"[gpu-check] {wheels}: {len(list(wheels.glob('*.whl')))} wheels; {target} holds {size / 2**20:.1f} MiB")
     if failed:
         print(f"[gpu-check] no wheel for {python_version} on {platforms}: {', '.join(failed)}")
     return 0
-
-
-def dependency_closure(root: str) -> dict[str, str]:
-    """Installed distribution name -> version of everything ``root`` needs (its core requirements, recursively,
-    no extras), except :data:`PREPARE_EXCLUDE` and ``root`` itself."""
-    from packaging.requirements import Requirement
-
-    seen: dict[str, str] = {}
-    todo = [root]
-    while todo:
-        name = todo.pop()
-        try:
-            dist = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        for spec in dist.requires or []:
-            req = Requirement(spec)
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-                continue
-            key = req.name.lower().replace("_", "-")
-            if key in seen or PREPARE_EXCLUDE.match(key):
-                continue
-            try:
-                seen[key] = importlib.metadata.version(req.name)
-            except importlib.metadata.PackageNotFoundError:
-                continue
-            todo.append(req.name)
-    return seen
 
 
 def main() -> None:
