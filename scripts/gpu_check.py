@@ -40,6 +40,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -112,12 +113,14 @@ class Check:
         with open(stage.log, "w") as log:
             log.write("$ " + " ".join(cmd) + "\n")
             log.flush()
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, start_new_session=True)  # fmt: skip
             try:
-                proc = subprocess.run(cmd, cwd=ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True, timeout=stage.budget_s, start_new_session=True)  # fmt: skip
-                output, code = proc.stdout, proc.returncode
-            except subprocess.TimeoutExpired as e:
-                output = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+                output, _ = proc.communicate(timeout=stage.budget_s)
+                code = proc.returncode
+            except subprocess.TimeoutExpired:  # the stage and everything it started (its own process group)
+                os.killpg(proc.pid, signal.SIGKILL)
+                output, _ = proc.communicate()
                 code = None
             log.write(output)
         stage.seconds = time.perf_counter() - t0
