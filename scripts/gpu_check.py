@@ -38,7 +38,6 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import subprocess

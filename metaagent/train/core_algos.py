@@ -59,6 +59,22 @@ class LossSettings:
             "loss_scale_factor": self.loss_scale_factor,
         }
 
+    def verl_actor_config(self, loss_agg_mode: str) -> Any:
+        """verl's own ``ActorConfig`` with these settings, for verl's loss functions (the parity tests). Imports
+        verl, and so Ray."""
+        from verl.workers.config import ActorConfig, PolicyLossConfig
+
+        return ActorConfig(
+            strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, use_torch_compile=False,  # required, unused
+            clip_ratio=self.clip_ratio_low, clip_ratio_low=self.clip_ratio_low, clip_ratio_high=self.clip_ratio_high,
+            clip_ratio_c=self.clip_ratio_c, loss_agg_mode=loss_agg_mode, global_batch_info=self.global_batch_info,
+            tau_pos=self.tau_pos, tau_neg=self.tau_neg,
+            policy_loss=PolicyLossConfig(
+                clip_cov_ratio=self.clip_cov_ratio, clip_cov_lb=self.clip_cov_lb, clip_cov_ub=self.clip_cov_ub,
+                kl_cov_ratio=self.kl_cov_ratio, ppo_kl_coef=self.ppo_kl_coef, dro_beta=self.dro_beta,
+            ),
+        )  # fmt: skip
+
 
 # ---- masked reductions (verl.utils.torch_functional) -------------------------------------------------------
 

@@ -96,23 +96,8 @@ def loss_settings(config: LossConfig, batch: GlobalBatch) -> core_algos.LossSett
 
 
 def verl_actor_config(config: LossConfig, batch: GlobalBatch) -> Any:
-    """verl's ``ActorConfig`` with the same settings as :func:`loss_settings`, for verl's own loss functions
-    (the verl backend's parity tests). Imports verl, and so Ray."""
-    from verl.workers.config import ActorConfig
-
-    s = loss_settings(config, batch)
-    return ActorConfig(
-        strategy="fsdp",  # required field; unused by the loss functions
-        rollout_n=1,
-        ppo_micro_batch_size_per_gpu=1,
-        use_torch_compile=False,
-        clip_ratio=s.clip_ratio_low,
-        clip_ratio_low=s.clip_ratio_low,
-        clip_ratio_high=s.clip_ratio_high,
-        clip_ratio_c=s.clip_ratio_c,
-        loss_agg_mode=config.loss_agg_mode,
-        global_batch_info=s.global_batch_info,
-    )
+    """verl's own ``ActorConfig`` with :func:`loss_settings`, for verl's loss functions (parity tests)."""
+    return loss_settings(config, batch).verl_actor_config(config.loss_agg_mode)
 
 
 def role_advantage_scales(

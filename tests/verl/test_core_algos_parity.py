@@ -32,21 +32,6 @@ def batch(seed: int = 0):
     return old, new, adv, mask, weights
 
 
-def verl_config(settings: core_algos.LossSettings, loss_agg_mode: str):
-    from verl.workers.config import ActorConfig, PolicyLossConfig
-
-    return ActorConfig(
-        strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, use_torch_compile=False,
-        clip_ratio=settings.clip_ratio_low, clip_ratio_low=settings.clip_ratio_low,
-        clip_ratio_high=settings.clip_ratio_high, clip_ratio_c=settings.clip_ratio_c, loss_agg_mode=loss_agg_mode,
-        global_batch_info=settings.global_batch_info, tau_pos=settings.tau_pos, tau_neg=settings.tau_neg,
-        policy_loss=PolicyLossConfig(
-            clip_cov_ratio=settings.clip_cov_ratio, clip_cov_lb=settings.clip_cov_lb, clip_cov_ub=settings.clip_cov_ub,
-            kl_cov_ratio=settings.kl_cov_ratio, ppo_kl_coef=settings.ppo_kl_coef, dro_beta=settings.dro_beta,
-        ),
-    )  # fmt: skip
-
-
 def run(fn, config, old, new, adv, mask, loss_agg_mode, weights, seed=0):
     logp = new.clone().requires_grad_(True)
     torch.manual_seed(seed)  # clip_cov draws its clipped tokens from torch's global RNG
@@ -70,7 +55,7 @@ def test_every_policy_loss_equals_verls(name):
     for mode in LOSS_AGG_MODES:
         for weights in (None, w):
             ours = run(core_algos.get_policy_loss_fn(name), settings, old, new, adv, mask, mode, weights)
-            theirs = run(verl_algos.get_policy_loss_fn(name), verl_config(settings, mode), old, new, adv, mask, mode, weights)
+            theirs = run(verl_algos.get_policy_loss_fn(name), settings.verl_actor_config(mode), old, new, adv, mask, mode, weights)
             where = f"{name} {mode} weights={weights is not None}"
             torch.testing.assert_close(ours[0], theirs[0], rtol=1e-12, atol=1e-12, msg=where)
             torch.testing.assert_close(ours[2], theirs[2], rtol=1e-12, atol=1e-12, msg=where)
