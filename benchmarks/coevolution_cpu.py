@@ -285,6 +285,34 @@ def heldout_paired(base: list, other: list, k: int, *, designs: bool) -> str:
             f"{c['only_b']}{split}, only by start {c['only_a']})")
 
 
+def shortcut_section(args: argparse.Namespace) -> list[str]:
+    """Per mode, the reward's shortcut counters step by step (``reward/shortcut/<class>``: executions the reward
+    refused as a shortcut, :mod:`metaagent.rewards.shortcuts`); runs from before the counters show none."""
+    from metaagent.rewards.shortcuts import SHORTCUT_CLASSES
+
+    keys = [f"reward/shortcut/{name}" for name in SHORTCUT_CLASSES]
+    rows = []
+    for mode in args.modes:
+        metrics = [r for r in read_metrics(run_dir(args, mode)) if r.get("step", -1) >= 0 and keys[0] in r]
+        if not metrics:
+            continue
+        per_step = " ".join(str(int(sum(r.get(k, 0) for k in keys))) for r in metrics)
+        totals = {k.rsplit("/", 1)[-1]: int(sum(r.get(k, 0) for r in metrics)) for k in keys}
+        found = ", ".join(f"{name} {n}" for name, n in totals.items() if n) or "none"
+        rows.append(f"| {mode} | {len(metrics)} | {per_step} | {found} |")
+    if not rows:
+        return []
+    return [
+        "Shortcut counters: executions per step that tried a way to earn reward without solving the task and were",
+        "refused (every class of `metaagent/rewards/shortcuts.py`, summed; per class over all steps at the right).",
+        "",
+        "| mode | steps | shortcut executions per step | per class, all steps |",
+        "| --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
+
+
 def report(args: argparse.Namespace) -> None:
     import matplotlib
 
@@ -386,6 +414,7 @@ def report(args: argparse.Namespace) -> None:
             *gains,
             "",
         ]
+    text += shortcut_section(args)
     start_dir = Path(args.runs) / f"eval_{START}"
     start = {m: task_scores(start_dir, m) for m in ("auto", "sa")}
     k_main = json.loads((start_dir / "results.json").read_text())["k_main"] if start["auto"] else 1

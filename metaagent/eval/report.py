@@ -37,6 +37,15 @@ def signed(x: float, digits: int = 1) -> str:
     return f"{r if r != 0 else 0.0:+.{digits}f}"
 
 
+def shortcut_cell(counts: dict[str, int] | None) -> str:
+    """The samples the reward refused as shortcuts, per class (``0`` for none; ``—`` for records that predate
+    the counters)."""
+    if counts is None:
+        return "—"
+    found = [f"{name} {n}" for name, n in counts.items() if n]
+    return ", ".join(found) or "0"
+
+
 def _value(entry: dict[str, Any] | None, metric: str) -> float | None:
     if not entry:
         return None
@@ -99,9 +108,9 @@ def render_table(results: dict[str, Any]) -> str:
     out += ["## 95% bootstrap CIs and budgets", ""]
     out.append(
         f"| Model | Method | Benchmark | tasks | avg@{k} [95% CI] | pass@{k} [95% CI] | tokens/task | agent calls/task "
-        "| valid scripts | reward errors |"
+        "| valid scripts | reward errors | shortcuts refused |"
     )
-    out.append("|---|---|---|---:|---|---|---:|---:|---:|---:|")
+    out.append("|---|---|---|---:|---|---|---:|---:|---:|---:|---|")
     for cell, method, entries in _rows(results):
         for b, en in entries.items():
             if not en:
@@ -118,7 +127,8 @@ def render_table(results: dict[str, Any]) -> str:
             out.append(
                 f"| {cell} | {method} | {b} | {en['tasks']}/{en['tasks_planned']} | {ci(f'avg@{k}')} | {ci(f'pass@{k}')} "
                 f"| {en['budget']['tokens_per_task']:.0f} | {en['budget']['agent_calls_per_task']:.1f} "
-                f"| {'—' if valid is None else f'{100 * valid:.0f}%'} | {en['reward_errors']} |"
+                f"| {'—' if valid is None else f'{100 * valid:.0f}%'} | {en['reward_errors']} "
+                f"| {shortcut_cell(en.get('shortcuts'))} |"
             )
     out += _structure_section(results)
     out += _grid_section(results)
@@ -248,12 +258,14 @@ def render_html(
                         f"{en['budget']['tokens_per_task']:.0f}", f"{en['budget']['agent_calls_per_task']:.1f}",
                         "—" if en["valid_script_rate"] is None else f"{100 * en['valid_script_rate']:.0f}%",
                         e(", ".join(f"{s} {n}" for s, n in st.items() if n)), str(en["reward_errors"]),
+                        e(shortcut_cell(en.get("shortcuts"))),
                     )
                 )
     body.append("<h2>Budgets, validity, execution status</h2>")
     body.append(
         table(
-            ["model", "method", "benchmark", "tasks", "tokens/task", "agent calls/task", "valid scripts", "status", "reward errors"],
+            ["model", "method", "benchmark", "tasks", "tokens/task", "agent calls/task", "valid scripts", "status", "reward errors",
+             "shortcuts refused"],
             rows,
             [3, 4, 5, 6, 8],
         )

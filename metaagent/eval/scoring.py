@@ -14,6 +14,7 @@ from statistics import fmean
 from typing import Any
 
 from metaagent.records import EXECUTION_STATUSES, Design, Execution, RolloutTree
+from metaagent.rewards.shortcuts import SHORTCUT_CLASSES, shortcuts_of
 
 from .errors import EvalError
 from .metrics import DEFAULT_BOOTSTRAP, avg_at_k, bootstrap_ci, maj_at_k, pass_at_k
@@ -32,6 +33,14 @@ class Sample:
     prompt_tokens: int
     agent_calls: int
     reward_error: str | None = None
+    shortcuts: tuple[str, ...] | None = None  # shortcut classes the reward refused; None: records predate them
+
+
+def _shortcuts(e: Execution) -> tuple[str, ...] | None:
+    details = e.reward.details if e.reward is not None else None
+    if not details or "shortcuts" not in details:
+        return None
+    return tuple(shortcuts_of(e.reward))
 
 
 def _answer(e: Execution) -> str | None:
@@ -69,6 +78,7 @@ def samples_of(tree: RolloutTree) -> list[Sample]:
                     prompt_tokens=sum(len(t.prompt_ids) for t in e.turns) + (prompt if i == 0 else 0),
                     agent_calls=len(e.turns),
                     reward_error=None if scored else (r.error if r is not None else "no reward record"),
+                    shortcuts=_shortcuts(e),
                 )
             )
     return out
@@ -96,6 +106,7 @@ class TaskScore:
     sampled_designs: int = 0
     structure: str | None = None  # modal pattern among the valid designs
     family: str | None = None
+    shortcuts: dict[str, int] | None = None  # samples per shortcut class (rewards/shortcuts.py); None: unrecorded
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -117,6 +128,14 @@ def _modal(labels: Sequence[str]) -> str | None:
         return None
     counts = Counter(labels)
     return max(counts, key=lambda label: (counts[label], -labels.index(label)))
+
+
+def _count_shortcuts(samples: Sequence[Sample]) -> dict[str, int] | None:
+    recorded = [s.shortcuts for s in samples if s.shortcuts is not None]
+    if not recorded:
+        return None
+    counts = Counter(name for names in recorded for name in set(names))
+    return {name: counts.get(name, 0) for name in SHORTCUT_CLASSES}
 
 
 def score_task(tree: RolloutTree, ks: Sequence[int]) -> TaskScore:
@@ -141,6 +160,7 @@ def score_task(tree: RolloutTree, ks: Sequence[int]) -> TaskScore:
         sampled_designs=sum(1 for d in tree.designs if d.sample is not None),
         structure=_modal([str((d.structure or {}).get("pattern", "other")) for d in tree.designs if d.valid]),
         family=_modal([str((d.structure or {}).get("family", "other")) for d in tree.designs if d.valid]),
+        shortcuts=_count_shortcuts(samples),
     )
     for k in ks:
         if len(scored) < k:
@@ -190,6 +210,10 @@ def summarize(
     samples = sum(s.samples for s in scores)
     out["samples"] = samples
     out["reward_errors"] = sum(s.reward_errors for s in scores)
+    recorded = [s.shortcuts for s in scores if s.shortcuts is not None]
+    out["shortcuts"] = (
+        {name: sum(c.get(name, 0) for c in recorded) for name in SHORTCUT_CLASSES} if recorded else None
+    )  # samples the reward refused as a shortcut, per class (None: records from before the counters)
     statuses = Counter()
     for s in scores:
         statuses.update(s.statuses)
@@ -217,6 +241,8 @@ def flat_metrics(summary: dict[str, Any], prefix: str) -> dict[str, float]:
             out[prefix + name + "/ci_low"], out[prefix + name + "/ci_high"] = m["ci95"]
     out[prefix + "metric_errors"] = summary["metric_errors"]
     out[prefix + "eval_reward_errors"] = summary["reward_errors"]
+    for name, count in (summary.get("shortcuts") or {}).items():
+        out[prefix + "shortcut/" + name] = count
     for key, value in summary["budget"].items():
         out[prefix + "budget/" + key] = value
     return out

@@ -7,12 +7,14 @@ the deadline by killing this process.
 Request: ``{"gold": [latex, ...], "pred": [latex, ...], "float_rounding": int, "rel_tol": float}`` where
 each list holds alternative spellings (e.g. ``50\\%`` and ``\\frac{50}{100}``); the answer is equal when any
 gold alternative matches any prediction alternative.
-Response: ``{"ok": true, "equal": bool, "method": str, "gold_parsed": str, "pred_parsed": str}`` or
-``{"ok": false, "error": str}`` (e.g. the gold answer does not parse).
+Response: ``{"ok": true, "equal": bool, "method": str, "gold_parsed": str, "pred_parsed": str}`` (plus
+``"pred_non_finite": bool`` after the numeric fallback) or ``{"ok": false, "error": str}`` (e.g. the gold answer
+does not parse; ``"resource": true`` when parsing or comparing ran out of memory or recursion).
 """
 
 from __future__ import annotations
 
+import cmath
 import json
 import logging
 import resource
@@ -38,13 +40,23 @@ def _numeric_value(expr):  # -> complex | None
         return None
     try:
         value = complex(sympy.N(expr, 30))
-    except (TypeError, ValueError, OverflowError):
+    except OverflowError:  # a finite sympy number beyond the float range: astronomically large
+        return complex(float("inf"))
+    except (TypeError, ValueError):
         return None
     return value
 
 
-def _close(a: complex, b: complex, rel_tol: float) -> bool:
-    return abs(a - b) <= rel_tol * max(abs(a), abs(b)) or a == b
+def _finite(value: complex) -> bool:
+    return cmath.isfinite(value) and abs(value) < 1e300
+
+
+def _close(gold: complex, pred: complex, rel_tol: float) -> bool:
+    """Finite values only, within ``rel_tol`` relative to the reference (not to the larger side: a huge
+    prediction must not widen its own tolerance)."""
+    if not (_finite(gold) and _finite(pred)):
+        return False
+    return pred == gold or abs(pred - gold) <= rel_tol * abs(gold)
 
 
 def _check(request: dict) -> dict:
@@ -71,7 +83,8 @@ def _check(request: dict) -> dict:
     gold_values = [v for v in map(_numeric_value, gold) if v is not None]
     pred_values = [v for v in map(_numeric_value, pred) if v is not None]
     equal = any(_close(g, p, rel_tol) for g in gold_values for p in pred_values)
-    return {"ok": True, "equal": equal, "method": "numeric", **shown}
+    non_finite = any(not _finite(p) for p in pred_values)
+    return {"ok": True, "equal": equal, "method": "numeric", "pred_non_finite": non_finite, **shown}
 
 
 def main() -> None:
@@ -89,9 +102,9 @@ def main() -> None:
         try:
             answer = _check(json.loads(line))
         except MemoryError:
-            answer = {"ok": False, "error": f"out of memory (limit {ADDRESS_SPACE_BYTES >> 20} MiB)"}
+            answer = {"ok": False, "resource": True, "error": f"out of memory (limit {ADDRESS_SPACE_BYTES >> 20} MiB)"}
         except RecursionError:
-            answer = {"ok": False, "error": "recursion too deep while parsing or comparing"}
+            answer = {"ok": False, "resource": True, "error": "recursion too deep while parsing or comparing"}
         except Exception as e:  # noqa: BLE001 - reported to the parent, which records an error
             answer = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
         out.write(json.dumps(answer) + "\n")

@@ -28,8 +28,8 @@ from .math import check_math, extract_answer, find_boxed
 from .turn import register_turn_reward
 
 
-def _correct(text: str | None, gold: str) -> float | None:
-    check = check_math(extract_answer(text) if text else None, gold)
+def _correct(text: str | None, gold: str, question: str | None = None) -> float | None:
+    check = check_math(extract_answer(text) if text else None, gold, question=question)
     if check.status in ("correct", "incorrect", "no_answer"):  # decided; timeout / error are not
         return float(check.correct)
     return None
@@ -41,21 +41,21 @@ def math_components(task: Mapping[str, Any], turns_so_far: Sequence[AgentTurn], 
 
     from .plan import run_tool_program, script_text
 
-    gold = str(task.get("answer") or "")
+    gold, question = str(task.get("answer") or ""), task.get("question")
     if not gold:
         return "the task has no gold answer"
     text = candidate.delivery if candidate.delivery is not None else candidate.response
     if role_kind(candidate.role) == "tool":
         s_fmt = float(extract_program(script_text(candidate)) is not None)
         ran, shown = run_tool_program(script_text(candidate))
-        step = _correct(f"\\boxed{{{shown.strip()}}}", gold) if ran and shown.strip() else 0.0
+        step = _correct(f"\\boxed{{{shown.strip()}}}", gold, question) if ran and shown.strip() else 0.0
         reasoner = [t for t in turns_so_far if role_kind(t.role) != "tool"]
-        team = _correct(reasoner[-1].delivery or reasoner[-1].response, gold) if reasoner else 0.0
+        team = _correct(reasoner[-1].delivery or reasoner[-1].response, gold, question) if reasoner else 0.0
         if step is None or team is None:
             return "math check undecided"
         return {"team": team, "loc": 0.1 * s_fmt + 0.1 * float(ran) + 0.8 * step, "s_fmt": s_fmt, "s_tool": float(ran), "s_step": step}
     s_fmt = float(find_boxed(text or "") is not None)
-    step = _correct(text, gold)
+    step = _correct(text, gold, question)
     if step is None:
         return "math check undecided"
     return {"team": step, "loc": 0.2 * s_fmt + 0.8 * step, "s_fmt": s_fmt, "s_step": step}

@@ -5,9 +5,10 @@ r"""The format reward R_format (paper App. B), a regulariser with two components
 2. **Delivery formatting** - inter-agent messages are enclosed in ``<delivery>...</delivery>``: the
    fraction of the execution's agent turns whose response contains a complete delivery block
    (read with :func:`metaagent.workflow.protocol.extract_delivery`, the same reader the sandbox uses).
-   An execution with no agent turns delivered nothing and scores 0.
+   An execution with no agent turns delivered nothing and scores 0; an empty block delivers nothing.
 
-``R_format`` is the mean of the two, and 0 for an execution that never submitted an answer.
+``R_format`` is the mean of the two, and 0 for an execution that never submitted an answer (and, in
+:func:`metaagent.rewards.score.score_execution`, for one in which no agent call ran).
 """
 
 from __future__ import annotations
@@ -41,12 +42,24 @@ def solution_format(
     raise ValueError(f"unknown domain {domain!r}; expected 'math', 'code', 'plan' or 'qa'")
 
 
+def _delivered(turn: AgentTurn) -> bool | None:
+    """True: a complete, non-empty delivery block; False: an empty one; None: none."""
+    block = extract_delivery(turn.response)
+    return None if block is None else bool(block)
+
+
 def delivery_format(turns: Sequence[AgentTurn]) -> float:
-    """Fraction of ``turns`` whose response contains a complete ``<delivery>`` block; 0.0 without turns."""
+    """Fraction of ``turns`` whose response contains a complete, non-empty ``<delivery>`` block; 0.0 without
+    turns (an empty block delivers nothing and earns nothing)."""
     if not turns:
         return 0.0
-    delivered = sum(extract_delivery(t.response) is not None for t in turns)
+    delivered = sum(_delivered(t) is True for t in turns)
     return delivered / len(turns)
+
+
+def empty_deliveries(turns: Sequence[AgentTurn]) -> int:
+    """How many of ``turns`` closed an empty delivery block (counted as the ``empty_delivery`` shortcut)."""
+    return sum(_delivered(t) is False for t in turns)
 
 
 def format_components(

@@ -5,24 +5,32 @@ symbolic math engine (e.g., SymPy) to robustly verify the correctness."
 
 * :func:`extract_answer` takes the last ``\boxed{...}`` / ``\fbox{...}`` (nested braces allowed), else the
   last match of the configurable fallback patterns ("Final answer: ...", "The answer is ...", a bare
-  one-line answer).
+  one-line answer). It reads at most the last :data:`MAX_TEXT_CHARS` characters, in linear time.
 * :func:`check_math` returns a :class:`MathCheck` with a status: ``correct``, ``incorrect``, ``no_answer``
-  (nothing to compare: a computed 0), ``timeout`` or ``error`` (the check could not be made: not a 0).
+  (nothing to compare: a computed 0), ``timeout`` or ``error`` (the verifier itself failed: not a 0), and the
+  shortcut class the answer tried, if any (:mod:`metaagent.rewards.shortcuts`).
 
 How equivalence is decided, in order:
 
-1. Both sides are plain numbers (integers, decimals, ``a/b``, ``\frac{a}{b}``, scientific notation, with
-   percentages, thousands separators, degrees and LaTeX spacing normalised away): compared exactly when
-   both are integers or fractions, else with relative tolerance ``rel_tol`` (default 1e-6). Done in the
+1. An answer that re-states the question's expression (``\boxed{16 + 19}`` for "What is 16 + 19?") is
+   incorrect (:func:`~metaagent.rewards.shortcuts.copies_question`).
+2. The reference is a plain number (integer, decimal, ``a/b``, ``\frac{a}{b}``, scientific notation, with
+   percentages, thousands separators, degrees, units, currency and LaTeX spacing normalised away): the answer
+   must be a number too under ``final_form="strict"`` (the default; an expression such as ``\sqrt{1225}`` or
+   an unreduced ``70/2`` is incorrect), and numbers are compared exactly when the reference is an integer or
+   a fraction, within ``rel_tol`` (default 1e-6, relative to the reference) when it is a decimal with a
+   fractional part. Non-finite and astronomically large answers equal no finite reference. Done in the
    calling thread; bounded work on short strings.
-2. Identical normalised strings are equal.
-3. Otherwise math-verify (``parse`` + ``verify``, which use sympy: radicals, pi, intervals, sets, tuples,
+3. Identical normalised strings are equal.
+4. Otherwise math-verify (``parse`` + ``verify``, which use sympy: radicals, pi, intervals, sets, tuples,
    equations such as ``x=3`` vs ``3``, units) runs in a helper process with its own signal-based timeouts
-   disabled; the deadline ``timeout_s`` is enforced by killing the helper, and a miss is reported as status
-   ``timeout``. If math-verify says no, closed-form numbers are compared numerically with ``rel_tol``.
+   disabled; the deadline ``timeout_s`` is enforced by killing the helper. A prediction that makes it miss the
+   deadline (or exhaust memory or recursion) is ``incorrect``; only when the reference alone cannot be
+   verified is the status ``timeout`` / ``error``. If math-verify says no, closed-form finite numbers are
+   compared numerically with ``rel_tol`` relative to the reference.
 
 Thread- and process-safe: the calling side uses no signals and no global state except the per-process
-helper pool (:func:`metaagent.execution.worker_pool.shared_pool`).
+helper pool (:func:`metaagent.execution.worker_pool.shared_pool`) and a cache of verifiable references.
 """
 
 from __future__ import annotations
@@ -31,13 +39,17 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from metaagent.execution.worker_pool import WorkerPool, shared_pool
 
+from . import shortcuts
 from .errors import CheckTimeout, ExecutionError, RewardError
 
 DEFAULT_REL_TOL = 1e-6
@@ -49,8 +61,9 @@ MAX_ANSWER_CHARS = 2000
 DEFAULT_FALLBACKS: tuple[str, ...] = (
     r"final answer(?:\s+is)?\s*[:：]?\s*(?P<answer>[^\n]+)",
     r"the answer is\s*[:：]?\s*(?P<answer>[^\n]+)",
-    # the whole text is one short line without prose words (4+ letters not after "\\"), e.g. "12", "x = 3"
-    r"\A\s*(?!.*(?<![\\a-zA-Z])[a-zA-Z]{4,})(?P<answer>[^\n]{1,64}?)\s*\Z",
+    # the whole (stripped) text is one short line without prose words (4+ letters not after "\\"), e.g. "12",
+    # "x = 3"; anchored at both ends with no leading \s*, so it runs in linear time
+    r"\A(?!.*(?<![\\a-zA-Z])[a-zA-Z]{4,})(?P<answer>[^\n]{1,64})\Z",
 )
 
 MATH_STATUSES = ("correct", "incorrect", "no_answer", "timeout", "error")
@@ -61,34 +74,49 @@ _WORKER_SCRIPT = str(Path(__file__).with_name("_math_worker.py"))
 
 # ---- extraction -------------------------------------------------------------------------------------------
 
+#: answers are read from the last MAX_TEXT_CHARS characters of a reply (the final answer ends it), so the
+#: cost of extraction is bounded whatever a policy writes
+MAX_TEXT_CHARS = 16_000
+
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])\s*")
+_BARE_TOKEN_RE = re.compile(r"[^\s$]+")
 _CUT_RE = re.compile(r"\.\s|\s(?:because|since|which|so|as)\b", re.IGNORECASE)
 
 
-def _braced(text: str, start: int) -> str | None:
-    """Content of the brace group opening at ``text[start] == '{'`` (nested braces), None if unclosed."""
-    depth = 0
-    for i in range(start, len(text)):
+def _brace_pairs(text: str) -> dict[int, int]:
+    """``{open index: close index}`` of every balanced brace group, in one pass (escaped ``\{`` ``\}`` skipped)."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
         c = text[i]
         if c == "\\":
+            i += 2  # an escaped character (\{, \}, \\) is never a group brace
             continue
-        if c == "{" and text[i - 1 : i] != "\\":
-            depth += 1
-        elif c == "}" and text[i - 1 : i] != "\\":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i]
-    return None
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
 
 
 def find_boxed(text: str) -> str | None:
-    r"""Content of the last complete ``\boxed{...}`` / ``\fbox{...}`` (or ``\boxed 5``), None if there is none."""
+    r"""Content of the last complete ``\boxed{...}`` / ``\fbox{...}`` (or ``\boxed 5``), None if there is none.
+
+    Linear in the length of ``text`` (one pass pairs every brace), and reads at most the last
+    :data:`MAX_TEXT_CHARS` characters.
+    """
+    text = text[-MAX_TEXT_CHARS:]
+    pairs: dict[int, int] | None = None
     for match in reversed(list(_BOX_RE.finditer(text))):
         end = match.end()
         if end < len(text) and text[end] == "{":
-            content = _braced(text, end)
+            pairs = _brace_pairs(text) if pairs is None else pairs
+            close = pairs.get(end)
+            content = None if close is None else text[end + 1 : close]
         else:
-            token = re.match(r"[^\s$]+", text[end:])
+            token = _BARE_TOKEN_RE.match(text, end)
             content = token.group(0) if token and match.group(0).endswith(" ") else None
         if content is not None and content.strip():
             return content.strip()
@@ -105,9 +133,14 @@ def _clean(answer: str) -> str | None:
 
 
 def extract_answer(text: str | None, *, fallbacks: tuple[str, ...] = DEFAULT_FALLBACKS) -> str | None:
-    r"""The final answer in ``text``: the last ``\boxed{}``, else the last match of the first matching fallback."""
+    r"""The final answer in ``text``: the last ``\boxed{}``, else the last match of the first matching fallback.
+
+    Only the last :data:`MAX_TEXT_CHARS` characters are read (stripped), so extraction is bounded; the
+    default patterns run in linear time (user patterns are the user's responsibility).
+    """
     if not text:
         return None
+    text = text[-MAX_TEXT_CHARS:].strip()
     boxed = find_boxed(text)
     if boxed is not None:
         return _clean(boxed)
@@ -163,54 +196,118 @@ def _alternatives(answer: str) -> list[str]:
     return [text, f"\\frac{{{text}}}{{100}}"] if is_percent else [text]
 
 
-# ---- plain-number fast path -------------------------------------------------------------------------------
+# ---- numbers and the final-form rule -------------------------------------------------------------------------
 
-_INT_RE = re.compile(r"[+-]?\d{1,60}")
-_DECIMAL_RE = re.compile(r"[+-]?(?:\d{1,60}\.\d{0,60}|\.\d{1,60}|\d{1,60})(?:[eE][+-]?\d{1,3})?")
-_SLASH_RE = re.compile(r"([+-]?\d{1,30})\s*/\s*(\d{1,30})")
-_FRAC_RE = re.compile(r"([+-]?)\\frac\{\s*(\d{1,30})\s*\}\{\s*(\d{1,30})\s*\}")
+#: how an answer to a plain-number reference must be written: ``strict`` (a number: integer, decimal, fraction in
+#: lowest terms, percent; units, currency, spacing and ``x =`` normalised away) or ``lenient`` (any expression
+#: symbolically equal to the reference). A copy of the question's expression is incorrect in both.
+FINAL_FORMS = ("strict", "lenient")
+#: a decimal answer to a fraction with no finite decimal expansion (1/3) must be that fraction correctly rounded
+#: to the places written, with at least this many significant digits ("0.333333" yes, "0.33" no)
+MIN_ROUNDED_DIGITS = 6
+#: a lenient re-check of a strict-mode refusal only feeds the ``non_final_form`` counter: it gets this deadline
+DIAGNOSTIC_TIMEOUT_S = 0.5
+
+_INT_RE = re.compile(r"[+-]?\d{1,1000}")
+_DECIMAL_RE = re.compile(r"[+-]?(?:\d{1,1000}\.\d{0,1000}|\.\d{1,1000}|\d{1,1000})(?:[eE][+-]?\d{1,3})?")
+_SLASH_RE = re.compile(r"([+-]?)\(?(\d{1,500})\)?/\(?(\d{1,500})\)?")
+_FRAC_RE = re.compile(r"([+-]?)\\frac(?:\{(\d{1,500})\}\{(\d{1,500})\}|(\d)(\d))")
+_UNIT_WRAP_RE = re.compile(r"\\(?:text|mathrm|textrm|textbf|mbox|operatorname)\s*\{([^{}]*)\}")
+_UNIT_WORD_RE = re.compile(r"\s+[a-zA-Z]+(?:\^\{?[23]\}?)?(?:/[a-zA-Z]+(?:\^\{?[23]\}?)?)?\s*$")
+_CURRENCY_RE = re.compile(r"^(?:\\\$|\$|€|£|¥)\s*")
+_ASSIGN_RE = re.compile(r"^[a-zA-Z](?:_\{?[a-zA-Z0-9]{1,8}\}?)?\s*=\s*")
+MAX_UNIT_WORDS = 3
 
 
-def _plain_number(text: str) -> tuple[Fraction, bool] | None:
-    """``(value, exact)`` for a plain number; ``exact`` is False for decimals (compared with tolerance)."""
+@dataclass(frozen=True)
+class Number:
+    """A number as written: its exact value and the form it was written in."""
+
+    value: Fraction
+    kind: str  # "integer" | "decimal" | "fraction"
+    places: int = 0  # decimals: places written after the point (scientific notation included)
+    digits: int = 0  # decimals: significant digits written
+    reduced: bool = True  # fractions: in lowest terms with a denominator above 1
+
+    def scaled(self, factor: Fraction, places: int) -> Number:
+        return Number(self.value * factor, self.kind, self.places + places, self.digits, self.reduced)
+
+
+def parse_number(text: str) -> Number | None:
+    """An integer, a decimal (``3.50``, ``.5``, ``1e-7``), ``a/b`` or ``\\frac{a}{b}``; None for anything else."""
     text = text.replace(" ", "")
     if _INT_RE.fullmatch(text):
-        return Fraction(int(text)), True
+        return Number(Fraction(int(text)), "integer")
     if _DECIMAL_RE.fullmatch(text):
-        return Fraction(text), False
+        decimal = Decimal(text)
+        _, digits, exponent = decimal.as_tuple()
+        assert isinstance(exponent, int)  # finite by the pattern
+        return Number(Fraction(decimal), "decimal", max(0, -exponent), len(digits))
     m = _SLASH_RE.fullmatch(text)
-    if m and int(m.group(2)) != 0:
-        return Fraction(int(m.group(1)), int(m.group(2))), True
-    m = _FRAC_RE.fullmatch(text)
-    if m and int(m.group(3)) != 0:
-        value = Fraction(int(m.group(2)), int(m.group(3)))
-        return (-value if m.group(1) == "-" else value), True
-    return None
+    sign, num, den = (m.group(1), m.group(2), m.group(3)) if m else ("", "", "")
+    if not m and (m := _FRAC_RE.fullmatch(text)):
+        sign, num, den = m.group(1), m.group(2) or m.group(4), m.group(3) or m.group(5)
+    if not num or int(den) == 0:
+        return None
+    value = Fraction(int(num), int(den)) * (-1 if sign == "-" else 1)
+    return Number(value, "fraction", reduced=int(den) > 1 and math.gcd(int(num), int(den)) == 1)
 
 
-def _plain_alternatives(alternatives: list[str]) -> list[tuple[Fraction, bool]] | None:
-    values = []
-    for alt in alternatives:
-        if alt.startswith("\\frac{") and alt.endswith("}{100}"):  # percentage alternative p/100
-            inner = _plain_number(alt[len("\\frac{") : -len("}{100}")])
-            if inner is None:
-                return None
-            values.append((inner[0] / 100, inner[1]))
-            continue
-        value = _plain_number(alt)
-        if value is None:
-            return None
-        values.append(value)
-    return values
+def _strip_units(text: str) -> str:
+    r"""``\text{..}`` unwrapped, a leading currency sign, a leading ``x =`` and up to three trailing unit words
+    removed: ``10 \text{ cm}``, ``\$35``, ``x = 3``, ``35 apples`` are numbers; ``5 or 6`` is not."""
+    text = _UNIT_WRAP_RE.sub(r" \1 ", text).strip()
+    text = _CURRENCY_RE.sub("", _ASSIGN_RE.sub("", text))
+    for _ in range(MAX_UNIT_WORDS):
+        stripped = _UNIT_WORD_RE.sub("", text)
+        if stripped == text:
+            break
+        text = stripped
+    return text.strip()
 
 
-def _numbers_equal(a: tuple[Fraction, bool], b: tuple[Fraction, bool], rel_tol: float) -> bool:
-    (x, x_exact), (y, y_exact) = a, b
-    if x == y:
+def final_number(answer: str, *, strict: bool = True) -> list[Number] | None:
+    """The alternatives of ``answer`` read as a number (a percentage ``p%`` is ``p`` or ``p/100``), or None when
+    it is not one. ``strict`` also refuses a fraction that is not in lowest terms (``48/6``): unevaluated."""
+    text, is_percent = normalize_answer(answer)
+    number = parse_number(_strip_units(text))
+    if number is None or (strict and number.kind == "fraction" and not number.reduced):
+        return None
+    return [number, number.scaled(Fraction(1, 100), 2)] if is_percent else [number]
+
+
+def _terminates(value: Fraction) -> bool:
+    den = value.denominator
+    for p in (2, 5):
+        while den % p == 0:
+            den //= p
+    return den == 1
+
+
+def numbers_equal(gold: Number, pred: Number, rel_tol: float) -> bool:
+    """Integer and fraction references are compared exactly; a decimal reference with a fractional part (a
+    rounded real) within ``rel_tol`` of the reference; a fraction without a finite decimal expansion also
+    accepts its correct rounding to the places written (>= MIN_ROUNDED_DIGITS significant digits)."""
+    if pred.value == gold.value:
         return True
-    if x_exact and y_exact:
-        return False
-    return abs(x - y) <= Fraction(rel_tol) * max(abs(x), abs(y))
+    if gold.kind == "decimal" and gold.value.denominator != 1:
+        return abs(pred.value - gold.value) <= Fraction(rel_tol) * abs(gold.value)
+    if gold.kind == "fraction" and pred.kind == "decimal" and not _terminates(gold.value):
+        scale = 10**pred.places
+        return pred.digits >= MIN_ROUNDED_DIGITS and Fraction(round(gold.value * scale), scale) == pred.value
+    return False
+
+
+def _number_shortcut(golds: list[Number], preds: list[Number], rel_tol: float) -> str:
+    """Which shortcut a wrong number tried: astronomically large (``unbounded``), or equal to an integer or
+    fraction reference only within a tolerance (``inexact_number``); "" for an honest mistake."""
+    top = max(abs(g.value) for g in golds)
+    if any(abs(p.value) > 10**shortcuts.UNBOUNDED_ORDERS * max(1, top) for p in preds):
+        return "unbounded"
+    tol = Fraction(rel_tol)
+    if any(abs(p.value - g.value) <= tol * max(abs(p.value), abs(g.value)) for g in golds for p in preds):
+        return "inexact_number"
+    return ""
 
 
 # ---- the check --------------------------------------------------------------------------------------------
@@ -223,9 +320,10 @@ class MathCheck:
     status: str  # one of MATH_STATUSES
     pred: str | None
     gold: str
-    method: str = ""  # numeric | string | math_verify | unparsed | ""
+    method: str = ""  # numeric | final_form | question_copy | string | math_verify | unparsed | ""
     detail: str = ""
     elapsed_s: float = 0.0
+    shortcut: str = ""  # a class of metaagent.rewards.shortcuts.SHORTCUT_CLASSES the answer tried, or ""
 
     @property
     def correct(self) -> bool:
@@ -245,23 +343,78 @@ def _math_pool() -> WorkerPool:
     return shared_pool("math-verify", [sys.executable, "-I", _WORKER_SCRIPT], MATH_WORKERS)
 
 
+_GOLD_VERIFIES: dict[tuple[str, ...], bool] = {}
+_GOLD_LOCK = threading.Lock()
+_GOLD_CACHE_SIZE = 4096
+
+
+def _verify(gold: list[str], pred: list[str], rel_tol: float, timeout_s: float) -> dict:
+    """One math-verify request; ``{"timeout": True}`` when it missed its deadline."""
+    payload = {"gold": gold, "pred": pred, "float_rounding": max(0, round(-math.log10(rel_tol))), "rel_tol": rel_tol}
+    try:
+        return _math_pool().call(payload, timeout_s)
+    except CheckTimeout:
+        return {"ok": False, "timeout": True, "error": f"math check did not finish within {timeout_s:g}s"}
+    except (RewardError, ExecutionError) as e:  # the helper could not start or died: the verifier failed
+        return {"ok": False, "error": str(e)}
+
+
+def _gold_verifies(gold: list[str], rel_tol: float, timeout_s: float) -> bool:
+    """Whether the verifier decides the reference against itself in time (cached per reference): when it does,
+    a deadline or resource failure on a prediction was caused by the prediction."""
+    key = tuple(gold)
+    with _GOLD_LOCK:
+        if key in _GOLD_VERIFIES:
+            return _GOLD_VERIFIES[key]
+    answer = _verify(gold, gold, rel_tol, timeout_s)
+    verdict = bool(answer.get("ok") and answer.get("equal"))
+    with _GOLD_LOCK:
+        if len(_GOLD_VERIFIES) >= _GOLD_CACHE_SIZE:
+            _GOLD_VERIFIES.clear()
+        _GOLD_VERIFIES[key] = verdict
+    return verdict
+
+
+def _symbolic(gold: list[str], pred: list[str], rel_tol: float, timeout_s: float) -> tuple[str, str, str, str]:
+    """``(status, method, detail, shortcut)`` of math-verify on the alternatives. A prediction that makes the
+    verifier miss its deadline (or run out of memory or recursion) is ``incorrect`` with the shortcut
+    ``verifier_timeout``, provided the reference alone verifies; otherwise the verifier failed: ``timeout`` or
+    ``error``, not a verdict."""
+    answer = _verify(gold, pred, rel_tol, timeout_s)
+    if not answer.get("ok"):
+        detail = str(answer.get("error", "unknown error in the math helper"))
+        if answer.get("timeout") or answer.get("resource"):
+            if _gold_verifies(gold, rel_tol, timeout_s):
+                return "incorrect", "math_verify", f"the prediction stalled the verifier: {detail}", "verifier_timeout"
+            return ("timeout" if answer.get("timeout") else "error"), "", detail, ""
+        return "error", "", detail, ""
+    detail = f"gold={answer.get('gold_parsed', '')} pred={answer.get('pred_parsed', '')}"
+    shortcut = "unbounded" if answer.get("pred_non_finite") and not answer["equal"] else ""
+    return ("correct" if answer["equal"] else "incorrect"), str(answer.get("method", "")), detail, shortcut
+
+
 def check_math(
     pred: str | None,
     gold: str | None,
     *,
     rel_tol: float = DEFAULT_REL_TOL,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    final_form: str = "strict",
+    question: str | None = None,
 ) -> MathCheck:
     """Compare an extracted answer ``pred`` with ``gold`` (see the module doc for the rules).
 
     ``pred`` is an answer string (use :func:`extract_answer` on agent text first); None or blank gives
-    ``no_answer``. A missing ``gold`` gives ``error``. Never raises for bad input; see :func:`math_equal`.
+    ``no_answer``. A missing ``gold`` gives ``error``. ``question`` (the task's text) lets the check refuse an
+    answer that copies the question's expression. Never raises for bad input; see :func:`math_equal`.
     """
+    if final_form not in FINAL_FORMS:
+        raise ValueError(f"final_form must be one of {FINAL_FORMS}, got {final_form!r}")
     start = time.monotonic()
     gold_text = "" if gold is None else str(gold)
 
-    def result(status: str, method: str = "", detail: str = "") -> MathCheck:
-        return MathCheck(status, pred, gold_text, method, detail, time.monotonic() - start)
+    def result(status: str, method: str = "", detail: str = "", shortcut: str = "") -> MathCheck:
+        return MathCheck(status, pred, gold_text, method, detail, time.monotonic() - start, shortcut)
 
     gold_alts = _alternatives(gold_text) if gold_text.strip() else []
     if not gold_alts:
@@ -269,37 +422,38 @@ def check_math(
     pred_alts = _alternatives(pred) if pred is not None and pred.strip() else []
     if not pred_alts:
         return result("no_answer")
+    assert pred is not None
+    if shortcuts.copies_question(pred, question):
+        return result("incorrect", "question_copy", "the answer re-states the question's expression", "question_copy")
 
-    gold_numbers, pred_numbers = _plain_alternatives(gold_alts), _plain_alternatives(pred_alts)
-    if gold_numbers is not None and pred_numbers is not None:
-        equal = any(_numbers_equal(g, p, rel_tol) for g in gold_numbers for p in pred_numbers)
-        return result("correct" if equal else "incorrect", "numeric")
+    gold_numbers = final_number(gold_text, strict=False)
+    if gold_numbers is not None:
+        pred_numbers = final_number(pred, strict=final_form == "strict")
+        if pred_numbers is not None:
+            if any(numbers_equal(g, p, rel_tol) for g in gold_numbers for p in pred_numbers):
+                return result("correct", "numeric")
+            return result("incorrect", "numeric", shortcut=_number_shortcut(gold_numbers, pred_numbers, rel_tol))
+        if shortcuts.names_non_finite(pred):
+            return result("incorrect", "numeric", "not a finite number", "unbounded")
+        if final_form == "strict":
+            lenient = _symbolic(gold_alts, pred_alts, rel_tol, min(timeout_s, DIAGNOSTIC_TIMEOUT_S))
+            would_pay = {"correct": "non_final_form"}.get(lenient[0], "")
+            return result(
+                "incorrect",
+                "final_form",
+                "the reference is a number and the answer is not one (reward.math_final_form=strict)",
+                lenient[3] or would_pay,
+            )
     if {_squash(a) for a in gold_alts} & {_squash(a) for a in pred_alts}:
         return result("correct", "string")
-
-    payload = {
-        "gold": gold_alts,
-        "pred": pred_alts,
-        "float_rounding": max(0, round(-math.log10(rel_tol))),
-        "rel_tol": rel_tol,
-    }
-    try:
-        answer = _math_pool().call(payload, timeout_s)
-    except CheckTimeout:
-        return result("timeout", detail=f"math check did not finish within {timeout_s:g}s")
-    except (RewardError, ExecutionError) as e:
-        return result("error", detail=str(e))
-    if not answer.get("ok"):
-        return result("error", detail=str(answer.get("error", "unknown error in the math helper")))
-    detail = f"gold={answer.get('gold_parsed', '')} pred={answer.get('pred_parsed', '')}"
-    return result("correct" if answer["equal"] else "incorrect", str(answer.get("method", "")), detail)
+    return result(*_symbolic(gold_alts, pred_alts, rel_tol, timeout_s))
 
 
-def math_equal(pred: str | None, gold: str, **kwargs: float) -> bool:
+def math_equal(pred: str | None, gold: str, **kwargs: Any) -> bool:
     """True iff ``pred`` equals ``gold``; a missing prediction is False.
 
-    Raises :class:`RewardError` when no verdict could be reached (timeout or error), so a failed check is
-    never mistaken for a wrong answer.
+    Raises :class:`RewardError` when no verdict could be reached (the verifier itself failed), so a failed
+    check is never mistaken for a wrong answer.
     """
     check = check_math(pred, gold, **kwargs)
     if not check.computed:

@@ -34,8 +34,9 @@ from metaagent.records import Execution, RewardRecord, RolloutTree
 
 from ..data.tasks import Task
 from .errors import ExecutionError, RewardError, TestsFormatError
-from .format import format_components
-from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, check_math, extract_answer
+from .format import empty_deliveries, format_components
+from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, FINAL_FORMS, check_math, extract_answer
+from .shortcuts import shortcut_metrics
 
 CODE_CORRECTNESS = ("all_pass", "pass_rate")
 UNSUBMITTED_FORMAT = ("zero", "delivery")
@@ -60,6 +61,9 @@ class RewardConfig(Checked):
     site_packages: bool = False  # let tested programs import installed packages (slower start)
     math_rel_tol: Annotated[float, Field(gt=0, lt=1)] = DEFAULT_REL_TOL
     math_timeout_s: PositiveFloat = DEFAULT_TIMEOUT_S
+    # an answer to a plain-number reference must be a number ("strict") or may be any symbolically equal
+    # expression ("lenient"); a copy of the question's expression is incorrect in both (rewards/shortcuts.py)
+    math_final_form: Literal[FINAL_FORMS] = "strict"
     answer_fallbacks: tuple[str, ...] = DEFAULT_FALLBACKS  # regexes with a named group (?P<answer>...)
     fence_languages: Annotated[tuple[str, ...], Field(min_length=1)] = DEFAULT_FENCE_LANGUAGES  # ("python", "py", "")
     batch_workers: PositiveInt = 4  # executions scored at once by score_executions
@@ -131,6 +135,10 @@ def score_execution(
     (``unsubmitted_format="delivery"`` keeps the delivery share of its turns). Its ``answer`` (the last
     reply) stays in the record for replay. Otherwise a crashed design would keep most of a clean design's
     reward and the designer would never be taught to write scripts that finish.
+
+    An execution in which no agent call ran (a script that submits text it built itself) scores 0 for both
+    ``R_correct`` and ``R_format``: the team did no work. Every shortcut class the execution tried
+    (:mod:`metaagent.rewards.shortcuts`) is listed in ``details["shortcuts"]``.
     """
     cfg = config or RewardConfig()
     task = _as_task(task)
@@ -138,13 +146,19 @@ def score_execution(
     if not execution.submitted and cfg.unsubmitted_format == "delivery":
         fmt["format"] = fmt["delivery_format"] / 2
     details: dict[str, Any] = {"domain": task.domain, "task_id": task.id, "submitted": execution.submitted}
+    found = ["empty_delivery"] if empty_deliveries(execution.turns) else []
+    details["shortcuts"] = found
     if not task.has_reference:
         what = {"math": "gold answer", "plan": "environment (metadata['env'])"}.get(task.domain, "tests")
         return _error_record(
             "no_reference", f"task {task.id!r} has no {what}; it cannot be scored", fmt, details
         )
 
-    if not execution.submitted:
+    if not execution.turns:
+        found.append("no_agent_runs")
+        fmt["format"] = 0.0
+        correct = 0.0
+    elif not execution.submitted:
         details["unsubmitted"] = execution.status
         correct = 0.0
     elif task.domain == "qa":
@@ -156,7 +170,14 @@ def score_execution(
         details["qa"] = {"pred": pred, "golds": list(golds), "f1": correct}
     elif task.domain == "math":
         pred = extract_answer(execution.answer, fallbacks=cfg.answer_fallbacks) if execution.answer else None
-        check = check_math(pred, task.answer, rel_tol=cfg.math_rel_tol, timeout_s=cfg.math_timeout_s)
+        check = check_math(
+            pred,
+            task.answer,
+            rel_tol=cfg.math_rel_tol,
+            timeout_s=cfg.math_timeout_s,
+            final_form=cfg.math_final_form,
+            question=task.question,
+        )
         details["math"] = {
             "status": check.status,
             "pred": pred,
@@ -165,6 +186,8 @@ def score_execution(
             "detail": check.detail,
             "elapsed_s": check.elapsed_s,
         }
+        if check.shortcut:
+            found.append(check.shortcut)
         if not check.computed:
             return _error_record(
                 f"math_{check.status}", f"math check {check.status}: {check.detail}", fmt, details
@@ -258,7 +281,8 @@ def score_tree(
 
 
 def reward_metrics(records: Iterable[RewardRecord], prefix: str = "reward/") -> dict[str, float]:
-    """Means over computed rewards plus error counts (total and per kind) for logging."""
+    """Means over computed rewards, error counts (total and per kind) and the shortcut counters
+    (``reward/shortcut/<class>``, ``reward/no_agent_runs``) for logging."""
     records = list(records)
     computed = [r for r in records if r.error is None and r.total is not None]
     errors = Counter(str(r.details.get("error_kind", "other")) for r in records if r.error is not None)
@@ -269,6 +293,7 @@ def reward_metrics(records: Iterable[RewardRecord], prefix: str = "reward/") -> 
     }
     for kind, n in sorted(errors.items()):
         out[f"{prefix}errors/{kind}"] = float(n)
+    out.update(shortcut_metrics(records))
     if computed:
         out[f"{prefix}mean_total"] = sum(r.total for r in computed) / len(computed)  # type: ignore[misc]
         out[f"{prefix}mean_correct"] = sum(r.correct or 0.0 for r in computed) / len(computed)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from statistics import fmean
 
 from metaagent.records import EXECUTION_STATUSES, RolloutTree
+from metaagent.rewards.shortcuts import shortcut_metrics
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -14,7 +15,8 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def rollout_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
-    """Reward per role and domain, valid-script rate, structure shares, execution statuses, tokens."""
+    """Reward per role and domain, valid-script rate, structure shares, execution statuses, tokens, and the
+    reward's shortcut counters (``reward/shortcut/<class>``, ``reward/no_agent_runs``: hacking shows at step 1)."""
     m: dict[str, float] = {}
     designs = [d for t in trees for d in t.designs]
     executions = [(t, e) for t in trees for _, e in t.executions()]
@@ -54,4 +56,5 @@ def rollout_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
     m["rollout/turns_per_execution"] = len(turns) / len(executions) if executions else 0.0
     m["rollout/tokens/executor"] = sum(len(turn.response_ids) for turn in turns)
     m["rollout/delivery_rate"] = _mean([1.0 if turn.delivery is not None else 0.0 for turn in turns])
+    m.update(shortcut_metrics(e.reward for _, e in executions))
     return m

@@ -6,8 +6,6 @@ followed the protocol), so both read a response the same way.
 
 from __future__ import annotations
 
-import re
-
 DELIVERY_OPEN = "<delivery>"
 DELIVERY_CLOSE = "</delivery>"
 
@@ -17,18 +15,21 @@ AGENT_PROTOCOL = (
     f"for your team inside {DELIVERY_OPEN}...{DELIVERY_CLOSE}: your result, short and self-contained."
 )
 
-_DELIVERY_RE = re.compile(re.escape(DELIVERY_OPEN) + r"(.*?)" + re.escape(DELIVERY_CLOSE), re.DOTALL)
-
 
 def extract_delivery(text: str) -> str | None:
     """Content of the last complete ``<delivery>...</delivery>`` block, stripped; None when there is none.
 
-    An opened but unclosed block (e.g. generation cut at max_tokens) does not count.
+    Blocks are read left to right, each from an opening tag to the next closing tag (so a stray opening tag
+    inside a block is content). An opened but unclosed block (e.g. generation cut at max_tokens) does not
+    count. Linear in the length of ``text``.
     """
-    blocks = _DELIVERY_RE.findall(text)
-    if not blocks:
-        return None
-    return blocks[-1].strip()
+    last, pos = None, 0
+    while (start := text.find(DELIVERY_OPEN, pos)) >= 0:
+        end = text.find(DELIVERY_CLOSE, start + len(DELIVERY_OPEN))
+        if end < 0:
+            break
+        last, pos = text[start + len(DELIVERY_OPEN) : end], end + len(DELIVERY_CLOSE)
+    return None if last is None else last.strip()
 
 
 def agent_system_prompt(role_prompt: str) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 from metaagent.data.loaders import DatasetSpec, load_tasks
 from metaagent.data.tasks import Task
-from metaagent.records import Execution
+from metaagent.records import AgentTurn, Execution
 from metaagent.rewards import RewardConfig, score_execution
 from metaagent.rewards import score as score_module
 from metaagent.rewards.score import code_limits
@@ -36,7 +36,12 @@ def task(tmp_path) -> Task:
 
 
 def answer(program: str) -> Execution:
-    return Execution(index=0, status="ok", answer=f"```python\n{program}```", submitted=True)
+    reply = f"```python\n{program}```"
+    coder = AgentTurn(
+        index=0, role="Coder", system_prompt="", messages=[], response=reply, delivery=reply, prompt_ids=[],
+        response_ids=[], logprobs=None, finish_reason="stop", model="m",
+    )  # fmt: skip
+    return Execution(index=0, status="ok", answer=reply, submitted=True, turns=[coder])
 
 
 def test_a_code_contests_task_with_a_2s_limit_gets_2s(task, monkeypatch):

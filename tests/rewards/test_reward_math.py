@@ -6,7 +6,7 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import pytest
-from reward_math_cases import CASES, check_status
+from reward_math_cases import CASES, LENIENT_ONLY, check_status
 
 from metaagent.rewards import RewardError, check_math, extract_answer, math_equal
 from metaagent.rewards.math import find_boxed, normalize_answer
@@ -71,11 +71,24 @@ def test_table_is_large_and_covers_both_verdicts():
     assert statuses.count("correct") >= 30 and statuses.count("incorrect") >= 15
 
 
+@pytest.mark.parametrize("final_form", ["strict", "lenient"])
 @pytest.mark.parametrize(("pred", "gold", "expected"), CASES, ids=[f"{c[0]!r}~{c[1]!r}" for c in CASES])
-def test_math_table(pred, gold, expected):
-    check = check_math(pred, gold)
+def test_math_table(pred, gold, expected, final_form):
+    check = check_math(pred, gold, final_form=final_form)
     assert check.status == expected, check
     assert check.computed
+
+
+@pytest.mark.parametrize(("pred", "gold"), LENIENT_ONLY, ids=[f"{c[0]!r}~{c[1]!r}" for c in LENIENT_ONLY])
+def test_an_expression_for_a_number_pays_only_in_lenient_mode(pred, gold):
+    strict = check_math(pred, gold)
+    assert (strict.status, strict.method, strict.shortcut) == ("incorrect", "final_form", "non_final_form")
+    assert check_math(pred, gold, final_form="lenient").status == "correct"
+
+
+def test_unknown_final_form_is_refused():
+    with pytest.raises(ValueError, match="final_form must be one of"):
+        check_math("1", "1", final_form="loose")
 
 
 def test_math_table_same_under_threads():
@@ -103,33 +116,46 @@ def test_works_inside_daemonic_multiprocessing_pool():
 HUGE_POWER = "2^{2^{2^{2^{2^{2^{2}}}}}}"
 
 
-def test_timeout_is_a_status_not_false():
-    check = check_math(HUGE_POWER, "5", timeout_s=1.0)
-    assert check.status == "timeout"
-    assert not check.computed and not check.correct
-    assert 0.9 <= check.elapsed_s < 10
+def test_a_prediction_that_stalls_the_verifier_is_incorrect_not_dropped():
+    # lenient mode hands the expression to math-verify, which cannot finish it: the prediction caused the
+    # deadline (the reference alone verifies), so it is a wrong answer, counted, never an abstention
+    check = check_math(HUGE_POWER, "5", timeout_s=1.0, final_form="lenient")
+    assert (check.status, check.shortcut) == ("incorrect", "verifier_timeout")
+    assert check.computed and 0.9 <= check.elapsed_s < 10
+    # strict mode refuses the expression outright; its lenient re-check (for the counter) stalls too
+    strict = check_math(HUGE_POWER, "5", timeout_s=1.0)
+    assert (strict.status, strict.shortcut) == ("incorrect", "verifier_timeout")
     # the killed helper is replaced: the next check works
     assert check_math("\\sqrt{8}", "2\\sqrt{2}").status == "correct"
 
 
+def test_timeout_of_the_reference_itself_is_a_status_not_false():
+    # a deadline no check can meet: the reference alone cannot be verified either, so the verifier failed
+    check = check_math("3\\sqrt{2}", "\\sqrt{18}", timeout_s=0.001)
+    assert check.status == "timeout"
+    assert not check.computed and not check.correct
+
+
 def test_timeout_in_a_thread():
     with ThreadPoolExecutor(max_workers=1) as pool:
-        check = pool.submit(check_math, HUGE_POWER, "5", timeout_s=1.0).result()
-    assert check.status == "timeout"
+        check = pool.submit(check_math, HUGE_POWER, "5", timeout_s=1.0, final_form="lenient").result()
+    assert (check.status, check.shortcut) == ("incorrect", "verifier_timeout")
 
 
 def test_math_equal_raises_when_no_verdict():
     assert math_equal("1/2", "0.5") is True
     assert math_equal("3", "4") is False
     assert math_equal(None, "4") is False
+    assert math_equal(HUGE_POWER, "5", timeout_s=1.0, final_form="lenient") is False  # the prediction's fault
     with pytest.raises(RewardError, match="timeout"):
-        math_equal(HUGE_POWER, "5", timeout_s=1.0)
+        math_equal("2\\sqrt{5}", "\\sqrt{20}", timeout_s=0.001)
     with pytest.raises(RewardError, match="no gold answer"):
         math_equal("3", "")
 
 
-def test_tolerance_is_configurable():
-    assert check_math("1.0001", "1").status == "incorrect"
-    assert check_math("1.0001", "1", rel_tol=1e-3).status == "correct"
+def test_tolerance_is_configurable_for_decimal_references_only():
+    assert check_math("1.5001", "1.5").status == "incorrect"
+    assert check_math("1.5001", "1.5", rel_tol=1e-3).status == "correct"
+    assert check_math("1.0001", "1", rel_tol=1e-3).status == "incorrect"  # an integer reference is exact
     assert check_math("3.1416", "\\pi", rel_tol=1e-4).status == "correct"
     assert check_math("3.1416", "\\pi").status == "incorrect"
