@@ -28,8 +28,8 @@ MAX_RESULTS = 10 * MB  # everything under benchmarks/results/
 MAX_TREE = 32 * 2**20  # half of what a GPU machine takes, the rest for wheels and a model
 #: an absolute path into one machine's home, work or mount folders (not /tmp, not ~, not inside a URL)
 MACHINE_PATH = re.compile(r"(?<![\w.~/])/(?:work|home|root|Users|mnt|scratch|data|opt)/[\w.-]+")
-#: data files that quote paths as recorded (fixtures of old record formats)
-PATH_EXEMPT = ("tests/fixtures/",)
+#: data files that quote paths as recorded (fixtures of old record formats), and this file's own examples
+PATH_EXEMPT = ("tests/fixtures/", "tests/test_repository.py")
 
 
 def tracked() -> list[Path]:
