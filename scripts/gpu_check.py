@@ -280,6 +280,7 @@ class Check:
                 stage = self.run(name, self.stage_cmd(name))
                 if name == "models" and stage.status == "PASS":
                     self.models = stage.details
+                    self.env["GPUCHECK_TINY_MODEL"] = self.models["tiny"]  # the gpu-marked tests' tiny model
                 self.add(stage)
             elif name == "gpu-tests":
                 self.gpu_tests()

@@ -8,10 +8,14 @@ check's ``gpu-tests`` stage runs them).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from builders import PAD, mixed_trees, samples_of, tiny_llama
 
+#: the tiny model: the alias (built from the embedded GGUF), or the folder the GPU check built on a machine without it
+TINY = os.environ.get("GPUCHECK_TINY_MODEL", "tiny")
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
@@ -38,7 +42,7 @@ def test_recorded_logprobs_on_cuda_are_a_full_forwards_on_cuda_and_cpu():
     from metaagent.policy import ChatRequest, HFPolicy, SamplingParams
     from metaagent.policy.models import load_model_and_tokenizer
 
-    model, tok = load_model_and_tokenizer("tiny", device="cuda")
+    model, tok = load_model_and_tokenizer(TINY, device="cuda")
     policy = HFPolicy(model, tok, device="cuda", max_batch_size=4)
     try:
         requests = [ChatRequest([{"role": "user", "content": f"What is {i} + {i}?"}], SamplingParams(max_tokens=12, seed=i))
@@ -46,7 +50,7 @@ def test_recorded_logprobs_on_cuda_are_a_full_forwards_on_cuda_and_cpu():
         completions = policy.generate(requests)
     finally:
         policy.close()
-    cpu_model, _ = load_model_and_tokenizer("tiny", device="cpu")
+    cpu_model, _ = load_model_and_tokenizer(TINY, device="cpu")
     for c in completions:
         assert c.response_ids
         recorded = torch.tensor(c.logprobs)
