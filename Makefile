@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 # tests/conftest.py); a test file stays on one worker, so its module fixtures are built once. PYTEST_WORKERS=0: serial
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test install clean-venv
+.PHONY: demo test install clean-venv gpu-check
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# the GPU check (scripts/gpu_check.py): GPU_CHECK_ARGS="--device cpu --tiny" is the dry mode; no install when a
+# GPU image brings its own torch (PYTHON=python3 make gpu-check GPU_CHECK_ARGS="--wheels DIR --model DIR")
+GPU_CHECK_ARGS ?=
+gpu-check:
+	bash scripts/gpu_check.sh $(GPU_CHECK_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -21,8 +21,9 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   (least squares; t interval); each final checkpoint's held-out avg@k minus the start model's on the same tasks
   (paired bootstrap), with App. C's same- vs different-structure split of the tasks only it solves;
 - ``metrics_<mode>.jsonl``: a copy of each run's metrics;
-- ``heldout/eval_<mode>/``: a copy of each held-out ``metaagent-eval`` results directory (records, results.json,
-  table.md, report.html), so ``metaagent-replay`` opens any held-out task without the checkpoints.
+- ``heldout/eval_<mode>/``: a copy of each held-out ``metaagent-eval`` results directory (records compressed as
+  ``.jsonl.xz``, results.json, table.md, report.html), so ``metaagent-replay`` opens any held-out task without
+  the checkpoints.
 
 ``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline:
 ``designer_only`` at lr 1e-30 (updates that change no weight), so its step ``s`` is the untrained model's rollout
@@ -445,10 +446,17 @@ def report(args: argparse.Namespace) -> None:
             *held,
             "",
         ]
+    from metaagent.records import RECORD_SUFFIX, compress
+    from metaagent.replay.run import record_files
+
     for mode in (START, *args.modes):  # the held-out records travel with the table (replayable without runs/)
         ev = Path(args.runs) / f"eval_{mode}"
         if (ev / "results.json").is_file():
-            shutil.copytree(ev, results / "heldout" / ev.name, dirs_exist_ok=True)
+            copy = results / "heldout" / ev.name
+            shutil.copytree(ev, copy, dirs_exist_ok=True)
+            for f in record_files(copy):  # committed records stay compressed (.jsonl.xz; replay reads them)
+                if f.name.endswith(RECORD_SUFFIX):
+                    compress(f)
     (results / "table.md").write_text("\n".join(text))
     print("\n".join(text))
 

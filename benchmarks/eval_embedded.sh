@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE
-PY=${PY:-/work/main/.venv/bin/python}
+PY=${PY:-.venv/bin/python}  # the checkout's venv (make install); PY=... for another interpreter
 nice -n 10 "$PY" -m metaagent.cli.eval \
   --model embedded embedded-sft \
   --methods sa auto fixed:single_math fixed:reflection fixed:ensemble_judge \

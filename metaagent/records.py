@@ -25,11 +25,14 @@ through :func:`migrate` and say which version they need for newer ones.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import json
+import lzma
 import os
 import threading
 import time
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -478,6 +481,100 @@ def migrate(data: Any) -> dict[str, Any]:
 
 # ---- JSONL files ------------------------------------------------------------------------------------------
 
+#: compressed record files (``.jsonl.xz``, ``.jsonl.gz``), read like plain JSONL: committed results keep their
+#: raw records compressed (``scripts/compress_records.py``); a writer that appends to one first turns it back
+#: into plain JSONL (:func:`decompress`)
+COMPRESSORS = {".xz": lzma.open, ".gz": gzip.open}
+RECORD_SUFFIX = ".jsonl"
+RECORD_SUFFIXES = (RECORD_SUFFIX, *(RECORD_SUFFIX + ext for ext in COMPRESSORS))
+
+
+def is_record_file(path: str | os.PathLike[str]) -> bool:
+    """Whether the name is a rollout record file's: ``*.jsonl``, ``*.jsonl.xz`` or ``*.jsonl.gz``."""
+    return str(path).endswith(RECORD_SUFFIXES)
+
+
+def record_stem(path: str | os.PathLike[str]) -> str:
+    """The file name without its record suffix (``step_000012.jsonl.xz`` -> ``step_000012``)."""
+    name = Path(path).name
+    for suffix in sorted(RECORD_SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def record_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` (a ``*.jsonl`` name) if it exists, else its compressed form if that exists, else ``path``."""
+    path = Path(path)
+    if path.exists() or not path.name.endswith(RECORD_SUFFIX):
+        return path
+    return next((c for ext in COMPRESSORS if (c := path.with_name(path.name + ext)).exists()), path)
+
+
+def _compressor(path: Path) -> Any:
+    return COMPRESSORS.get(path.suffix) if path.name.endswith(RECORD_SUFFIXES[1:]) else None
+
+
+def read_record_lines(path: str | os.PathLike[str]) -> tuple[list[str], str | None]:
+    """The text lines of a record file, plain or compressed, and why reading stopped early (a compressed file
+    cut off: the lines before the cut are returned), else None. ``OSError`` when the file cannot be opened."""
+    path = Path(path)
+    opener = _compressor(path)
+    if opener is None:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.readlines(), None
+    lines: list[str] = []
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                lines.append(line)
+    except (EOFError, lzma.LZMAError, gzip.BadGzipFile, zlib.error) as e:
+        return lines, f"the compressed file is cut off or corrupt after line {len(lines)} ({e})"
+    return lines, None
+
+
+def write_record_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> None:
+    """Replace a record file atomically with ``lines`` (each ending in a newline), compressed as its name says."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    opener = _compressor(path)
+    with (opener(tmp, "wt", encoding="utf-8") if opener else open(tmp, "w", encoding="utf-8")) as f:
+        f.writelines(lines)
+    tmp.replace(path)
+
+
+def compress(path: str | os.PathLike[str]) -> Path:
+    """Replace a plain ``*.jsonl`` record file by ``*.jsonl.xz`` (read back and compared before the plain file
+    is removed; an older compressed copy is replaced); returns the compressed path."""
+    path = Path(path)
+    raw = path.read_bytes()
+    target = path.with_name(path.name + ".xz")
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME))
+    if lzma.decompress(tmp.read_bytes()) != raw:
+        tmp.unlink()
+        raise SchemaError(f"{path}: the compressed copy does not read back the same; nothing was changed")
+    tmp.replace(target)
+    path.unlink()
+    return target
+
+
+def decompress(path: str | os.PathLike[str]) -> Path:
+    """Turn a compressed record file into the plain ``*.jsonl`` beside it (removing the compressed one), so
+    that trees can be appended; returns the plain path. A plain path is returned as is."""
+    path = Path(path)
+    if _compressor(path) is None:
+        return path
+    lines, cut = read_record_lines(path)
+    if cut:
+        raise SchemaError(f"{path}: {cut}; nothing was changed. Decompress what is readable by hand, or remove it")
+    plain = path.with_name(record_stem(path) + RECORD_SUFFIX)
+    if plain.exists():
+        raise SchemaError(f"{path} and {plain} both exist; keep one of them")
+    write_record_lines(plain, lines)
+    path.unlink()
+    return plain
+
 
 @dataclass
 class BadLine:
@@ -489,11 +586,16 @@ class BadLine:
 class TreeWriter:
     """Write trees to a JSONL file, one per line, flushed and fsync'd per write (safe to tail).
 
-    Appends by default; ``truncate=True`` starts the file afresh (a resumed run rewriting a step).
+    Appends by default; ``truncate=True`` starts the file afresh (a resumed run rewriting a step). Appending
+    to a compressed record file turns it into plain JSONL first (:func:`decompress`).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, truncate: bool = False) -> None:
         self.path = Path(path)
+        if _compressor(self.path) is not None:  # append to committed (compressed) records: plain JSONL again
+            if not self.path.exists():
+                raise SchemaError(f"{self.path}: records are written as plain {RECORD_SUFFIX}; compress them afterwards")
+            self.path = decompress(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "w" if truncate else "a", encoding="utf-8")
         self._lock = threading.Lock()
@@ -524,22 +626,26 @@ def write_trees(path: str | os.PathLike[str], trees: Iterable[RolloutTree]) -> N
 
 
 def iter_trees(path: str | os.PathLike[str], bad_lines: list[BadLine] | None = None) -> Iterator[RolloutTree]:
-    """Yield the trees of a JSONL file, skipping bad lines.
+    """Yield the trees of a record file (plain or compressed JSONL), skipping bad lines.
 
-    Bad lines (truncated, corrupt, newer schema) are appended to ``bad_lines`` when given; without it they
-    raise :class:`SchemaError` naming the file and line.
+    Bad lines (truncated, corrupt, newer schema; a compressed file cut off) are appended to ``bad_lines`` when
+    given; without it they raise :class:`SchemaError` naming the file and line.
     """
     path = Path(path)
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield RolloutTree.from_json(line)
-            except SchemaError as e:
-                if bad_lines is None:
-                    raise SchemaError(f"{path}:{lineno}: {e}") from None
-                bad_lines.append(BadLine(str(path), lineno, str(e)))
+    lines, cut = read_record_lines(path)
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield RolloutTree.from_json(line)
+        except SchemaError as e:
+            if bad_lines is None:
+                raise SchemaError(f"{path}:{lineno}: {e}") from None
+            bad_lines.append(BadLine(str(path), lineno, str(e)))
+    if cut:
+        if bad_lines is None:
+            raise SchemaError(f"{path}: {cut}")
+        bad_lines.append(BadLine(str(path), len(lines) + 1, cut))
 
 
 def read_trees(path: str | os.PathLike[str]) -> tuple[list[RolloutTree], list[BadLine]]:

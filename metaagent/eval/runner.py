@@ -4,6 +4,8 @@ Layout of a results directory (``--out``)::
 
     OUT/rollouts/<cell>/<benchmark>/<method>.jsonl   one RolloutTree per task (mode "eval"), appended as
                                                     each task finishes: a killed run keeps them
+                                                    (or .jsonl.xz / .jsonl.gz: committed, compressed
+                                                    records; read the same, plain again on append)
     OUT/run.json                                    run id, seed, models, versions (read by the replay tool)
     OUT/results.json                                every number, the config, models, seeds, versions
     OUT/table.md                                    Table 1 layout: methods x benchmarks + average
@@ -34,7 +36,16 @@ from typing import Any
 from metaagent import __version__
 from metaagent.data.tasks import Task
 from metaagent.policy.base import Policy
-from metaagent.records import SCHEMA_VERSION, RolloutTree, TreeWriter, read_trees
+from metaagent.records import (
+    RECORD_SUFFIX,
+    SCHEMA_VERSION,
+    RolloutTree,
+    TreeWriter,
+    read_record_lines,
+    read_trees,
+    record_file,
+    write_record_lines,
+)
 from metaagent.rollout.config import RolloutConfig, SamplingConfig
 from metaagent.rollout.engine import RolloutEngine, make_pool
 from metaagent.workflow.protocol import DELIVERY_CLOSE
@@ -74,8 +85,10 @@ def cell_label(designer: str, executor: str) -> str:
 
 
 def record_path(out: Path, method: Method, designer: str, executor: str, bench: str) -> Path:
+    """The record file of a (cell, benchmark, method): ``<method>.jsonl``, or its compressed form where only
+    that exists (committed results)."""
     cell = f"d={_safe(designer)}__e={_safe(executor)}" if method.uses_designer else f"e={_safe(executor)}"
-    return out / ROLLOUTS_DIR / cell / _safe(bench) / f"{_safe(method.name)}.jsonl"
+    return record_file(out / ROLLOUTS_DIR / cell / _safe(bench) / f"{_safe(method.name)}{RECORD_SUFFIX}")
 
 
 def resolve_model(spec: str, role: str) -> str:
@@ -312,11 +325,10 @@ class Evaluation:
                         part.done = next(p.done for p in parts if p.path == path)
                     elif path.is_file():
                         trees, bad = read_trees(path)
-                        if bad or not path.read_bytes().endswith(b"\n"):
+                        lines, _ = read_record_lines(path)
+                        if bad or (lines and not lines[-1].endswith("\n")):
                             log.warning("%s: %d unreadable line(s) dropped (a killed run); their tasks run again", path, len(bad))
-                            tmp = path.with_suffix(".tmp")
-                            tmp.write_text("".join(t.to_json() + "\n" for t in trees), encoding="utf-8")
-                            tmp.replace(path)  # appends start on a fresh line
+                            write_record_lines(path, [t.to_json() + "\n" for t in trees])  # appends start on a fresh line
                         part.done = {t.task_id: t for t in trees}
                     seen.add(path)
                     parts.append(part)

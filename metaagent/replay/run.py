@@ -8,6 +8,8 @@ A run directory, as the trainer, evaluation and serving write it::
     RUN/rollouts/step_000000.jsonl        RolloutTree per line (train rollouts of that step)
     RUN/rollouts/val_step_000010.jsonl    validation rollouts
 
+Record files may be compressed (``*.jsonl.xz``, ``*.jsonl.gz``: committed results); they read the same.
+
 Nothing here is fatal for a bad line: a truncated last line (a run still writing), a corrupt line, a line
 of a newer schema version, or a record whose fields have the wrong types is skipped and reported as a
 :class:`~metaagent.records.BadLine` (file, line, reason). Records of older schema versions are
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.records import (
+    RECORD_SUFFIX,
     AgentTurn,
     BadLine,
     CheckReport,
@@ -35,6 +38,9 @@ from metaagent.records import (
     RolloutTree,
     SchemaError,
     ToolCall,
+    is_record_file,
+    read_record_lines,
+    record_stem,
 )
 
 from .errors import ReplayError
@@ -43,13 +49,12 @@ ROLLOUTS_DIR = "rollouts"
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 INFO_FILE = "run.json"
-RECORD_SUFFIX = ".jsonl"
 #: record files whose name starts with this hold validation rollouts (their kind is "val")
 VAL_PREFIX = "val_"
 #: files under a directory without ``rollouts/`` that are never rollout records
 NOT_RECORDS = (METRICS_FILE,)
-#: the step in a record file's name
-STEP_FILE_RE = re.compile(r"(?:^|_)step_(\d+)\.jsonl$")
+#: the step in a record file's name (without its suffix)
+STEP_FILE_RE = re.compile(r"(?:^|_)step_(\d+)$")
 
 PathLike = str | os.PathLike[str]
 
@@ -267,8 +272,7 @@ def read_records(path: PathLike) -> tuple[list[TreeRef], list[BadLine]]:
     bad: list[BadLine] = []
     val = path.name.startswith(VAL_PREFIX)
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = f.readlines()
+        lines, cut = read_record_lines(path)
     except OSError as e:
         return [], [BadLine(str(path), 0, f"cannot read the file: {e}")]
     for lineno, line in enumerate(lines, 1):
@@ -284,18 +288,19 @@ def read_records(path: PathLike) -> tuple[list[TreeRef], list[BadLine]]:
             bad.append(BadLine(str(path), lineno, reason))
             continue
         refs.append(TreeRef(tree, str(path), lineno, "val" if val else tree.mode))
+    if cut:
+        bad.append(BadLine(str(path), len(lines) + 1, cut))
     return refs, bad
 
 
 def record_files(directory: PathLike) -> list[Path]:
-    """The rollout record files of a directory: ``rollouts/**/*.jsonl`` of a run directory, else every
-    ``*.jsonl`` below it except metrics files."""
+    """The rollout record files of a directory: ``rollouts/**/*.jsonl`` (or ``.jsonl.xz`` / ``.jsonl.gz``) of a
+    run directory, else every such file below it except metrics files."""
     directory = Path(directory)
     rollouts = directory / ROLLOUTS_DIR
-    if rollouts.is_dir():
-        return sorted(p for p in rollouts.rglob(f"*{RECORD_SUFFIX}") if p.is_file())
+    root = rollouts if rollouts.is_dir() else directory
     return sorted(
-        p for p in directory.rglob(f"*{RECORD_SUFFIX}") if p.is_file() and p.name not in NOT_RECORDS
+        p for p in root.rglob(f"*{RECORD_SUFFIX}*") if p.is_file() and is_record_file(p) and p.name not in NOT_RECORDS
     )
 
 
@@ -357,7 +362,7 @@ def metrics_from_records(refs: Sequence[TreeRef]) -> list[dict[str, Any]]:
 
 def file_step(path: PathLike) -> int | None:
     """The step a record file's name gives (``step_000012.jsonl``, ``val_step_000012.jsonl``), else None."""
-    m = STEP_FILE_RE.search(Path(path).name)
+    m = STEP_FILE_RE.search(record_stem(path))
     return int(m.group(1)) if m else None
 
 
@@ -418,5 +423,5 @@ def load_run(source: PathLike | Sequence[PathLike] | Run, *, steps: Collection[i
     name = str((info or {}).get("run_id") or "")
     if not name and refs:
         name = Counter(r.tree.run_id for r in refs).most_common(1)[0][0]
-    name = name or str(root or files[0])
+    name = name or str(root or (files or paths)[0])  # files: empty when --step matches no file name
     return Run(name, root, files, refs, bad, metrics, metrics_source, config, info, notes)

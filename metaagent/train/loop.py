@@ -36,7 +36,7 @@ from metaagent.rollout.engine import RolloutEngine, RolloutObserver
 from metaagent.rollout.metrics import rollout_metrics
 from metaagent.seeding import derive_seed
 from metaagent.train.config import TrainConfig
-from metaagent.train.metrics import MetricsLogger
+from metaagent.train.metrics import MetricsLogger, cuda_peak_mib
 from metaagent.train.trackers import step_samples
 
 ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
@@ -385,6 +385,7 @@ class TrainLoop:
 
         cfg = self.config
         t_start = time.perf_counter()
+        cuda_peak_mib()  # the step's peaks start here
         active = self.schedule.active_roles(step)
         stage = self.schedule.stage(step)
         tasks = self.sampler.next_batch()
@@ -394,6 +395,7 @@ class TrainLoop:
         if cfg.algo.dynamic_sampling.enabled:
             trees, sampling_metrics = self._dynamic_sampling(trees, step, active)
         t_rollout = time.perf_counter() - t_start
+        memory = {"memory/cuda_peak_rollout_mib": cuda_peak_mib()}
         annotation_metrics = self._annotate(trees)
         credit = assign_credit(trees, cfg.algo.estimator, **self._credit_options())
         with TreeWriter(self._rollout_path(step), truncate=True) as w:
@@ -426,6 +428,7 @@ class TrainLoop:
             pairs = []
         update_metrics = self._update(samples, step, active, pairs)
         t_end = time.perf_counter()
+        memory["memory/cuda_peak_update_mib"] = cuda_peak_mib()  # credit, samples and the update
 
         metrics: dict[str, Any] = {
             "schedule/active": active_name(active),
@@ -445,6 +448,7 @@ class TrainLoop:
             **({"time/judge_s": sum(t.timings.get("judge_s", 0.0) for t in trees)} if self.coach is not None else {}),
             "time/update_s": t_end - t_update,
             "time/step_s": t_end - t_start,
+            **{k: v for k, v in memory.items() if v is not None},
         }
         self.logger.log(step, metrics)
         self.logger.log_samples(step, step_samples(trees))

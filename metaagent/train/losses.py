@@ -27,8 +27,10 @@ Rollout/training mismatch correction (``tis_cap``, off by default; :func:`tis_we
 taken against the trainer's own log-probs at the pre-update weights, and each token's policy-gradient
 term is multiplied by the truncated importance weight ``min(pi_train / pi_rollout, C)`` (Yao et al. 2025).
 
-verl's ``compute_policy_loss_vanilla``, ``agg_loss`` and ``kl_penalty`` do the arithmetic; they read an
-``ActorConfig``, which instantiates fine on CPU. verl is imported on first use (it takes seconds).
+The arithmetic is verl 0.9.1's own functions (``compute_policy_loss_vanilla`` and the rest of its
+policy-loss registry, ``agg_loss``, ``kl_penalty``, ``compute_value_loss``, the rollout-correction weights),
+ported to :mod:`metaagent.train.core_algos` so that this path needs neither verl nor Ray, and checked against
+verl's functions wherever verl is installed (``tests/verl/test_core_algos_parity.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import torch
 
 from metaagent.errors import MetaAgentError
 
+from . import core_algos
 from .optim import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSSES, LossConfig
 
 __all__ = [
@@ -59,21 +62,6 @@ class LossError(MetaAgentError, ValueError):
 
 
 NO_DUAL_CLIP = math.inf  # clip_ratio_c that disables verl's dual clip (A < 0 losses are never capped)
-
-
-@functools.cache
-def _verl() -> Any:
-    from verl.trainer.ppo import core_algos
-    from verl.workers.config import ActorConfig
-
-    return core_algos, ActorConfig
-
-
-@functools.cache
-def _verl_rollout_corr() -> Any:
-    from verl.trainer.ppo import rollout_corr_helper
-
-    return rollout_corr_helper
 
 
 @dataclass(frozen=True)
@@ -95,26 +83,21 @@ class GlobalBatch:
             )
 
 
-def verl_actor_config(config: LossConfig, batch: GlobalBatch) -> Any:
-    """verl ``ActorConfig`` carrying the clip ratios and the global batch info its loss functions read."""
-    _, actor_config = _verl()
-    return actor_config(
-        strategy="fsdp",  # required field; unused by the loss functions
-        rollout_n=1,
-        ppo_micro_batch_size_per_gpu=1,
-        use_torch_compile=False,
-        clip_ratio=config.clip_low,
+def loss_settings(config: LossConfig, batch: GlobalBatch) -> core_algos.LossSettings:
+    """The clip ratios and the global batch info the loss functions read (what verl's ``ActorConfig`` carries)."""
+    return core_algos.LossSettings(
         clip_ratio_low=config.clip_low,
         clip_ratio_high=config.clip_high,
         clip_ratio_c=config.clip_ratio_c if config.dual_clip else NO_DUAL_CLIP,
-        loss_agg_mode=config.loss_agg_mode,
-        global_batch_info={
-            "dp_size": 1,
-            "batch_num_tokens": batch.num_tokens,
-            "global_batch_size": batch.num_samples,
-            "loss_scale_factor": batch.loss_scale_factor,
-        },
+        batch_num_tokens=batch.num_tokens,
+        global_batch_size=batch.num_samples,
+        loss_scale_factor=batch.loss_scale_factor,
     )
+
+
+def verl_actor_config(config: LossConfig, batch: GlobalBatch) -> Any:
+    """verl's own ``ActorConfig`` with :func:`loss_settings`, for verl's loss functions (parity tests)."""
+    return loss_settings(config, batch).verl_actor_config(config.loss_agg_mode)
 
 
 def role_advantage_scales(
@@ -155,7 +138,8 @@ def tis_weights(
         sequence:  w_t = min(exp(sum_t' (logp_train_t' - logp_rollout_t')), C)     (one weight per response)
 
     detached (the weights change the measure, not the objective) and 0 on padding. verl's
-    ``compute_rollout_correction_weights`` and ``compute_offpolicy_metrics`` do the arithmetic.
+    ``compute_rollout_correction_weights`` and ``compute_offpolicy_metrics`` do the arithmetic (ported:
+    :func:`metaagent.train.core_algos.rollout_is_weights`, :func:`~metaagent.train.core_algos.mismatch_kl`).
 
     Args:
         train_log_probs: (B, R) the trainer's log-probs at the pre-update weights (pi_old recomputed).
@@ -176,14 +160,11 @@ def tis_weights(
             f"TIS needs three (B, R) tensors of one shape, got {tuple(train_log_probs.shape)}, "
             f"{tuple(rollout_log_probs.shape)}, {tuple(response_mask.shape)}"
         )
-    helper = _verl_rollout_corr()
     train = train_log_probs.detach().float()
     rollout = rollout_log_probs.detach().float()
     mask = response_mask.float()
-    weights, m = helper.compute_rollout_correction_weights(
-        log_ratio=train - rollout, response_mask=mask, rollout_is=level, rollout_is_threshold=float(cap)
-    )
-    off = helper.compute_offpolicy_metrics(old_log_prob=train, rollout_log_prob=rollout, response_mask=mask)
+    weights, m = core_algos.rollout_is_weights(train - rollout, mask, level, float(cap))
+    off = core_algos.mismatch_kl(train, rollout, mask)
     return weights.to(train_log_probs.dtype), tis_metrics({**m, **off}, level)
 
 
@@ -241,8 +222,7 @@ def policy_loss(
     ):
         if t.shape != shape:
             raise LossError(f"{name} has shape {tuple(t.shape)} but log_probs has {tuple(shape)}")
-    core_algos, _ = _verl()
-    actor_config = verl_actor_config(config, batch)
+    settings = loss_settings(config, batch)
     mask = response_mask.to(log_probs.dtype)  # (B, R)
     is_weights, tis_metrics = None, {}
     if config.tis_cap is not None:
@@ -252,28 +232,25 @@ def policy_loss(
             log_probs.detach(), old_log_probs, mask, cap=config.tis_cap, level=config.tis_level
         )
         old_log_probs = log_probs.detach()
-    pg_loss, pg_metrics = core_algos.get_policy_loss_fn(config.policy_loss)(
-        old_log_prob=old_log_probs,
-        log_prob=log_probs,
-        advantages=advantages,
-        response_mask=mask,
-        loss_agg_mode=config.loss_agg_mode,
-        config=actor_config,
-        rollout_is_weights=is_weights,
-    )
+    try:
+        pg_loss, pg_metrics = core_algos.get_policy_loss_fn(config.policy_loss)(
+            old_log_probs, log_probs, advantages, mask, config.loss_agg_mode, settings, rollout_is_weights=is_weights
+        )
+    except ValueError as e:  # a setting the chosen loss refuses (e.g. dro without a beta)
+        raise LossError(f"optim.policy_loss={config.policy_loss}: {e}") from None
     loss = pg_loss
     metrics = {
         "train/pg_loss": float(pg_loss.detach()),
         **tis_metrics,
     }
     for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
-        if f"actor/{name}" in pg_metrics:  # not every registered loss reports all three
-            metrics[f"train/{name}"] = float(pg_metrics[f"actor/{name}"])
+        if name in pg_metrics:  # not every registered loss reports all three
+            metrics[f"train/{name}"] = float(pg_metrics[name])
     agg = functools.partial(
         core_algos.agg_loss,
         loss_mask=mask,
         loss_agg_mode=config.loss_agg_mode,
-        **actor_config.global_batch_info,
+        **settings.global_batch_info,
     )
     if config.kl_coef > 0:
         if ref_log_probs is None:
@@ -354,8 +331,8 @@ def value_loss(
     batch: GlobalBatch,
     loss_agg_mode: str = "token-mean",
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """PPO's clipped value loss of one micro-batch (the critic of UnityMAS-O's GAE, Eq. 20-21), by verl's own
-    ``core_algos.compute_value_loss`` (as its critic worker calls it)::
+    """PPO's clipped value loss of one micro-batch (the critic of UnityMAS-O's GAE, Eq. 20-21), by verl's
+    ``core_algos.compute_value_loss`` (ported, as its critic worker calls it)::
 
         V_clip = clip(V_theta, V_old - eps_v, V_old + eps_v)
         L_V    = 0.5 * agg( max((V_theta - R)^2, (V_clip - R)^2) )
@@ -378,7 +355,6 @@ def value_loss(
             raise LossError(f"{name} has shape {tuple(t.shape)} but vpreds has {tuple(shape)}")
     if not cliprange_value > 0:
         raise LossError(f"cliprange_value must be > 0, got {cliprange_value}")
-    core_algos, _ = _verl()
     mask = response_mask.to(vpreds.dtype)
     loss, clipfrac = core_algos.compute_value_loss(
         vpreds=vpreds,

@@ -13,6 +13,19 @@ from typing import Any
 from metaagent.train.trackers import Tracker, open_trackers, scalars
 
 
+def cuda_peak_mib() -> float | None:
+    """Peak CUDA memory torch allocated in this process since the previous call, in MiB (the peak counter is reset),
+    or None when this process has not initialised CUDA (CPU runs; the verl backend's driver with vLLM)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    peak = torch.cuda.max_memory_allocated() / 2**20
+    torch.cuda.reset_peak_memory_stats()
+    return peak
+
+
 class MetricsLogger:
     """Append-only step metrics. On resume, lines of steps after the resume point are dropped first,
     because the resumed run regenerates them."""

@@ -31,6 +31,7 @@ def _gpu_ready() -> bool:
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.gpu,
     pytest.mark.skipif(not _gpu_ready(), reason="needs a CUDA GPU and vllm (pip install 'metaagent[gpu]')"),
 ]
 

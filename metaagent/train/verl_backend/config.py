@@ -34,7 +34,7 @@ from metaagent.config import ConfigError, from_dict
 ADVANTAGE_PLACEMENTS = ("all_tokens", "last_token")
 OLD_LOG_PROBS = ("rollout", "recompute")
 CHECKPOINT_ENGINES = ("nccl", "nixl", "mooncake")  # verl engines for split placement (colocated: naive)
-ROLLOUT_NAMES = ("vllm",)
+ROLLOUT_NAMES = ("vllm", "hf")  # hf: this project's HF policy in the driver (what verl.device=cpu always uses)
 DEVICES = ("cuda", "cpu")  # cpu: verl's FSDP engine on gloo, the HF policy as the rollout (tests, CI)
 ATTN_IMPLEMENTATIONS = ("auto", "sdpa", "flash_attention_2", "eager")  # auto: flash-attn if installed, else sdpa
 
@@ -77,6 +77,9 @@ class VerlConfig:
         models: physical model key -> :class:`ModelResources`; keys are ``policy`` (shared weights),
             ``designer``/``executor`` (separate) and ``role<i>`` (``policy.role_models``). Empty: the
             single shared model gets every GPU, colocated.
+        rollout_name: ``vllm`` (vLLM servers) or ``hf``: this project's Hugging Face policy in the driver process as
+            the rollout, the actor's weights pulled into it after every update (:mod:`.cpu`): verl's FSDP engine on
+            CUDA checked without vLLM (``scripts/gpu_check.sh``); ``verl.device=cpu`` always uses it.
         rollout_tp: vLLM tensor-parallel size of one replica (replicas = rollout GPUs / rollout_tp).
         gpu_memory_utilization: fraction of a GPU vLLM may take (weights + KV cache).
         max_num_seqs, max_num_batched_tokens: vLLM scheduler limits per replica.
@@ -192,6 +195,11 @@ class VerlConfig:
             if not isinstance(res, ModelResources):
                 raise ConfigError(f"verl.models.{key} must be a mapping like {{gpus: 8, rollout_gpus: 0}}")
             self.check_model(key, res)
+
+    @property
+    def hf_rollout(self) -> bool:
+        """Whether the rollout is the Hugging Face policy in the driver (``rollout_name: hf``, or ``device: cpu``)."""
+        return self.device == "cpu" or self.rollout_name == "hf"
 
     def check_model(self, key: str, res: ModelResources) -> None:
         """Raise ``ConfigError`` unless ``res`` fits this cluster's node size, vLLM TP and sequence parallelism."""

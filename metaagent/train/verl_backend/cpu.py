@@ -1,4 +1,5 @@
-"""``verl.device=cpu``: verl's real FSDP engine on CPU workers, this project's Hugging Face policy as the rollout.
+"""``verl.device=cpu``: verl's real FSDP engine on CPU workers, this project's Hugging Face policy as the rollout
+(also on CUDA with ``verl.rollout_name=hf``: the FSDP engine on GPUs, checked without vLLM).
 
 What :class:`~.workers.ModelGroup` gets on CPU in place of the GPU pieces (its ``start`` seams):
 
@@ -22,9 +23,9 @@ from .device import process_env
 from .errors import VerlBackendError
 
 
-def activate(device: str) -> dict[str, str]:
+def activate(device: str, hf_rollout: bool = False) -> dict[str, str]:
     """Set this process's environment for ``device`` and load the plugin; returns the env for Ray workers."""
-    env = process_env(device)
+    env = process_env(device, hf_rollout)
     prior = os.environ.get("VERL_USE_EXTERNAL_MODULES", "")
     if prior and env["VERL_USE_EXTERNAL_MODULES"] not in prior.split(","):
         env["VERL_USE_EXTERNAL_MODULES"] = f"{prior},{env['VERL_USE_EXTERNAL_MODULES']}"
@@ -32,6 +33,8 @@ def activate(device: str) -> dict[str, str]:
     from . import verl_plugin
 
     verl_plugin.install_trl_guard()
+    if hf_rollout:
+        verl_plugin.install_hf_rollout()
     if device == "cpu":
         verl_plugin.install_cpu()
         from verl.plugin.platform import get_platform
@@ -54,16 +57,18 @@ def cpu_pool(workers: int) -> Any:
 
 
 class HFRollout:
-    """The CPU rollout of one physical model (module docstring).
+    """The Hugging Face rollout of one physical model (module docstring), fp32.
 
     Args:
         group: the started model group (``wg``, ``plan``, ``config``, ``tokenizer``, ``role``).
         chat_template_kwargs: extra ``apply_chat_template`` arguments of the policy.
         max_batch_size: rows the HF policy generates at once.
+        device: where the driver's policy runs (``cpu``, or ``cuda`` beside the FSDP workers).
     """
 
     def __init__(
-        self, group: Any, chat_template_kwargs: dict[str, Any] | None = None, *, max_batch_size: int = 32
+        self, group: Any, chat_template_kwargs: dict[str, Any] | None = None, *, max_batch_size: int = 32,
+        device: str = "cpu",
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
@@ -74,12 +79,12 @@ class HFRollout:
         self.colocated = group.plan.colocated
         path = group.plan.path
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
-        self.model.eval()
+        self.model.to(device).eval()
         self.tied = {k for k in self.model.state_dict() if k.endswith("lm_head.weight")} if getattr(
             self.model.config, "tie_word_embeddings", False
         ) else set()
         self.policy = HFPolicy(
-            self.model, group.tokenizer, device="cpu", model_id=path, chat_template_kwargs=chat_template_kwargs,
+            self.model, group.tokenizer, device=device, model_id=path, chat_template_kwargs=chat_template_kwargs,
             max_batch_size=max_batch_size,
         )
         self.sync = None

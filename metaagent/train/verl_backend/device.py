@@ -20,8 +20,11 @@ import os
 from typing import Any
 
 PLUGIN_MODULE = "metaagent.train.verl_backend.verl_plugin"
-#: the name of the worker-side rollout adapter :mod:`.verl_plugin` registers with verl for ``device=cpu``
+#: the name of the worker-side rollout adapter :mod:`.verl_plugin` registers with verl for the Hugging Face rollout
+#: (``device=cpu``, or ``rollout_name=hf`` on CUDA)
 CPU_ROLLOUT_NAME = "metaagent_hf"
+#: environment variable that makes every verl process register that adapter on CUDA (on CPU it always is)
+HF_ROLLOUT_ENV = "METAAGENT_VERL_HF_ROLLOUT"
 FP32 = {"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"}
 
 
@@ -38,8 +41,9 @@ def attn_implementation(choice: str, device: str) -> str:
     return "sdpa"
 
 
-def device_settings(device: str, attn: str, *, colocated: bool) -> dict[str, Any]:
-    """Dotted verl keys for ``device``; a leading ``+`` adds a key verl's config does not declare."""
+def device_settings(device: str, attn: str, *, colocated: bool, hf_rollout: bool = False) -> dict[str, Any]:
+    """Dotted verl keys for ``device`` (and the Hugging Face rollout, always on CPU); a leading ``+`` adds a key
+    verl's config does not declare."""
     ar = "actor_rollout_ref"
     settings: dict[str, Any] = {
         "trainer.device": device,
@@ -52,9 +56,9 @@ def device_settings(device: str, attn: str, *, colocated: bool) -> dict[str, Any
             f"{ar}.ref.fsdp_config.use_torch_compile": False,
             f"+{ar}.actor.fsdp_config.mixed_precision": dict(FP32),
             f"+{ar}.ref.fsdp_config.mixed_precision": dict(FP32),
-            f"{ar}.rollout.name": CPU_ROLLOUT_NAME,
-            f"{ar}.rollout.checkpoint_engine.backend": "naive",
         })  # fmt: skip
+    if device == "cpu" or hf_rollout:  # the weights reach the driver's HF policy, never a vLLM server
+        settings.update({f"{ar}.rollout.name": CPU_ROLLOUT_NAME, f"{ar}.rollout.checkpoint_engine.backend": "naive"})
     return settings
 
 
@@ -70,15 +74,18 @@ def critic_device_settings(device: str, attn: str) -> dict[str, Any]:
     return settings
 
 
-def process_env(device: str) -> dict[str, str]:
+def process_env(device: str, hf_rollout: bool = False) -> dict[str, str]:
     """Environment of the driver and of every Ray worker: verl loads :mod:`.verl_plugin` in each process.
 
     On CPU it also selects the plugin's platform, and lets verl's engine registry (FSDP is registered for
-    cuda/npu only; the FSDP code itself is device-agnostic) hand out the FSDP engine.
+    cuda/npu only; the FSDP code itself is device-agnostic) hand out the FSDP engine. With the Hugging Face
+    rollout on CUDA it tells the plugin to register the worker-side rollout adapter.
     """
     env = {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE, "TRL_EXPERIMENTAL_SILENCE": "1"}
     if device == "cpu":
         env.update(VERL_PLATFORM="cpu", VERL_ENGINE_DEVICE="cuda", TOKENIZERS_PARALLELISM="false")
+    elif hf_rollout:
+        env[HF_ROLLOUT_ENV] = "1"
     if os.environ.get("PYTHONPATH"):
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]  # workers import this checkout's metaagent
     return env

@@ -315,6 +315,8 @@ def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = No
         f"cluster: {v.nnodes} node(s) x {v.n_gpus_per_node} GPU = {plan.cluster_gpus} GPUs; this run uses {plan.used_gpus}",
         "physical models:",
     ]
+    if v.hf_rollout and v.device == "cuda":
+        lines[1] += "; the rollout is the Hugging Face policy in this process (verl.rollout_name=hf), not vLLM"
     if v.device == "cpu":
         lines[1] = (
             f"device: cpu: {plan.used_gpus} CPU worker process(es) of verl's FSDP engine (gloo); the rollout is the "

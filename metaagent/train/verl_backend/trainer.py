@@ -76,7 +76,7 @@ class VerlTrainer(TrainLoop):
         if groups is None:  # before verl picks its platform: the plugin must be loaded (cpu: the CPU platform)
             from .cpu import activate
 
-            self._worker_env = activate(self.verl.device)
+            self._worker_env = activate(self.verl.device, self.verl.hf_rollout)
 
         from . import advantage  # noqa: F401  registers metaagent's estimators with verl
         self._init_data(config, resume)
@@ -133,14 +133,14 @@ class VerlTrainer(TrainLoop):
                 mp, verl_cfg, self.verl, tokenizer, seed=self.config.trainer.seed,
                 chat_template_kwargs=self.config.policy.chat_template_kwargs,
             )  # fmt: skip
-            if self.verl.device == "cpu":
+            if self.verl.hf_rollout:  # the HF policy in this process as the rollout (CPU, or CUDA without vLLM)
                 from .cpu import HFRollout, cpu_pool
 
-                max_batch = self.config.policy.max_batch_size
+                max_batch, device = self.config.policy.max_batch_size, self.verl.device
                 group.start(
-                    pool=cpu_pool(mp.gpus),
-                    device_name="cpu",
-                    rollout=lambda g, pool: HFRollout(g, g.chat_template_kwargs(), max_batch_size=max_batch),
+                    pool=cpu_pool(mp.gpus) if device == "cpu" else None,
+                    device_name=device,
+                    rollout=lambda g, pool: HFRollout(g, g.chat_template_kwargs(), max_batch_size=max_batch, device=device),
                 )
             else:
                 group.start()

@@ -167,7 +167,7 @@ def metaagent_settings(
         settings["algorithm.rollout_correction.rollout_is"] = o.tis_level
         settings["algorithm.rollout_correction.rollout_is_threshold"] = o.tis_cap
         settings["algorithm.rollout_correction.bypass_mode"] = False
-    settings.update(device_settings(v.device, v.attn_implementation, colocated=model.colocated))
+    settings.update(device_settings(v.device, v.attn_implementation, colocated=model.colocated, hf_rollout=v.hf_rollout))
     settings["critic.enable"] = plan.critic
     if plan.critic:
         settings.update(critic_settings(cfg, plan, model))

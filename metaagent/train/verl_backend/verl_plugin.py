@@ -22,7 +22,8 @@ With ``VERL_PLATFORM=cpu`` (``verl.device=cpu``), :func:`install_cpu`:
   by torch), FSDP1's ``sync_module_states`` GPU check, FSDP2's pinned-memory offload of forward-only engines;
 - the worker-side rollout :class:`HFWeightsRollout` under the name :data:`.device.CPU_ROLLOUT_NAME`: verl's
   colocated weight sync delivers the actor's weights to it, and the driver's Hugging Face policy takes them
-  from there (:mod:`.cpu`).
+  from there (:mod:`.cpu`). On CUDA the same adapter is registered when ``verl.rollout_name=hf``
+  (:data:`.device.HF_ROLLOUT_ENV`, :func:`install_hf_rollout`).
 
 These patches are global inside a process, which is why the CPU verl tests run in a subprocess.
 """
@@ -35,7 +36,7 @@ import sys
 import types
 from contextlib import contextmanager
 
-from .device import CPU_ROLLOUT_NAME
+from .device import CPU_ROLLOUT_NAME, HF_ROLLOUT_ENV
 
 _installed: set[str] = set()
 
@@ -223,7 +224,14 @@ def install_cpu() -> None:
             super().__init__(pin_memory=False)
 
     fsdp_utils.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
+    install_hf_rollout()
 
+
+def install_hf_rollout() -> None:
+    """Register :class:`HFWeightsRollout` with verl's rollout registry (the Hugging Face rollout's worker side)."""
+    if "hf_rollout" in _installed:
+        return
+    _installed.add("hf_rollout")
     from verl.workers.rollout.base import _ROLLOUT_REGISTRY
 
     _ROLLOUT_REGISTRY[(CPU_ROLLOUT_NAME, "async")] = f"{__name__}.HFWeightsRollout"
@@ -284,3 +292,5 @@ install_trl_guard()
 install_value_model_attention()
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     install_cpu()
+elif os.environ.get(HF_ROLLOUT_ENV) == "1":
+    install_hf_rollout()

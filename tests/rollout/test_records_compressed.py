@@ -1,0 +1,86 @@
+"""Compressed record files (``.jsonl.xz``, ``.jsonl.gz``) read like plain JSONL; appending makes them plain."""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+
+import pytest
+from builders import mixed_trees
+
+from metaagent.records import (
+    SchemaError,
+    TreeWriter,
+    compress,
+    decompress,
+    is_record_file,
+    read_trees,
+    record_file,
+    record_stem,
+    write_record_lines,
+    write_trees,
+)
+from metaagent.replay import load_run
+from metaagent.replay.run import file_step
+
+
+@pytest.fixture
+def plain(tmp_path):
+    path = tmp_path / "rollouts" / "step_000007.jsonl"
+    write_trees(path, mixed_trees())
+    return path
+
+
+def test_compress_reads_back_the_same_trees_and_replay_finds_the_file(plain):
+    trees, _ = read_trees(plain)
+    raw = plain.read_bytes()
+    packed = compress(plain)
+    assert packed.name == "step_000007.jsonl.xz" and not plain.exists()
+    assert lzma.decompress(packed.read_bytes()) == raw and packed.stat().st_size < len(raw)
+    assert read_trees(packed) == (trees, [])
+    assert record_file(plain) == packed  # the plain name resolves to the compressed file
+    run = load_run(plain.parent.parent)
+    assert run.files == [packed] and [r.tree for r in run.refs] == trees
+    assert file_step(packed) == 7 and load_run(packed, steps=[6]).refs == []  # the step in its name selects it
+    assert is_record_file(packed) and record_stem(packed) == "step_000007"
+
+
+def test_gzip_records_read_too(plain):
+    trees, _ = read_trees(plain)
+    gz = plain.with_name(plain.name + ".gz")
+    gz.write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    assert read_trees(gz) == (trees, [])
+
+
+def test_a_cut_compressed_file_keeps_its_readable_lines_and_reports_the_cut(plain):
+    trees, _ = read_trees(plain)
+    packed = compress(plain)
+    data = packed.read_bytes()
+    packed.write_bytes(data[: len(data) * 3 // 4])
+    got, bad = read_trees(packed)
+    assert got == trees[: len(got)] and len(got) < len(trees)
+    assert len(bad) >= 1 and "cut off" in bad[-1].error
+    run = load_run(packed)
+    assert run.bad_lines and "cut off" in run.bad_lines[-1].error  # replay reports it, not fatal
+    with pytest.raises(SchemaError, match="cut off"):
+        decompress(packed)  # nothing is thrown away silently
+
+
+def test_appending_to_compressed_records_makes_them_plain_again(plain):
+    trees, _ = read_trees(plain)
+    packed = compress(plain)
+    with TreeWriter(packed) as w:
+        w.write(trees[0])
+    assert not packed.exists() and plain.exists()
+    assert read_trees(plain) == (trees + trees[:1], [])
+    with pytest.raises(SchemaError, match="written as plain"):
+        TreeWriter(plain.with_name("new.jsonl.xz"))
+
+
+def test_rewriting_a_compressed_file_keeps_it_compressed(plain):
+    trees, _ = read_trees(plain)
+    packed = compress(plain)
+    write_record_lines(packed, [trees[1].to_json() + "\n"])
+    assert lzma.decompress(packed.read_bytes()).count(b"\n") == 1
+    assert read_trees(packed) == ([trees[1]], [])

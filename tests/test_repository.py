@@ -1,0 +1,87 @@
+"""The repository stays small and machine-independent.
+
+A checkout has to travel to machines without network (a GPU machine takes a working tree of at most
+64 MiB), so: no tracked file above 2 MB outside a short allow-list, committed results under 10 MB (raw
+rollout records are committed compressed, ``scripts/compress_records.py``), the whole tracked tree under
+32 MiB; and no absolute path of one machine (``/work/...``, ``/home/<user>/...``) in any tracked file: the
+commands and scripts must run from any checkout.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 1_000_000
+
+#: tracked files allowed above MAX_FILE, each with its reason
+LARGE_FILES = {
+    "metaagent/policy/cold_start_adapter/adapter_model.safetensors": "the shipped cold-start LoRA (embedded-sft)",
+}
+MAX_FILE = 2 * MB
+MAX_RESULTS = 10 * MB  # everything under benchmarks/results/
+MAX_TREE = 32 * 2**20  # half of what a GPU machine takes, the rest for wheels and a model
+#: an absolute path into one machine's home, work or mount folders (not /tmp, not ~, not inside a URL)
+MACHINE_PATH = re.compile(r"(?<![\w.~/])/(?:work|home|root|Users|mnt|scratch|data|opt)/[\w.-]+")
+#: data files that quote paths as recorded (fixtures of old record formats), and this file's own examples
+PATH_EXEMPT = ("tests/fixtures/", "tests/test_repository.py")
+
+
+def tracked() -> list[Path]:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (an installed package or an unpacked archive): nothing is tracked here")
+    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    return [Path(p) for p in out.decode().split("\0") if p and (ROOT / p).is_file()]
+
+
+def test_no_tracked_file_is_large_unless_allowed():
+    files = {str(p): (ROOT / p).stat().st_size for p in tracked()}
+    large = {p: s for p, s in files.items() if s > MAX_FILE and p not in LARGE_FILES}
+    assert not large, (
+        f"tracked files above {MAX_FILE // MB} MB: {large}. Compress raw records (python scripts/compress_records.py "
+        "FOLDER), keep large data out of git, or add the file with its reason to LARGE_FILES in tests/test_repository.py"
+    )
+    assert set(LARGE_FILES) <= set(files), f"allow-listed files that no longer exist: {set(LARGE_FILES) - set(files)}"
+
+
+def test_committed_results_and_the_whole_tree_stay_small():
+    sizes = {str(p): (ROOT / p).stat().st_size for p in tracked()}
+    results = sum(s for p, s in sizes.items() if p.startswith("benchmarks/results/"))
+    assert results <= MAX_RESULTS, (
+        f"benchmarks/results/ holds {results / MB:.1f} MB (limit {MAX_RESULTS / MB:.0f} MB); compress its raw "
+        "records with python scripts/compress_records.py benchmarks/results"
+    )
+    total = sum(sizes.values())
+    assert total <= MAX_TREE, f"the tracked tree is {total / 2**20:.1f} MiB (limit {MAX_TREE / 2**20:.0f} MiB)"
+
+
+def machine_paths(text: str) -> list[str]:
+    return MACHINE_PATH.findall(text)
+
+
+def test_the_path_check_finds_machine_paths_and_only_those():
+    assert machine_paths('PY=${PY:-/work/main/.venv/bin/python}') == ["/work/main"]
+    assert machine_paths("cp /home/alice/model.gguf . && ls /Users/bob") == ["/home/alice", "/Users/bob"]
+    for fine in ("/tmp/run", "~/.cache/metaagent", "https://example.org/home/page", ".venv/bin/python",
+                 "runs/work/x", "s3://bucket/data/x"):  # fmt: skip
+        assert machine_paths(fine) == [], fine
+
+
+def test_no_tracked_file_names_a_path_of_one_machine():
+    found = {}
+    for path in tracked():
+        if str(path).startswith(PATH_EXEMPT):
+            continue
+        try:
+            text = (ROOT / path).read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # binary files (weights, images, compressed records)
+            continue
+        hits = sorted(set(machine_paths(text)))
+        if hits:
+            found[str(path)] = hits
+    assert not found, f"absolute paths of one machine in tracked files (use paths relative to the checkout): {found}"
