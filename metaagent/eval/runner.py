@@ -349,7 +349,8 @@ class Evaluation:
         total = sum(len(p.tasks) for p in unique)
         self.observer.start(total, total - sum(len(p.todo) for p in unique))
         self.out.mkdir(parents=True, exist_ok=True)
-        self._write_run_file()
+        if not self.config.report_only:  # --report-only rewrites the tables, never the record of the run
+            self._write_run_file()
         jobs = [] if self.config.report_only else self._jobs(unique)
         try:
             if jobs:
