@@ -27,12 +27,13 @@ linear time, so no answer can stall the scorer.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Iterable
 
 from metaagent.records import RewardRecord
+
+from .numbers import final_number
 
 #: every class the scorer refuses, with the one-line rule shown in docs and reports (one place for the names)
 SHORTCUT_CLASSES: dict[str, str] = {
@@ -70,19 +71,7 @@ _LATEX_NOISE = re.compile(r"\\(?:left|right|displaystyle|,|;|!|:| )|\$|\\\(|\\\)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _OPERATOR = re.compile(r"[-+*/^!=]|\\(?:sqrt|sum|prod|int|binom|choose|log|ln|sin|cos|tan|exp)(?![a-zA-Z])")
 _LITERAL_ARITHMETIC = re.compile(r"[\d.+\-*/^!()\[\]{}]+")
-_SIGNED_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?")
-_FRACTION = re.compile(r"[+-]?\(?(\d+)\)?/\(?(\d+)\)?")
 MIN_COPY_CHARS = 3
-
-
-def _is_number(canonical: str) -> bool:
-    """A signed integer or decimal, or a fraction in lowest terms: a value, never a restatement."""
-    if _SIGNED_NUMBER.fullmatch(canonical):
-        return True
-    m = _FRACTION.fullmatch(canonical)
-    return bool(m) and int(m.group(2)) > 1 and math.gcd(int(m.group(1)), int(m.group(2))) == 1
-
-
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
 _NUMBER_WORD = re.compile(r"\b(" + "|".join(_NUMBER_WORDS) + r")\b", re.IGNORECASE)
 
@@ -114,8 +103,10 @@ def copies_question(answer: str | None, question: str | None) -> bool:
     """
     if not answer or not question:
         return False
+    if final_number(answer, strict=True) is not None:
+        return False
     pred, text = _canonical(answer), _canonical(question)
-    if _is_number(pred) or not _OPERATOR.search(pred):
+    if not _OPERATOR.search(pred):
         return False
     if len(pred) >= MIN_COPY_CHARS and pred in text:
         return True
