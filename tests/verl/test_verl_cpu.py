@@ -47,7 +47,9 @@ def train(out: Path, model: str, *extra: str) -> subprocess.CompletedProcess:
         sys.executable, str(ROOT / "tests" / "verl" / "forced_train.py"), "--config", "tiny_verl_cpu", "--out", str(out),
         "--quiet", f"policy.model={model}", *extra,
     ]  # fmt: skip
-    r = subprocess.run(args, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600, check=False)
+    # a hang guard, not a speed check: a two-step run (Ray start, FSDP worker, checkpoints) took 4-6 min on 2 busy
+    # cores and over 10 min at load average 40-80 beside a CPU burner
+    r = subprocess.run(args, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=1800, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     return r
 
@@ -80,7 +82,7 @@ def convert(ckpt: Path, out: Path) -> subprocess.Popen:
 
 
 def converted(proc: subprocess.Popen, out: Path) -> Path:
-    _, err = proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=900)  # a hang guard (see train)
     assert proc.returncode == 0, err[-4000:]
     return out
 
