@@ -36,6 +36,56 @@ MISSING = "MISSING"  # an execution without a reward record
 NO_TURNS = "no-turns"  # an execution whose script made no agent call (reward 1.0)
 
 
+# ---- real models with scripted replies ----------------------------------------------------------------------
+def forced_generate(reply: Callable[[Any], str]) -> Callable[..., list]:
+    """A replacement for ``HFPolicy._generate`` (``monkeypatch.setattr(HFPolicy, "_generate", forced_generate(fn))``)
+    for tests whose point is a mechanism, not what a model happens to sample: the reply TEXT is
+    ``reply(request)`` (a function of the request, e.g. of ``request.sampling.seed``, which is derived from the run
+    seed and the same on every machine), while the prompt ids are the model's chat template, the response ids
+    the model's tokenizer's, and the log-probs the model's own under teacher forcing at the request's temperature
+    (1.0 for greedy), with the policy's LoRA adapter on. So records, rewards, credit and samples are fixed, and
+    the updates are real gradients of the real model.
+
+    As ``HFPolicy`` does: a stop string ends the reply and is kept (finish "stop"); otherwise the reply ends
+    with the end-of-turn token; ``max_tokens`` (and the context) cut it (finish "length").
+    """
+
+    def _generate(self, requests: list) -> list:
+        import torch
+
+        from metaagent.policy.base import Completion
+        from metaagent.train.logprobs import response_logprobs
+        from metaagent.train.samples import Sample, collate
+
+        out = []
+        for request in requests:
+            prompt = self.check_request(request)
+            text = reply(request)
+            cut = [text.find(s) + len(s) for s in request.sampling.stop if s and s in text]
+            ids = self.tokenizer(text[: min(cut)] if cut else text, add_special_tokens=False)["input_ids"]
+            if not cut:
+                ids = ids + [int(self.tokenizer.eos_token_id)]
+            limit = min(request.sampling.max_tokens, self.max_context - len(prompt))
+            finish = "length" if len(ids) > limit else "stop"
+            ids = ids[:limit]
+            temperature = request.sampling.temperature if request.sampling.temperature > 0 else 1.0
+            sample = Sample("executor", prompt, ids, [0.0] * len(ids), 0.0, temperature)
+            got: list[list[float]] = []
+            with self._lock:
+                self._run(lambda: got.append(response_logprobs(self.model, collate([sample]))[0][0].float().tolist()))
+            logprobs = [float(x) for x in torch.tensor(got[0])[: len(ids)]]
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            out.append(Completion(text, prompt, ids, logprobs, finish, self.model_id))
+        return out
+
+    return _generate
+
+
+def seed_of(request) -> int:
+    """A request's sampling seed (0 when it has none): what scripted replies may depend on."""
+    return int(request.sampling.seed or 0)
+
+
 # ---- tiny models and samples ----------------------------------------------------------------------------
 def tiny_llama(seed: int = 0, tie: bool = False):
     """A 2-layer Llama with a 61-token vocabulary, fp32, seeded: fast enough for exact-gradient tests."""

@@ -79,8 +79,8 @@ def config_from_args(args: argparse.Namespace):
         if changes:
             base = dict(values.get(key) or dataclasses.asdict(getattr(defaults, key)))
             values[key] = {**base, **changes}
-    api_key = values.get("api_key") or os.environ.get(API_KEY_ENV) or None
-    return load_flat_config(ServeConfig, args.config, argparse.Namespace(), **values, api_key=api_key)
+    values["api_key"] = values.get("api_key") or os.environ.get(API_KEY_ENV) or None  # --api-key, else $ENV
+    return load_flat_config(ServeConfig, args.config, argparse.Namespace(), **values)
 
 
 def main(argv: list[str] | None = None) -> int:

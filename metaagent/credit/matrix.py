@@ -331,6 +331,15 @@ def flat_advantages(
     filter_zero_var: bool = False,
     calls: Sequence[Row] | None = None,
 ) -> tuple[list[float | None], list[list[float | None] | None]]:
-    """``(designer_adv, executor_adv)`` of :func:`flat_credit`."""
+    """``(designer_adv, executor_adv)`` of :func:`flat_credit`.
+
+    ``calls`` exists for the signature shared with :func:`hierarchical_advantages` and must be None: the flat
+    ablation groups whole rollouts (one trajectory each), so there is no per-call unit (Eq. 6-7) to weight.
+    """
+    if calls is not None:
+        raise CreditError(
+            "flat_advantages has no per-call executor statistics (the flat ablation groups whole rollouts); "
+            "drop calls=, or use hierarchical_advantages(calls=...) for per-call groups (Eq. 6-7)"
+        )
     res = flat_credit(rewards, eps=eps, norm_by_std=norm_by_std, filter_zero_var=filter_zero_var)
     return res.designer, res.executor

@@ -68,8 +68,8 @@ class PlanEnv:
 
     ``observe() -> str``; ``step(answer) -> str`` applies an answer (a turn) and says the outcome;
     ``components(answer, kind, executed)`` -> the appendix's reward terms of applying ``answer`` now
-    (on a copy: the env is unchanged), with ``team`` and ``loc`` and every sub-score;
-    ``success``; ``turn`` (turns applied so far).
+    (on a copy: the env is unchanged), with ``team``, ``loc``, every sub-score and the verifiability mask
+    ``m``; ``success``; ``turn`` (turns applied so far).
     """
 
     name = ""
@@ -93,6 +93,10 @@ class PlanEnv:
     def terms(self, before: PlanEnv, facts: dict[str, Any], kind: str, executed: bool) -> dict[str, float]:
         raise NotImplementedError
 
+    def parsed(self, facts: dict[str, Any]) -> bool:
+        """Whether :meth:`apply` could parse the answer (a grid / step list / move list)."""
+        raise NotImplementedError
+
     def shaped(self, before: PlanEnv, facts: dict[str, Any]) -> float | None:
         """The reference code's shaped reward of the answer's moves (None: not defined for this env)."""
         return None
@@ -109,7 +113,10 @@ class PlanEnv:
         """Reward terms of ``answer`` applied to a copy of this env (this env is unchanged).
 
         ``executed``: for a Tool agent, whether its program ran without error/timeout (s_exec).
-        Returns ``team``, ``loc`` and the sub-scores; ``shaped`` when the reference preset defines it.
+        Returns ``team``, ``loc`` (the convex combination of the sub-scores) and the sub-scores; ``m``, the
+        appendix's verifiability mask: 0 when the answer cannot be parsed (App. A.1.3: "we can parse the
+        action and compute legality/progress"), so :func:`~metaagent.envs.mixing.mix_reward` drops ``loc``;
+        ``shaped`` when the reference preset defines it.
         """
         if kind not in KINDS:
             raise EnvError(f"agent kind must be one of {KINDS}, got {kind!r}")
@@ -117,6 +124,7 @@ class PlanEnv:
         facts = after.apply(answer)
         after.turn += 1
         out = after.terms(self, facts, kind, executed)
+        out["m"] = float(after.parsed(facts))
         shaped = after.shaped(self, facts)
         if shaped is not None:
             out["shaped"] = shaped

@@ -103,6 +103,9 @@ class PlanPath(PlanEnv):
             facts["legal"].append(ok)
         return facts
 
+    def parsed(self, facts: dict[str, Any]) -> bool:
+        return facts["moves"] is not None
+
     def terms(self, before: PlanEnv, facts: dict[str, Any], kind: str, executed: bool) -> dict[str, float]:
         assert isinstance(before, PlanPath)
         d_prev, d_now = before.manhattan(before.pos), self.manhattan(self.pos)

@@ -145,6 +145,9 @@ class Sokoban(PlanEnv):
             facts["shaped"] += r
         return facts
 
+    def parsed(self, facts: dict[str, Any]) -> bool:
+        return facts["moves"] is not None
+
     def terms(self, before: PlanEnv, facts: dict[str, Any], kind: str, executed: bool) -> dict[str, float]:
         assert isinstance(before, Sokoban)
         team = 1.0 if self.success else len(self.boxes & self.goals) / len(self.boxes)

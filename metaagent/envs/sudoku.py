@@ -154,6 +154,9 @@ class Sudoku(PlanEnv):
             sane = sane and _fits(self.grid, r, c, v, b)
         return {"form": form, "before": before, "edits": edits, "sane": sane}
 
+    def parsed(self, facts: dict[str, Any]) -> bool:
+        return facts["form"] != "invalid"
+
     def terms(self, before: PlanEnv, facts: dict[str, Any], kind: str, executed: bool) -> dict[str, float]:
         team = float(self.success)
         s_fmt = float(facts["form"] != "invalid")

@@ -359,7 +359,10 @@ def coach_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
     """The paper's Fig. 3 per agent role: ``judge/score_mean/<role>`` (coach score 0-10 over scored turns;
     fallbacks included), ``rollout/response_tokens/<role>`` (mean response length) and
     ``rollout/tool_success_rate/<role>`` (successful tool calls among those the role's turns caused; only roles
-    that caused some), plus ``judge/score_mean`` and ``judge/excluded_turns`` (turns whose score failed)."""
+    that caused some), plus ``judge/score_mean``, ``judge/excluded_turns`` (turns whose score failed) and
+    ``judge/score_share_le_1``: the share of scored turns with a score <= 1. The prompt asks for 0-10, but the
+    paper's own example coach outputs use 0-1, which silently divides every reward by 10; a share near 1 on a
+    team that is not failing says the coach answers on the wrong scale."""
     scores: dict[str, list[float]] = defaultdict(list)
     lengths: dict[str, list[int]] = defaultdict(list)
     tools: dict[str, list[bool]] = defaultdict(list)
@@ -381,6 +384,7 @@ def coach_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
     every = [s for v in scores.values() for s in v]
     if every:
         out["judge/score_mean"] = sum(every) / len(every)
+        out["judge/score_share_le_1"] = sum(s <= 1.0 for s in every) / len(every)
     for role, v in sorted(scores.items()):
         out[f"judge/score_mean/{role}"] = sum(v) / len(v)
     for role, v in sorted(lengths.items()):

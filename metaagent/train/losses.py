@@ -287,16 +287,21 @@ def dpo_loss(
     beta: float = 0.1,
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """DPO (Rafailov et al. 2023) on preference pairs, the failure route of evaluation-aligned credit::
+    """DPO (Rafailov et al. 2023) on preference pairs, the failure route of evaluation-aligned credit (seed
+    002, Eq. 12, ``L_pref = -E_(c, y+, y-, w)[w log sigmoid(beta ([..y+..] - [..y-..]))]``), the expectation
+    taken as the mean over the P pairs of the batch::
 
-        L = -(1 / sum w) * sum_p w_p * log sigmoid(beta * [(log pi(y+|x) - log ref(y+|x))
-                                                           - (log pi(y-|x) - log ref(y-|x))])
+        L = -(1 / P) * sum_p w_p * log sigmoid(beta * [(log pi(y+|x) - log ref(y+|x))
+                                                       - (log pi(y-|x) - log ref(y-|x))])
+
+    A pair's weight scales its term and its gradient (``w = 0``: the pair teaches nothing); dividing by
+    ``sum w`` instead would cancel the weight of a single pair. With every ``w = 1`` this is DPO's mean loss.
 
     Args:
         chosen_logps, rejected_logps: (P,) summed response log-probs under the policy (differentiable).
         ref_chosen_logps, ref_rejected_logps: (P,) the same under the frozen reference model.
         beta: the KL strength of DPO.
-        weights: (P,) pair weights (default 1).
+        weights: (P,) pair weights >= 0 (default 1), e.g. the judge's confidence.
 
     Returns:
         ``(loss, metrics)`` with ``train/dpo_loss``, ``train/dpo_margin`` (mean beta-scaled margin) and
@@ -308,8 +313,10 @@ def dpo_loss(
     if len(shapes) != 1 or chosen_logps.dim() != 1 or chosen_logps.numel() == 0:
         raise LossError(f"DPO needs four (P,) tensors of one shape with P >= 1, got {sorted(map(tuple, shapes))}")
     w = torch.ones_like(chosen_logps) if weights is None else weights.to(chosen_logps.dtype)  # (P,)
+    if w.shape != chosen_logps.shape or bool((w < 0).any()) or not bool(torch.isfinite(w).all()):
+        raise LossError(f"DPO pair weights must be P = {chosen_logps.numel()} finite values >= 0, got {w.tolist()}")
     margin = beta * ((chosen_logps - ref_chosen_logps) - (rejected_logps - ref_rejected_logps))  # (P,)
-    loss = -(w * torch.nn.functional.logsigmoid(margin)).sum() / w.sum()
+    loss = -(w * torch.nn.functional.logsigmoid(margin)).mean()
     return loss, {
         "train/dpo_loss": float(loss.detach()),
         "train/dpo_margin": float(margin.detach().mean()),

@@ -159,7 +159,7 @@ def parallel(agents: Agent | list[Agent], messages: str | list[str]) -> list[str
 
 def submit(answer: str) -> None:
     """End the workflow with the team's final answer (math: include \\boxed{...}; code: the program in a
-    ```python block). Call it exactly once; without it the last agent reply is used and counts as unformatted."""
+    ```python block). Call it exactly once: a script that never submits has no answer and scores 0."""
     _current().submit(_as_text(answer, "submit(answer)"))
 
 

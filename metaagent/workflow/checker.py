@@ -306,7 +306,7 @@ class _Visitor(cst.CSTVisitor):
         if "submit" not in self.callee_names:
             self.warn(
                 module, "W-NO-SUBMIT",
-                "the script never calls submit(answer); the last agent reply will be used and loses the format reward",
+                "the script never calls submit(answer); an execution without a submitted answer scores 0",
             )  # fmt: skip
         if not self.pending:
             return CheckReport(ok=True)

@@ -173,6 +173,15 @@ def test_flat_counts_an_invalid_design_as_one_zero_rollout():
     assert res.executor[2] == []
 
 
+def test_flat_refuses_per_call_statistics_instead_of_ignoring_them():
+    """The flat ablation groups whole rollouts (one trajectory each): there is no per-call unit to weight, so
+    ``calls=`` is refused with the fix, not silently dropped (it used to return the plain rollout advantages)."""
+    rewards = [[1.0, 0.0], [0.0, 0.0]]
+    with pytest.raises(CreditError, match=r"flat_advantages has no per-call.*hierarchical_advantages\(calls="):
+        flat_advantages(rewards, calls=[[1, 3], [2, 2]])
+    assert flat_advantages(rewards, calls=None) == flat_advantages(rewards)
+
+
 def test_flat_designer_is_mean_of_its_rollouts():
     res = flat_credit([[1.0, 0.0], [0.0, 0.0]])
     flat_e = res.executor[0] + res.executor[1]

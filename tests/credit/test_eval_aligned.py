@@ -271,10 +271,30 @@ def test_dpo_loss_of_weighted_pairs_by_hand():
     ref_c, ref_r = torch.tensor([-3.0, -4.0]), torch.tensor([-3.0, -5.0])
     beta = 0.1
     m1, m2 = beta * ((-3 + 3) - (-4 + 3)), beta * ((-5 + 4) - (-4 + 5))  # 0.1, -0.2
-    by_hand = -(2 * math.log(1 / (1 + math.exp(-m1))) + 1 * math.log(1 / (1 + math.exp(-m2)))) / 3
+    # Eq. 12: -E_pairs[w log sigmoid(margin)], the expectation a mean over the P = 2 pairs
+    by_hand = -(2 * math.log(1 / (1 + math.exp(-m1))) + 1 * math.log(1 / (1 + math.exp(-m2)))) / 2
     loss, metrics = dpo_loss(chosen, rejected, ref_c, ref_r, beta=beta, weights=torch.tensor([2.0, 1.0]))
     assert float(loss) == pytest.approx(by_hand, rel=1e-6)
     assert metrics["train/dpo_accuracy"] == 0.5
+
+
+def test_one_pairs_weight_scales_its_loss_and_gradient():
+    """The weight w (judge confidence) multiplies the pair's term as in Eq. 12; normalising by sum(w) would
+    cancel it for a single pair (and shrink every pair's gradient when confident pairs join a batch)."""
+    import torch
+
+    from metaagent.train.losses import dpo_loss
+
+    def run(w):
+        chosen = torch.tensor([-3.0], requires_grad=True)
+        loss, _ = dpo_loss(chosen, torch.tensor([-4.0]), torch.tensor([-3.5]), torch.tensor([-3.5]), beta=0.1,
+                           weights=None if w is None else torch.tensor([w]))  # fmt: skip
+        loss.backward()
+        return float(loss), float(chosen.grad)
+
+    (plain, g1), (half, g_half) = run(None), run(0.5)
+    assert half == pytest.approx(0.5 * plain, rel=1e-6) and g_half == pytest.approx(0.5 * g1, rel=1e-6)
+    assert run(0.0) == (0.0, 0.0)  # a pair of weight 0 teaches nothing
 
 
 def test_six_agents_use_the_sampled_plan_the_stage_would_run():

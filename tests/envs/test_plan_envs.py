@@ -206,3 +206,40 @@ def test_unknown_env_and_preset_are_errors():
     with pytest.raises(EnvError, match="unknown reward mixing preset"):
         mix_reward({"team": 0.0, "loc": 0.0}, "beta", "planpath")
     assert mix_reward({"team": 1.0}, "lambda", "planpath") == 0.5  # m = 0: local terms not computable
+
+
+# ---- the verifiability mask (App. A.1.3-A.1.5: r = lambda r_team + (1 - lambda) m r_loc) ------------------------
+
+UNPARSEABLE = "I am not sure what to do here."
+
+
+@pytest.mark.parametrize("kind", ["planner", "tool"])
+@pytest.mark.parametrize("name", ["sudoku", "planpath", "sokoban"])
+def test_an_answer_that_cannot_be_parsed_has_mask_0_and_earns_no_local_reward(name, kind):
+    """The paper's mask m = 1{we can parse the action and compute the sub-scores}: a reply without a grid, a
+    step list or a move list gets m = 0, so only the team term is left (0 for an unchanged, unsolved state).
+    Without the mask an unparseable Sudoku reply earned s_legal of the unchanged board (0.55), a Sokoban
+    planner s_dlk (0.45) and every tool the potential it did not lower (0.5-0.6) plus s_exec."""
+    from metaagent.envs import LAMBDAS
+
+    env = make_env({"name": name, "seed": 2, "size": 4 if name == "sudoku" else 5})
+    c = env.components(UNPARSEABLE, kind, executed=True)
+    assert (mix_reward(c, "alpha", name), mix_reward(c, "lambda", name)) == (0.0, 0.0), c
+    assert c["m"] == 0.0 and c["s_fmt"] == 0.0 and c["team"] == 0.0
+    # the same env, a parseable (if useless) answer: m = 1 and the local terms count
+    answer = "##### [[1, 1, 1]]" if name == "sudoku" else "##### [U]"
+    c = env.components(answer, kind, executed=True)
+    assert c["m"] == 1.0 and c["s_fmt"] == 1.0
+    assert mix_reward(c, "lambda", name) == pytest.approx(LAMBDAS[name] * c["team"] + (1 - LAMBDAS[name]) * c["loc"])
+
+
+def test_the_turn_reward_of_an_unparseable_sudoku_reply_is_0():
+    from metaagent.records import AgentTurn
+    from metaagent.rewards.turn import get_turn_reward
+
+    env = make_env({"name": "sudoku", "seed": 0, "size": 4})
+    turn = AgentTurn(0, "PlanAgent", "s", [], UNPARSEABLE, None, [], [], None, "stop", "m")
+    for preset in ("at_plan", "at_plan_lambda"):
+        r = get_turn_reward(preset)({}, [], turn, env=env)
+        assert r.total == 0.0, (preset, r)
+        assert r.components["m"] == 0.0

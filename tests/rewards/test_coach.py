@@ -201,6 +201,25 @@ def test_per_role_metrics_coach_score_length_and_tool_success():
     assert "rollout/tool_success_rate/Verifier" not in m
 
 
+def test_the_share_of_scores_at_most_1_shows_a_coach_that_answers_on_a_0_1_scale():
+    """The paper's own example coach outputs use 0-1 where the prompt asks 0-10, which silently divides the
+    rewards by 10: ``judge/score_share_le_1`` (scores <= 1 among the step's scored turns) makes it visible."""
+    from metaagent.policy import ScriptedPolicy
+
+    def metrics(replies):
+        coach = Coach(CoachConfig(backend="rule", model="mappa_format"), backend=ScriptedPolicy(replies))
+        execution = mathchat_execution()
+        coach.score_execution(TASK, execution)
+        tree = RolloutTree("run", TASK, 0, {}, {}, designs=[Design(0, "frozen:x", None, "s", CheckReport(True), executions=[execution])])
+        return coach_metrics([tree])
+
+    zero_one = metrics([f"PROCESS_SCORE: {s}" for s in ("0.8", "1", "0.9", "0.7")])
+    assert zero_one["judge/score_share_le_1"] == 1.0 and zero_one["judge/score_mean"] == pytest.approx(0.85)
+    mixed = metrics([f"PROCESS_SCORE: {s}" for s in ("0.8", "7", "10", "1.5")])
+    assert mixed["judge/score_share_le_1"] == 0.25
+    assert "judge/score_share_le_1" not in coach_metrics([])  # no scored turn: no share
+
+
 @pytest.mark.parametrize("text, score", [("PROCESS_SCORE: 7", 7.0), ("**PROCESS_SCORE:** [8.5]", 8.5), ("PROCESS_SCORE: 12", 10.0),
                                          ("PROCESS_SCORE: 3\n...\nPROCESS_SCORE: 6", 6.0)])  # fmt: skip
 def test_process_score_parser_takes_the_last_and_clamps(text, score):

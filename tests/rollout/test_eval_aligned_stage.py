@@ -72,6 +72,7 @@ def test_the_stage_writes_coalitions_labels_first_error_pair_and_correction_and_
     assert [t.reward.total for t in good.turns] == pytest.approx([good.reward.total / 2] * 2)
     # failure: H_1 boxes 3 (wrong) -> t* = 1 with one query; the first resample boxes 4 and passes
     assert bad.first_error.turn == 1 and bad.first_error.queries == [{"turn": 1, "verdict": "ERR"}]
+    assert [t.labels for t in bad.turns] == [{"helpful": 0.0}, {}]  # Eq. 9: 0 at t* = 1, nothing after it
     (pair,) = bad.preferences
     assert pair.turn == 0 and pair.source == "resample" and pair.rejected_ids == bad.turns[0].response_ids
     (correction,) = [cf for cf in bad.counterfactuals if cf.baseline == "correction:1"]
@@ -142,3 +143,30 @@ def test_the_mask_baseline_echoes_each_replaced_agents_input(rolled):
     (only_checker,) = [cf for cf in good.counterfactuals if cf.members == ["Checker"]]
     solver = only_checker.turns[0]
     assert only_checker.baseline == "mask" and solver.synthetic and solver.response == solver.messages[-1]["content"]
+
+
+def test_the_failure_route_writes_eq9_labels_before_and_at_the_first_error():
+    """Eq. 9: q = 1 for the turns before the first error t*, q = 0 at t*, later turns unlabelled; the protocol
+    metrics count them beside the success route's labels. Here the Solver is right (4) and the Checker
+    submits 5: H_1 is OK, the full trace ERR, so t* = 2."""
+    from metaagent.credit.eval_aligned import protocol_metrics
+
+    def team(request) -> str:
+        return "<delivery>\\boxed{4}</delivery>" if request.agent == "Solver" else "<delivery>\\boxed{5}</delivery>"
+
+    engine = RolloutEngine(
+        ScriptedPolicy(["unused"], cycle=True), ScriptedPolicy(team), RolloutConfig(m_designs=1, n_executions=1, sandbox_workers=1)
+    )
+    try:
+        trees = engine.rollout(TASKS[1:], seed=0, frozen=FrozenDesign(script=SCRIPT, name="team"))
+        m = _stage(engine, helpful_judge="none", correction_check=False).annotate(trees)
+    finally:
+        engine.close()
+    e = trees[0].designs[0].executions[0]
+    assert e.reward.correct == 0.0 and e.first_error.turn == 2 and e.first_error.role == "Checker"
+    assert [t.labels for t in e.turns] == [{"helpful": 1.0}, {"helpful": 0.0}]
+    P = "credit/eval_aligned/"
+    assert m[P + "prefix_queries"] >= 1
+    pm = protocol_metrics(trees)
+    assert pm[P + "failure_labelled_steps"] == 2 and pm[P + "failure_helpful_fraction"] == 0.5
+    assert pm[P + "labelled_steps"] == 0  # the success route's labels: none here

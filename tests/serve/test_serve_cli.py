@@ -36,19 +36,36 @@ def test_bad_arguments_exit_2_with_a_message(capsys):
     assert "--base-url" in capsys.readouterr().err
 
 
+def test_the_api_key_flag_and_the_environment_variable_set_the_key(monkeypatch):
+    from metaagent.cli.serve import build_parser, config_from_args
+
+    monkeypatch.delenv("METAAGENT_SERVE_API_KEY", raising=False)
+    flag = config_from_args(build_parser().parse_args(["--model", "tiny", "--api-key", API_KEY]))
+    assert flag.api_key == API_KEY
+    assert config_from_args(build_parser().parse_args(["--model", "tiny"])).api_key is None
+    monkeypatch.setenv("METAAGENT_SERVE_API_KEY", "from-the-environment")
+    assert config_from_args(build_parser().parse_args(["--model", "tiny"])).api_key == "from-the-environment"
+    assert config_from_args(build_parser().parse_args(["--model", "tiny", "--api-key", API_KEY])).api_key == API_KEY
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_command_serves_and_shuts_down_cleanly(tmp_path, sig):
+@pytest.mark.parametrize(
+    "sig, key_from", [(signal.SIGTERM, "env"), (signal.SIGINT, "flag")], ids=["SIGTERM-key-in-env", "SIGINT-key-flag"]
+)
+def test_command_serves_and_shuts_down_cleanly(tmp_path, sig, key_from):
     with open(tmp_path / "server.log", "w+") as log:
-        _serve_and_stop(tmp_path, sig, log)
+        _serve_and_stop(tmp_path, sig, log, key_from)
 
 
-def _serve_and_stop(tmp_path: Path, sig: int, log) -> None:
+def _serve_and_stop(tmp_path: Path, sig: int, log, key_from: str) -> None:
     port, record = free_port(), tmp_path / "served.jsonl"
-    env = dict(os.environ, METAAGENT_SERVE_API_KEY=API_KEY)
+    env = {k: v for k, v in os.environ.items() if k != "METAAGENT_SERVE_API_KEY"}
+    key_args = ["--api-key", API_KEY] if key_from == "flag" else []
+    if key_from == "env":
+        env["METAAGENT_SERVE_API_KEY"] = API_KEY
     proc = subprocess.Popen(
         [COMMAND, "--model", "tiny", "--frozen-designer", "single_math", "--port", str(port), "--workers", "2",
-         "--max-tokens", "16", "--record", str(record), "--log-level", "warning"],
+         "--max-tokens", "16", "--record", str(record), "--log-level", "warning", *key_args],
         stdout=log, stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -60,6 +77,11 @@ def _serve_and_stop(tmp_path: Path, sig: int, log) -> None:
 
         team = httpx.post(f"{url}/v1/teams", json={"task": "What is 6 * 7?"}, headers=auth, timeout=60).json()
         assert team["status"] == "answered"
+        # the official client: a wrong key is refused (401), the right one answered
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=f"{url}/v1", api_key="wrong-key-0123456", max_retries=0).chat.completions.create(
+                model="metaagent", messages=[{"role": "user", "content": "2+2?"}]
+            )
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=API_KEY, max_retries=0)
         reply = client.chat.completions.create(model="metaagent", messages=[{"role": "user", "content": "2+2?"}])
         assert reply.choices[0].message.content == reply.model_extra["metaagent"]["answer"]

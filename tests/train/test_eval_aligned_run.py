@@ -1,21 +1,26 @@
-"""Evaluation-aligned credit end to end on a warm-started tiny model (CPU) with the rule judge ``rule:gold``:
+"""Evaluation-aligned credit end to end on the tiny model with scripted replies (tests/builders.py::forced_generate)
+and the rule judge ``rule:gold``:
 
-a frozen two-agent team (Solver, then Checker, whose reply is submitted) on two tasks, "1 + 2" (the warm
-model's ``\\boxed{3}`` is right: success episodes) and "2 + 2" (it is wrong: failure episodes). One training
-step must give every success episode per-turn rewards that sum to R_sys, every failure episode a first
-error and (where a resample passes the judge) a preference pair that enters the DPO loss; the records show
-all of it in ``metaagent-replay``.
+a frozen two-agent team (Solver, then Checker, whose reply is submitted) on two tasks, "1 + 2" (a delivered
+``\\boxed{3}`` is right: success episodes) and "2 + 2" (never right: failure episodes). An agent delivers
+``\\boxed{3}`` on even request seeds and answers untagged on odd ones; the seeds are derived from the run seed, so
+the same episodes succeed, fail and find a preferred resample on every machine. One training step must give
+every success episode per-turn rewards that sum to R_sys, every failure episode a first error and (where a
+resample passes the judge) a preference pair that enters the DPO loss; the records show all of it in
+``metaagent-replay``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 import torch
+from builders import forced_generate, seed_of
+
+from metaagent.policy.hf import HFPolicy
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +38,10 @@ TASKS = [
 ]  # fmt: skip
 
 
+def scripted(request) -> str:
+    return TAGGED if seed_of(request) % 2 == 0 else UNTAGGED
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     before = torch.get_num_threads()
@@ -41,49 +50,22 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def warm_team(root: Path) -> str:
-    """SFT the tiny model on the team's real agent prompts, each answered tagged (two in three) and untagged."""
-    from metaagent.data.tasks import Task
-    from metaagent.policy import ScriptedPolicy
-    from metaagent.rollout.config import RolloutConfig
-    from metaagent.rollout.engine import FrozenDesign, RolloutEngine
-    from metaagent.sft.warm import sft_on_rows
-
-    prompts: list[list[dict]] = []
-
-    def record(request) -> str:
-        prompts.append([dict(m) for m in request.messages])
-        return TAGGED if len(prompts) % 2 else UNTAGGED
-
-    engine = RolloutEngine(
-        ScriptedPolicy(["unused"], cycle=True), ScriptedPolicy(record), RolloutConfig(m_designs=1, n_executions=2)
-    )
-    try:
-        engine.rollout([Task.coerce(t) for t in TASKS], seed=0, frozen=FrozenDesign(script=SCRIPT, name="warm"))
-    finally:
-        engine.close()
-    prompts.sort(key=lambda m: json.dumps(m, sort_keys=True))  # call order depends on timing; the data must not
-    rows = [{"messages": [*p, {"role": "assistant", "content": r}], "kind": "executor"} for p in prompts for r in (TAGGED, TAGGED, UNTAGGED)]
-    return sft_on_rows(rows, root, steps=60, name="sft")
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     from metaagent.train.config import TrainConfig
     from metaagent.train.trainer import Trainer
 
     root = tmp_path_factory.mktemp("eval_aligned")
-    model = warm_team(root)
     (root / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in TASKS))
     (root / "team.py").write_text(SCRIPT)
     cfg = TrainConfig.load(
         None,
         [
-            f"policy.model={model}",
+            "policy.model=tiny",
             f"data.train=[{{source: bundled, path: {root / 'tasks.jsonl'}}}]",
             "data.val=[]",
             "data.batch_size=2",
-            "rollout.n_executions=8",  # 4 left the 1-in-2 tagged checker reply at one success: too close to none
+            "rollout.n_executions=8",
             "rollout.executor.max_tokens=12",
             "rollout.executor.stop=['</delivery>']",
             f"rollout.frozen_designer={root / 'team.py'}",
@@ -95,14 +77,15 @@ def run(tmp_path_factory):
             "optim.kl_coef=0.001",
             "optim.lr=1e-3",
             "trainer.steps=1",
-            f"trainer.seed={os.environ.get('EA_TEST_SEED', '0')}",
             "trainer.save_every=0",
             "trainer.tensorboard=false",
             f"trainer.out={root / 'run'}",
         ],
     )
-    with Trainer(cfg) as trainer:
-        (result,) = trainer.train()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(HFPolicy, "_generate", forced_generate(scripted))
+        with Trainer(cfg) as trainer:
+            (result,) = trainer.train()
     return root / "run", result
 
 
@@ -117,7 +100,7 @@ def _executions(run_dir: Path):
 def test_success_episodes_get_turn_rewards_that_sum_to_r_sys(run):
     run_dir, result = run
     successes = [(t, e) for t, e in _executions(run_dir) if e.reward.correct == 1.0]
-    assert successes, "the warm model answered no '1 + 2' task right; the test needs one success"
+    assert len(successes) >= 2  # scripted: the same episodes succeed on every machine
     for _, e in successes:
         rewards = [t.reward.total for t in e.turns]
         assert math.isclose(sum(rewards), e.reward.total, rel_tol=1e-9, abs_tol=1e-12)
@@ -136,6 +119,8 @@ def test_failure_episodes_get_a_first_error_and_pairs_enter_the_dpo_loss(run):
     assert failures
     for e in failures:
         assert e.first_error is not None and 1 <= e.first_error.turn <= len(e.turns)
+        t_star = e.first_error.turn  # Eq. 9's labels: 1 before t*, 0 at it
+        assert [t.labels.get("helpful") for t in e.turns[:t_star]] == [1.0] * (t_star - 1) + [0.0]
         assert len(e.first_error.queries) <= math.ceil(math.log2(len(e.turns)))
         assert all(t.advantage is None for t in e.turns)
         for p in e.preferences:
@@ -144,7 +129,7 @@ def test_failure_episodes_get_a_first_error_and_pairs_enter_the_dpo_loss(run):
     m = result.metrics
     assert m["credit/eval_aligned/pairs"] == pairs
     assert m["credit/eval_aligned/no_pair"] == sum(1 for e in failures if not e.preferences)
-    assert pairs > 0, "no resample passed the judge; the test needs one pair"
+    assert pairs > 0 and m["credit/eval_aligned/no_pair"] > 0  # scripted: both outcomes occur on every machine
     assert m["train/dpo_pairs"] == pairs and math.isfinite(m["train/dpo_loss"])
     assert m["credit/eval_aligned/runs"] == m["credit/eval_aligned/coalition_runs"] + m["credit/eval_aligned/prefix_runs"] + m["credit/eval_aligned/correction_runs"]
     assert m["credit/eval_aligned/judge_calls"] > 0

@@ -73,15 +73,19 @@ def test_the_token_stage_sets_per_token_advantages_drops_truncated_and_leaves_th
 
 @pytest.mark.slow
 @pytest.mark.parametrize("models", ["shared", "verifier_own_model"])
-def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, models):
-    from warm_tiny import warm_tiny
+def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, monkeypatch, models):
+    from builders import forced_generate, seed_of
 
+    from metaagent.policy.hf import HFPolicy
     from metaagent.train.config import TrainConfig
     from metaagent.train.trainer import Trainer
 
     torch.set_num_threads(1)
-    # a tiny model warm-started to answer tagged or untagged (warm_tiny.py): the coach's scores vary
-    model = warm_tiny(tmp_path / "warm", "executor")
+    # the tiny model with scripted replies (builders.forced_generate), tagged and boxed, tagged only or untagged
+    # by request seed: the rule coach's scores (8, 5, 0) vary on every machine, so the step has a gradient
+    replies = ("<delivery>\\boxed{7}</delivery>", "<delivery>done</delivery>", "I think so.")
+    monkeypatch.setattr(HFPolicy, "_generate", forced_generate(lambda r: replies[seed_of(r) % 3]))
+    model = "tiny"
     cfg = TrainConfig.load(
         "mappa_tiny",
         [
@@ -121,6 +125,7 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, model
     rows = [r for r in result.trees[0].designs[0].executions[0].turns]
     assert [t.role for t in rows] == ["ProblemSolver", "CodeExecutor", "Verifier"]
     assert all(t.reward is not None and t.reward.source == "judge" for t in rows)
+    assert len({t.reward.components["score"] for _, e in result.trees[0].executions() for t in e.turns}) > 1
 
 
 @pytest.mark.slow

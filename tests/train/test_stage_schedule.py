@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from metaagent.credit import register_estimator
 from metaagent.train.schedule import MODES, ScheduleError, StageSchedule
 
 D, E = "designer", "executor"
@@ -67,3 +68,59 @@ def test_bad_settings_are_refused():
         StageSchedule().is_active("judge", 0)
     with pytest.raises(ScheduleError, match="unknown schedule state"):
         StageSchedule.from_state_dict({"mode": "coupled", "stage_len": 3, "step": 4})
+
+
+# ---- optim.stage_switch in the training loop -------------------------------------------------------------------
+
+
+@register_estimator("ones_for_stage_switch_tests")
+def _ones(trees):
+    """Advantage 1 for every design and execution: each step with samples updates (no all-zero skip)."""
+    from metaagent.credit import TreeCredit
+
+    return [
+        TreeCredit(
+            designer={i: 1.0 for i in range(len(t.designs))},
+            executor={(i, j): 1.0 for i, d in enumerate(t.designs) for j in range(len(d.executions))},
+        )
+        for t in trees
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("switch", ["keep", "reset"])
+def test_the_loop_resets_the_optimizer_moments_at_each_stage_boundary(tmp_path, monkeypatch, switch):
+    """K = 1 stagewise, one shared model, a frozen one-agent design: executor (step 0), designer (step 1: the
+    frozen design has no designer sample, nothing to update), executor (step 2). ``reset`` clears AdamW at the
+    boundaries before steps 1 and 2, so the executor's step-2 update starts AdamW afresh (step count 1);
+    ``keep`` carries the step-0 moments on (count 2)."""
+    from metaagent.train.config import TrainConfig
+    from metaagent.train.trainer import Trainer
+
+    calls: list[int] = []
+    real = Trainer._reset_optimizer_moments
+    monkeypatch.setattr(Trainer, "_reset_optimizer_moments", lambda self: (calls.append(1), real(self))[-1])
+    cfg = TrainConfig.load("tiny", [
+        f"trainer.out={tmp_path / 'run'}", "trainer.steps=3", "trainer.save_every=0", "schedule.stage_len=1",
+        "rollout.frozen_designer=single_math", "rollout.m_designs=1", "rollout.n_executions=1", "data.batch_size=1",
+        "data.train=[{source: bundled, split: train, levels: [1], domain: math}]", "data.val=[]",
+        "rollout.executor.max_tokens=4", "algo.estimator=ones_for_stage_switch_tests", f"optim.stage_switch={switch}",
+    ])  # fmt: skip
+    per_step: list[tuple[str, int, float]] = []
+    with Trainer(cfg) as trainer:
+        (updater,) = trainer.updaters.values()
+
+        def seen(result) -> None:
+            steps = {int(s["step"]) for s in updater.optimizer.state.values()}
+            per_step.append((result.metrics["schedule/active"], len(calls), result.metrics["train/skipped_step"]))
+            per_step[-1] += (steps,)
+
+        trainer.train(on_step=seen)
+    active = [p[0] for p in per_step]
+    assert active == [E, D, E] and [p[2] for p in per_step] == [0.0, 1.0, 0.0]
+    if switch == "reset":
+        assert [p[1] for p in per_step] == [0, 1, 2]  # called entering steps 1 and 2, not at step 0
+        assert per_step[2][3] == {1}  # the executor's update at step 2 started AdamW afresh
+    else:
+        assert [p[1] for p in per_step] == [0, 0, 0]
+        assert per_step[2][3] == {2}

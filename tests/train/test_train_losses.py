@@ -179,6 +179,8 @@ def test_dpo_loss_against_hand_computed_values():
     assert float(loss) == pytest.approx(expected, rel=1e-6)
     assert m["train/dpo_accuracy"] == 0.5 and m["train/dpo_margin"] == pytest.approx(0.5)
     weighted, _ = dpo_loss(chosen, rejected, ref_c, ref_r, beta=0.5, weights=torch.tensor([3.0, 1.0]))
-    assert float(weighted) == pytest.approx(-(3 * math.log(1 / (1 + math.exp(-1.0))) + math.log(0.5)) / 4, rel=1e-6)
+    assert float(weighted) == pytest.approx(-(3 * math.log(1 / (1 + math.exp(-1.0))) + math.log(0.5)) / 2, rel=1e-6)
     with pytest.raises(LossError, match="beta"):
         dpo_loss(chosen, rejected, ref_c, ref_r, beta=0.0)
+    with pytest.raises(LossError, match="weights"):
+        dpo_loss(chosen, rejected, ref_c, ref_r, weights=torch.tensor([1.0, -1.0]))

@@ -8,7 +8,7 @@ behaviour with reward variance, so GRPO has something to learn in seconds.
   format reward (delivery tag + boxed answer: R = 0.4), ``UNTAGGED`` none (R = 0), unless "3" happens to be
   the right answer;
 - executor, ``"executor_tagged"``: answers every agent prompt with ``TAGGED`` (a valid design's execution then
-  nearly always earns the format reward: the designer-learning test's executor).
+  nearly always earns the format reward: the designer-learning benchmark's executor, benchmarks/tiny_learning.py).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def executor_examples(n: int = 24, replies: tuple[str, ...] = (TAGGED, UNTAGGED)
 
 def _seeded_order(prompts: list[list[dict]]) -> list[list[dict]]:
     """The prompts in an order that does not depend on timing: sorted, then shuffled with a fixed seed. Seed 1
-    leaves the warm executor delivering ~40% of the time, so the learning test has room to show a rise (seeds
+    leaves the warm executor delivering ~40% of the time, so the learning benchmark has room to show a rise (seeds
     0 and 2 start at ~80% and ~65%)."""
     import random
 

@@ -2,10 +2,12 @@
 
 One CPU worker in a Ray worker group runs verl 0.9.1's ``ActorRolloutRefWorker`` (FSDP2, gloo, fp32); the
 rollout is the project's Hugging Face policy, which gets the actor's weights through verl's colocated weight
-sync after every update. The model is the tiny model warm-started to answer about half of the agent calls in the
-delivery format (tests/train/warm_tiny.py), so the advantages are not all 0 and verl really updates.
+sync after every update. The model is the tiny model warm-started on the delivery format (tests/train/warm_tiny.py);
+its reply texts are scripted by request seed (tests/verl/forced_train.py: half delivered in the tag, on every
+machine), with its own tokens and log-probs, so the advantages are not all 0 and verl really updates.
 
-verl's platform patches are global inside a process, so the runs are subprocesses (``train-metaagent``).
+verl's platform patches are global inside a process, so the runs are subprocesses (``train-metaagent`` through
+``forced_train.py``).
 """
 
 from __future__ import annotations
@@ -42,10 +44,12 @@ def env() -> dict[str, str]:
 
 def train(out: Path, model: str, *extra: str) -> subprocess.CompletedProcess:
     args = [
-        sys.executable, "-m", "metaagent.cli.train", "--config", "tiny_verl_cpu", "--out", str(out), "--quiet",
-        f"policy.model={model}", *extra,
+        sys.executable, str(ROOT / "tests" / "verl" / "forced_train.py"), "--config", "tiny_verl_cpu", "--out", str(out),
+        "--quiet", f"policy.model={model}", *extra,
     ]  # fmt: skip
-    r = subprocess.run(args, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=600, check=False)
+    # a hang guard, not a speed check: a two-step run (Ray start, FSDP worker, checkpoints) took 4-6 min on 2 busy
+    # cores and over 10 min at load average 40-80 beside a CPU burner
+    r = subprocess.run(args, cwd=ROOT, env=env(), capture_output=True, text=True, timeout=1800, check=False)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
     return r
 
@@ -78,7 +82,7 @@ def convert(ckpt: Path, out: Path) -> subprocess.Popen:
 
 
 def converted(proc: subprocess.Popen, out: Path) -> Path:
-    _, err = proc.communicate(timeout=300)
+    _, err = proc.communicate(timeout=900)  # a hang guard (see train)
     assert proc.returncode == 0, err[-4000:]
     return out
 
@@ -129,7 +133,7 @@ def test_two_verl_steps_on_cpu_match_the_rollout_and_follow_the_advantages(run, 
     steps = rows(run)
     assert [r["step"] for r in steps] == [0, 1]
     for r in steps:
-        assert r["verl/policy/skipped_step"] == 0.0, r  # the warm model's rewards vary: verl updated
+        assert r["verl/policy/skipped_step"] == 0.0, r  # the scripted rewards vary: verl updated
         assert r["verl/policy/samples"] > 0
         # verl's actor (before the update) computes the log-probs the HF rollout sampled with: pi_old is exact.
         # At step 1 that needs the weights verl's sync put into the HF policy after step 0's update.
@@ -146,8 +150,8 @@ def test_two_verl_steps_on_cpu_match_the_rollout_and_follow_the_advantages(run, 
     adv = torch.tensor([t["advantage"] for t in before])
     change = torch.stack([(a - b).mean() for a, b in zip(after, rollout)])
     # one gradient step on L = -1/|G| sum_i A_i mean_t ratio_it (seq-mean-token-mean) raises sum_i A_i * (mean
-    # log-prob change of i) to first order. Single turns need not follow their own sign: the warm model's replies
-    # are two fixed strings, so a turn shares its tokens with turns of the opposite advantage.
+    # log-prob change of i) to first order. Single turns need not follow their own sign: the replies are two fixed
+    # strings, so a turn shares its tokens with turns of the opposite advantage.
     assert (adv * change).sum() > 0, (adv, change)
     assert change[adv == adv.min()].mean() < 0, (adv, change)  # the most penalised replies lost probability
     # the step-1 rollout sampled from exactly these weights (the HF policy saw the synced update)

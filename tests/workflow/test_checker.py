@@ -148,3 +148,25 @@ def test_escape_attempts_are_refused_with_their_code(name):
     snippet, code = ESCAPES[name]
     report = check_script(snippet + "\n" + OK)
     assert code in [d.code for d in report.errors], (name, report.errors)
+
+
+def test_the_designers_api_text_and_the_no_submit_warning_say_what_the_reward_does():
+    """An execution that never submits has no final answer and scores 0 (rewards/score.py); the designer's API
+    reference and the checker's W-NO-SUBMIT warning must say so, not that the last agent reply is used."""
+    from metaagent.data.tasks import Task
+    from metaagent.records import AgentTurn, Execution
+    from metaagent.rewards import score_execution
+    from metaagent.workflow import api_reference
+
+    task = Task(id="t", domain="math", question="What is 2 + 3?", answer="5", source="test")
+    reply = "<delivery>\\boxed{5}</delivery>"
+    turn = AgentTurn(0, "S", "p", [], reply, "\\boxed{5}", [], [], None, "stop", "m")
+    record = score_execution(task, Execution(0, "ok", answer="\\boxed{5}", submitted=False, turns=[turn]))
+    assert (record.correct, record.total) == (0.0, 0.0)  # the right answer in the last reply does not count
+
+    (warning,) = [w for w in check_script('solver = Agent("S", "p")\nx = solver(task)\n').warnings]
+    for text in (api_reference(), warning.message):
+        assert "last agent reply" not in text and "will be used" not in text, text
+    assert "scores 0" in warning.message
+    submit_doc = api_reference().split("submit(answer: str) -> None", 1)[1].split("\nboxed(", 1)[0]
+    assert "scores 0" in submit_doc, submit_doc

@@ -9,7 +9,7 @@
 The expensive work (coalition re-runs, judges, resampling) is :mod:`metaagent.rollout.eval_aligned`.
 """
 
-from .bisect import ERR, OK, Bisection, first_error, max_queries
+from .bisect import ERR, OK, Bisection, first_error, first_error_labels, max_queries
 from .episode import (
     COALITION_BASELINES,
     HELPFUL,
@@ -51,6 +51,7 @@ __all__ = [
     "evaluator_score",
     "exact_shapley",
     "first_error",
+    "first_error_labels",
     "helpfulness_weights",
     "max_queries",
     "permutation_shapley",

@@ -30,6 +30,15 @@ class Bisection:
     failed: str | None = None
 
 
+def first_error_labels(t_star: int) -> list[float]:
+    """Eq. 9's helpfulness labels of a failed trace, by turn in call order: ``q = 1`` for the turns before the
+    first error ``t*`` (1-based), ``q = 0`` at ``t*``; the turns after it get none (the paper labels only
+    "when available")."""
+    if not isinstance(t_star, int) or t_star < 1:
+        raise CreditError(f"the first error t* is a turn >= 1, got {t_star!r}")
+    return [1.0] * (t_star - 1) + [0.0]
+
+
 def max_queries(T: int) -> int:
     """The most judge queries :func:`first_error` asks for a trace of ``T`` turns: ``ceil(log2 T)``."""
     return 0 if T <= 1 else math.ceil(math.log2(T))

@@ -4,7 +4,9 @@
   steps for "before/after training");
 - ``loo_gap``: mean ``|(v(A) - v(A \\ {i})) - phi_i|`` (leave-one-agent-out vs Shapley; 0 for n = 1 and for
   additive games), over agents whose ``v(A \\ {i})`` was run;
-- ``helpful_fraction``: share of labelled success-episode turns with ``helpful >= 0.5``;
+- ``helpful_fraction``: share of labelled success-episode turns with ``helpful >= 0.5`` (judge labels, Eq. 5);
+- ``failure_helpful_fraction``: the same over the failure episodes' Eq. 9 labels (1 before the first error,
+  0 at it), with ``failure_labelled_steps``;
 - ``localisation_queries`` / ``localisation_runs``: mean judge queries and prefix re-runs (``forced:<t>``; the
   N-best checks are ``resample:<t>``) per located first error;
 - ``correction_efficiency``: share of correction re-runs (the failing reply replaced by the preferred one,
@@ -37,6 +39,7 @@ def protocol_metrics(
     alphas: dict[str, list[float]] = defaultdict(list)
     gaps: list[float] = []
     labelled = helpful = 0
+    failure_labelled = failure_helpful = 0
     queries: list[int] = []
     runs: list[int] = []
     corrections: list[float] = []
@@ -59,6 +62,10 @@ def protocol_metrics(
                         labelled += 1
                         helpful += int(t.labels[HELPFUL] >= 0.5)
             if e.first_error is not None:
+                for t in e.turns:
+                    if HELPFUL in t.labels:
+                        failure_labelled += 1
+                        failure_helpful += int(t.labels[HELPFUL] >= 0.5)
                 queries.append(len(e.first_error.queries))
                 runs.append(sum(1 for cf in e.counterfactuals if cf.baseline.startswith("forced:")))
             for cf in e.counterfactuals:
@@ -73,6 +80,9 @@ def protocol_metrics(
     out[PREFIX + "labelled_steps"] = float(labelled)
     if labelled:
         out[PREFIX + "helpful_fraction"] = helpful / labelled
+    out[PREFIX + "failure_labelled_steps"] = float(failure_labelled)
+    if failure_labelled:
+        out[PREFIX + "failure_helpful_fraction"] = failure_helpful / failure_labelled
     out[PREFIX + "located_errors"] = float(len(queries))
     if queries:
         out[PREFIX + "localisation_queries"] = sum(queries) / len(queries)

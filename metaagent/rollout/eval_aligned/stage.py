@@ -9,7 +9,8 @@ For every execution of the step, after its reward (``R_sys``) is known:
   ``Execution.counterfactuals``; each turn's ``r_{i,t}`` is written as its ``TurnReward`` (source
   ``allocator``) for replay;
 - failure (``R_sys = 0``): first-error bisection with the prefix judge (``Execution.first_error``; ``mc``
-  queries re-run forced prefixes, stored as ``forced:<t>`` counterfactuals), then the preferred reply for the
+  queries re-run forced prefixes, stored as ``forced:<t>`` counterfactuals) and Eq. 9's labels
+  (``AgentTurn.labels["helpful"]``: 1 before ``t*``, 0 at it), then the preferred reply for the
   failing turn — from a successful execution of the same task that saw the same context, else the first of
   ``nbest`` resamples that passes the prefix judge (``mc``: its continuations are ``resample:<t>`` runs) —
   as a ``PreferencePair`` (rejected = the failing reply), and a correction re-run (``correction:<t>``) with
@@ -37,6 +38,7 @@ from metaagent.credit.eval_aligned import (
     episode_credit,
     evaluator_score,
     first_error,
+    first_error_labels,
     plan_for,
     players,
 )
@@ -222,6 +224,8 @@ class EvalAlignedStage:
         t_star = found.turn
         bad = recorded[t_star - 1]
         e.first_error = FirstError(t_star, bad.role, found.queries, self.config.prefix_judge)
+        for turn, q in zip(recorded, first_error_labels(t_star)):
+            turn.labels[HELPFUL] = q
         chosen = self._preferred(tree, task, script, e, recorded, t_star, judge, budget, counts, lock)
         if chosen is None:
             return

@@ -1,0 +1,34 @@
+"""``train-metaagent`` with scripted reply texts (run as a subprocess by the verl CPU tests: verl's platform
+patches are global inside a process, so those runs cannot be in-process).
+
+    python tests/verl/forced_train.py [train-metaagent arguments...]
+
+Every ``HFPolicy`` of the process (the CPU rollout runs in the driver) answers through
+``tests/builders.py::forced_generate``: an agent delivers ``\\boxed{3}`` in the tag on even request seeds and
+answers untagged on odd ones. The seeds are derived from the run seed, so each step's rewards vary the same way
+on every machine and verl really updates; tokens, log-probs and the update are the model's own.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: builders
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))  # warm_tiny: the reply texts
+
+from builders import forced_generate, seed_of  # noqa: E402
+from warm_tiny import TAGGED, UNTAGGED  # noqa: E402
+
+from metaagent.policy.hf import HFPolicy  # noqa: E402
+
+
+def scripted(request) -> str:
+    return TAGGED if seed_of(request) % 2 == 0 else UNTAGGED
+
+
+if __name__ == "__main__":
+    from metaagent.cli.train import main
+
+    HFPolicy._generate = forced_generate(scripted)
+    sys.exit(main(sys.argv[1:]))
