@@ -7,13 +7,17 @@ rows that leave the batch as soon as they finish.
 
 A :class:`_RunningBatch` holds the live rows and their KV cache:
 
-1. ``admit``: chat template -> prompt ids; left padding with ``attention_mask`` and ``position_ids``
-   (B, T); prefill with ``logits_to_keep=1`` (only the last position's logits, never B x T x vocab);
-   sample each row's first token; merge the new rows into the running batch (caches left-padded to a
-   common length and concatenated on the batch dimension);
-2. ``step``: one decode step on the ``DynamicCache``: sample one token per live row (:func:`sample_next`),
-   record ``log_softmax(logits / T)`` at that token, drop finished rows from the cache and trim padding
-   columns that no live row needs any more.
+1. ``admit``: chat template -> prompt ids; left padding with a validity mask and ``position_ids`` (B, T);
+   prefill with ``logits_to_keep=1`` (only the last position's logits, never B x T x vocab); sample each
+   row's first token; merge the new rows into the running batch (keys and values left-padded to a common
+   length and concatenated on the batch dimension);
+2. ``step``: one decode step: sample one token per live row (:func:`sample_next`), record
+   ``log_softmax(logits / T)`` at that token, drop finished rows from the batch and trim padding columns
+   that no live row needs any more.
+
+Keys and values live in a :class:`~metaagent.policy.kv.KVStore` that the model's attention writes in place
+(the model runs on transformers' public attention interface, without a transformers cache object; see
+:mod:`metaagent.policy.kv`).
 
 Prefix reuse (``prefix_cache_mb``, :mod:`metaagent.policy.prefix_cache`): before the prefill, the block-
 aligned prefixes that several rows of ``admit`` share (the designer's system prompt and API text, an agent's
@@ -46,6 +50,8 @@ from .prefix_cache import DEFAULT_BLOCK, PrefixCache, shared_prefix_lengths
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from .kv import KVStore
 
 #: end-of-turn tokens that stop generation when they are in the vocabulary (besides the tokenizer's eos)
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
@@ -91,8 +97,7 @@ class HFPolicy(Policy):
             ``max_in_flight > 1``; threads may also call a continuous policy directly.
         model_id: the id recorded in completions (default: the name passed, or the config's name_or_path).
         prefix_cache_mb: memory bound of the KV cache of shared prompt prefixes
-            (:mod:`metaagent.policy.prefix_cache`); 0 turns prefix reuse off. Models whose cache is not a
-            plain ``DynamicCache`` (sliding-window layers) never reuse prefixes.
+            (:mod:`metaagent.policy.prefix_cache`); 0 turns prefix reuse off.
         prefix_block: tokens per cached block, the granularity of reuse.
         model_context: a context manager factory entered around every run of the model (the trainer's LoRA
             adapters: makes this policy's adapter the active one on a base shared with other policies).
@@ -145,9 +150,9 @@ class HFPolicy(Policy):
         self.model = model
         self.model_context = model_context
         self.tokenizer = tokenizer
-        from .kv import use_gqa_attention
+        from .kv import use_decode_attention
 
-        self.gqa_attention = use_gqa_attention(model)  # decode reads grouped KV heads in place (exact)
+        use_decode_attention(model)  # keys and values in the decode loop's own store (metaagent.policy.kv)
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
         self.max_batch_size = max_batch_size
@@ -163,7 +168,7 @@ class HFPolicy(Policy):
         if not prefix_cache_mb >= 0:
             raise ValueError(f"prefix_cache_mb must be >= 0 (0 = off), got {prefix_cache_mb!r}")
         self.prefix_cache: PrefixCache | None = None
-        if prefix_cache_mb > 0 and _plain_dynamic(_new_cache(model)):
+        if prefix_cache_mb > 0:
             self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20), block=prefix_block)
 
     def weights_changed(self) -> None:
@@ -298,17 +303,18 @@ class HFPolicy(Policy):
 
     # ------------------------------------------------------------------------------------------ per token
     def _forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Any
+        self, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, store: KVStore
     ) -> torch.Tensor:
-        """One model call; returns the float32 logits of the last position only, shape (B, V)."""
-        out = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        """One model call appending ``input_ids`` (B, q) to ``store`` (``valid`` (B, q): False for padding);
+        returns the float32 logits of the last position only, shape (B, V)."""
+        with store.forward(valid, position_ids):
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=store.attention_mask(input_ids.shape[1]),
+                position_ids=position_ids,
+                use_cache=False,
+                logits_to_keep=1,
+            )
         return out.logits[:, -1, :].float()
 
     def _finish_reason(self, row: _Row) -> str | None:
@@ -343,16 +349,15 @@ class HFPolicy(Policy):
 
 
 class _RunningBatch:
-    """Live rows and their KV cache. Between calls, ``tokens`` holds each row's newest, not yet fed token.
+    """Live rows and their keys and values. Between calls, ``tokens`` holds each row's newest, not yet fed token.
 
-    Shapes: ``attention_mask`` (n, S) covers the S cached positions; ``next_pos`` and ``tokens`` are (n,).
+    Shapes: ``store`` holds (n, S) columns; ``next_pos`` and ``tokens`` are (n,).
     """
 
     def __init__(self, policy: HFPolicy) -> None:
         self.policy = policy
         self.rows: list[_Row] = []
-        self.cache: Any = None
-        self.attention_mask: torch.Tensor | None = None
+        self.store: KVStore | None = None
         self.next_pos: torch.Tensor | None = None
         self.tokens: torch.Tensor | None = None
 
@@ -388,51 +393,53 @@ class _RunningBatch:
         """
         import torch
 
+        from .kv import KVStore, left_pad
+
         p, pc = self.policy, self.policy.prefix_cache
         device = p.model.device
         starts = [len(c) * pc.block if c else 0 for c in chains]
         ids, suffix_mask = _left_pad([s[n:] for s, n in zip(prompts, starts)], p.tokenizer.pad_token_id)
         width = max(starts)
-        prefix_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        self.cache = _new_cache(p.model)
+        self.store = KVStore()
         if width:
+            prefix_mask = torch.zeros((len(prompts), width), dtype=torch.bool)
             gathered: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
             for i, c in enumerate(chains):
                 if c and c[-1].id not in gathered:
                     gathered[c[-1].id] = pc.gather(c)  # rows with the same chain share one copy
-                prefix_mask[i, width - starts[i] :] = 1
+                prefix_mask[i, width - starts[i] :] = True
             some = next(iter(gathered.values()))
+            layers = []
             for layer, (k0, v0) in enumerate(some):
                 keys, values = [], []
                 for c in chains:
                     k, v = gathered[c[-1].id][layer] if c else (k0[:, :0], v0[:, :0])
-                    keys.append(_left_pad_seq(k, width, dim=1))
-                    values.append(_left_pad_seq(v, width, dim=1))
-                self.cache.update(torch.stack(keys), torch.stack(values), layer)  # (B, heads, P, head_dim)
+                    keys.append(left_pad(k, width, dim=1))
+                    values.append(left_pad(v, width, dim=1))
+                layers.append((torch.stack(keys), torch.stack(values)))  # (B, kv_heads, P, head_dim)
+            prefix_pos = (prefix_mask.long().cumsum(-1) - 1).clamp(min=0)  # chain token j sits at position j
+            self.store.preload(layers, prefix_mask.to(device), prefix_pos.to(device))
         ids, suffix_mask = ids.to(device), suffix_mask.to(device)  # (B, S)
-        mask = torch.cat([prefix_mask.to(device), suffix_mask], dim=1)  # (B, P + S)
         positions = (torch.tensor(starts, device=device)[:, None] + suffix_mask.cumsum(-1) - 1).clamp(min=0)
-        self.attention_mask, self.next_pos = mask, positions[:, -1] + 1  # (B,)
-        logits = p._forward(ids, mask, positions, self.cache)  # (B, V)
+        self.next_pos = positions[:, -1] + 1  # (B,)
+        logits = p._forward(ids, suffix_mask.bool(), positions, self.store)  # (B, V)
         if pc is not None:
             pc.stats.prefilled_tokens += int(suffix_mask.sum())
-            total = mask.shape[1]
+            total = self.store.length
             for i, (prompt, start) in enumerate(zip(prompts, starts)):
                 if len(prompt) - len(prompt) % pc.block > start:
                     col = total - (len(prompt) - start)  # the row's first prefilled column
-                    pc.insert(prompt, start, [(l.keys[i, :, col:], l.values[i, :, col:]) for l in self.cache.layers])
+                    kv = [self.store.layer(l) for l in range(self.store.n_layers)]
+                    pc.insert(prompt, start, [(k[i, :, col:], v[i, :, col:]) for k, v in kv])
         return logits
 
     def step(self) -> None:
         """Feed each live row's newest token, then sample the next one."""
         import torch
 
-        assert self.attention_mask is not None and self.tokens is not None and self.next_pos is not None
-        ones = self.attention_mask.new_ones(len(self.rows), 1)
-        self.attention_mask = torch.cat([self.attention_mask, ones], dim=1)  # (n, S + 1)
-        logits = self.policy._forward(
-            self.tokens[:, None], self.attention_mask, self.next_pos[:, None], self.cache
-        )
+        assert self.store is not None and self.tokens is not None and self.next_pos is not None
+        valid = torch.ones((len(self.rows), 1), dtype=torch.bool, device=self.tokens.device)
+        logits = self.policy._forward(self.tokens[:, None], valid, self.next_pos[:, None], self.store)
         self.next_pos = self.next_pos + 1
         self._sample(logits)
 
@@ -458,42 +465,23 @@ class _RunningBatch:
 
         self.rows = [self.rows[j] for j in keep]
         if not keep:
-            self.cache = self.attention_mask = self.next_pos = self.tokens = None
+            self.store = self.next_pos = self.tokens = None
             return
         idx = torch.tensor(keep, device=self.tokens.device)
-        self.cache.batch_select_indices(idx)
-        self.attention_mask, self.next_pos, self.tokens = (
-            self.attention_mask[idx],
-            self.next_pos[idx],
-            self.tokens[idx],
-        )
-        self.attention_mask = _trim_left_padding(self.attention_mask, self.cache)
+        self.store.select(idx)  # and drops leading columns that only finished rows needed
+        self.next_pos, self.tokens = self.next_pos[idx], self.tokens[idx]
 
     def _merge(self, other: _RunningBatch) -> None:
-        """Append ``other``'s rows: left-pad both caches and masks to a common length, concat on batch."""
+        """Append ``other``'s rows: keys and values left-padded to a common length, concatenated on batch."""
         import torch
 
+        from .kv import KVStore
+
         if not self.rows:
-            self.rows, self.cache, self.attention_mask = other.rows, other.cache, other.attention_mask
+            self.rows, self.store = other.rows, other.store
             self.next_pos, self.tokens = other.next_pos, other.tokens
             return
-        if not (_plain_dynamic(self.cache) and _plain_dynamic(other.cache)):
-            raise PolicyError(
-                "continuous batching needs plain DynamicCache layers (no sliding-window attention); "
-                "use HFPolicy(continuous=False) for this model"
-            )
-        width = max(self.attention_mask.shape[1], other.attention_mask.shape[1])
-        for mine, theirs in zip(self.cache.layers, other.cache.layers):
-            mine.keys = torch.cat([_left_pad_seq(mine.keys, width), _left_pad_seq(theirs.keys, width)], dim=0)
-            mine.values = torch.cat(
-                [_left_pad_seq(mine.values, width), _left_pad_seq(theirs.values, width)], dim=0
-            )
-        self.attention_mask = torch.cat(
-            [
-                _left_pad_seq(self.attention_mask, width, dim=1),
-                _left_pad_seq(other.attention_mask, width, dim=1),
-            ]
-        )  # (n + m, width)
+        self.store = KVStore.merge(self.store, other.store)  # (n + m, width)
         self.next_pos = torch.cat([self.next_pos, other.next_pos])
         self.tokens = torch.cat([self.tokens, other.tokens])
         self.rows = self.rows + other.rows
@@ -520,48 +508,6 @@ def _left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.T
         ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
         mask[i, width - len(s) :] = 1
     return ids, mask
-
-
-def _new_cache(model: Any) -> Any:
-    """An empty cache; plain dynamic layers become :class:`~metaagent.policy.kv.GrowingLayer` (written in place)."""
-    from transformers import DynamicCache
-
-    from .kv import growing_cache
-
-    return growing_cache(DynamicCache(config=model.config))
-
-
-def _plain_dynamic(cache: Any) -> bool:
-    """Whether every layer of ``cache`` is a plain dynamic layer (whose keys/values we may reshape)."""
-    from transformers.cache_utils import DynamicLayer
-
-    from .kv import GrowingLayer
-
-    return all(type(layer) in (DynamicLayer, GrowingLayer) for layer in cache.layers)
-
-
-def _left_pad_seq(x: torch.Tensor, width: int, dim: int = 2) -> torch.Tensor:
-    """Left-pad ``x`` with zeros along ``dim`` to ``width`` (cache layers are (n, heads, S, head_dim))."""
-    import torch
-
-    missing = width - x.shape[dim]
-    if missing == 0:
-        return x
-    shape = list(x.shape)
-    shape[dim] = missing
-    return torch.cat([x.new_zeros(shape), x], dim=dim)
-
-
-def _trim_left_padding(attention_mask: torch.Tensor, cache: Any) -> torch.Tensor:
-    """Drop leading columns that are padding in every live row, from the mask and every cache layer."""
-    used = attention_mask.any(dim=0).nonzero()
-    first = int(used[0]) if len(used) else 0
-    if first == 0 or not _plain_dynamic(cache):
-        return attention_mask
-    for layer in cache.layers:
-        layer.keys = layer.keys[..., first:, :]  # (n, heads, S - first, head_dim)
-        layer.values = layer.values[..., first:, :]
-    return attention_mask[:, first:]
 
 
 def sample_next(

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from metaagent.policy import ChatRequest, PolicyError, SamplingParams
+from metaagent.policy import ChatRequest, SamplingParams
 from metaagent.policy.hf import HFPolicy, _RunningBatch
 
 
@@ -81,20 +81,6 @@ def test_a_failure_fails_the_batch_and_the_policy_recovers(tiny_policy, monkeypa
     assert policy._running is None
     out = policy.generate([_req(1, 4)])[0]
     assert out.response_ids == tiny_policy.generate([_req(1, 4)])[0].response_ids
-
-
-def test_model_with_sliding_window_cache_cannot_merge(continuous):
-    batch = _RunningBatch(continuous)
-    other = _RunningBatch(continuous)
-    batch.rows, other.rows = [object()], [object()]
-
-    class Sliding:
-        pass
-
-    batch.cache = type("C", (), {"layers": [Sliding()]})()
-    other.cache = batch.cache
-    with pytest.raises(PolicyError, match="continuous=False"):
-        batch._merge(other)
 
 
 def test_a_failing_admission_fails_the_rows_being_admitted(tiny_policy, monkeypatch):
