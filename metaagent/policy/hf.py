@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from .kv import KVStore
+    from .precision import DecodeCopy
 
 #: end-of-turn tokens that stop generation when they are in the vocabulary (besides the tokenizer's eos)
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
@@ -88,7 +89,11 @@ class HFPolicy(Policy):
             weights in place between calls; generation always uses the current weights.
         tokenizer: the tokenizer when ``model`` is an object; loaded with the model otherwise.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
-        dtype: ``"float32"`` (default), ``"bfloat16"`` or ``"float16"``; used when loading by name.
+        dtype: the dtype generation runs in: ``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"auto"``
+            (bfloat16 where the device has bf16 matrix units, else float32;
+            :mod:`metaagent.policy.precision`). A model loaded by name is loaded in it (default float32); a
+            model object in another dtype (the trainer's fp32 master weights) is served from a copy in this
+            dtype, refreshed whenever the model's weights change. None (default): the model's own dtype.
         max_batch_size: at most this many rows decode together; larger request lists are split.
         max_context: prompt + response token limit; defaults to the model's ``max_position_embeddings``.
         continuous: admit concurrent callers' requests into the running batch between decode steps
@@ -109,7 +114,7 @@ class HFPolicy(Policy):
         tokenizer: PreTrainedTokenizerBase | None = None,
         *,
         device: str = "cpu",
-        dtype: str = "float32",
+        dtype: str | None = None,
         max_batch_size: int = 32,
         max_context: int | None = None,
         continuous: bool = False,
@@ -122,11 +127,14 @@ class HFPolicy(Policy):
         super().__init__()
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be a positive integer, got {max_batch_size!r}")
+        from .precision import resolve_dtype
+
+        want = resolve_dtype(dtype, device) if dtype is not None else None
         if isinstance(model, str) or hasattr(model, "__fspath__"):
             from .models import load_model_and_tokenizer
 
             name = str(model)
-            model, loaded_tokenizer = load_model_and_tokenizer(name, dtype=dtype, device=device)
+            model, loaded_tokenizer = load_model_and_tokenizer(name, dtype=want or "float32", device=device)
             tokenizer = tokenizer or loaded_tokenizer
             self.model_id = name
         else:
@@ -151,8 +159,21 @@ class HFPolicy(Policy):
         self.model_context = model_context
         self.tokenizer = tokenizer
         from .kv import use_decode_attention
+        from .models import torch_dtype
 
-        use_decode_attention(model)  # keys and values in the decode loop's own store (metaagent.policy.kv)
+        self._copy: DecodeCopy | None = None
+        self._active: PreTrainedModel = model  # the model of the run in progress (_run)
+        if want is not None and torch_dtype(want) != model.dtype:
+            if model_context is not None:
+                raise ValueError(
+                    f"dtype={want!r} serves a copy of the weights, which the model_context (LoRA adapters switched "
+                    f"on the model itself) would not reach; generate in the model's own {model.dtype} (dtype=None)"
+                )
+            from .precision import DecodeCopy
+
+            self._copy = DecodeCopy(model, torch_dtype(want))
+        self.dtype = str(want or model.dtype).removeprefix("torch.")  # what generation runs in
+        use_decode_attention(self.decoder)  # keys and values in the decode loop's own store (metaagent.policy.kv)
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
         self.max_batch_size = max_batch_size
@@ -170,6 +191,11 @@ class HFPolicy(Policy):
         self.prefix_cache: PrefixCache | None = None
         if prefix_cache_mb > 0:
             self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20), block=prefix_block)
+
+    @property
+    def decoder(self) -> PreTrainedModel:
+        """The model generation runs: ``model`` itself, or its copy in ``dtype`` (refreshed if the weights moved)."""
+        return self._copy.model() if self._copy is not None else self.model
 
     def weights_changed(self) -> None:
         """The trainer changed the weights: drop every cached prefix (a fingerprint of the parameters
@@ -283,13 +309,14 @@ class HFPolicy(Policy):
             raise
 
     def _run(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` in eval mode without autograd, then restore the model's training flag."""
+        """Run ``fn`` on :attr:`decoder` in eval mode without autograd, then restore its training flag."""
         import torch
 
         import contextlib
 
-        was_training = self.model.training
-        self.model.eval()
+        model = self._active = self.decoder
+        was_training = model.training
+        model.eval()
         try:
             with self.model_context() if self.model_context else contextlib.nullcontext(), torch.inference_mode():
                 fn()
@@ -299,7 +326,7 @@ class HFPolicy(Policy):
                 "or max_tokens"
             ) from e
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
 
     # ------------------------------------------------------------------------------------------ per token
     def _forward(
@@ -308,7 +335,7 @@ class HFPolicy(Policy):
         """One model call appending ``input_ids`` (B, q) to ``store`` (``valid`` (B, q): False for padding);
         returns the float32 logits of the last position only, shape (B, V)."""
         with store.forward(valid, position_ids):
-            out = self.model(
+            out = self._active(
                 input_ids=input_ids,
                 attention_mask=store.attention_mask(input_ids.shape[1]),
                 position_ids=position_ids,
@@ -396,7 +423,7 @@ class _RunningBatch:
         from .kv import KVStore, left_pad
 
         p, pc = self.policy, self.policy.prefix_cache
-        device = p.model.device
+        device = p._active.device
         starts = [len(c) * pc.block if c else 0 for c in chains]
         ids, suffix_mask = _left_pad([s[n:] for s, n in zip(prompts, starts)], p.tokenizer.pad_token_id)
         width = max(starts)
