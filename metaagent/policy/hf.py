@@ -29,9 +29,10 @@ sees exactly its prompt (equal to a full prefill up to float summation order, ~1
 is dropped when the weights change (:meth:`HFPolicy.weights_changed`, and a parameter fingerprint).
 
 Scheduling (``HFPolicy(continuous=...)``): static batching runs each ``generate`` call's requests to the
-end under a lock. Continuous batching admits the requests of other threads' calls into the running batch
-between decode steps; whichever caller holds the lock advances the shared batch until its own rows are
-done, then hands over to the next waiting caller.
+end under a lock. Continuous batching runs one decode thread that owns the running batch: callers queue
+their rows and wait; between decode steps the thread admits queued rows (up to ``max_batch_size``) and each
+caller returns as soon as its own rows finished, while the others keep decoding. The thread exits when
+nothing is queued or running, and a new call starts it again.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from .kv import KVStore
+    from .kv import KVStore, PromptKV
     from .precision import DecodeCopy
 
 #: end-of-turn tokens that stop generation when they are in the vocabulary (besides the tokenizer's eos)
@@ -74,10 +75,16 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     error: BaseException | None = None  # set when the batch this row was in failed
+    finished: threading.Event | None = None  # continuous batching: set when the row left the batch
 
     @property
     def done(self) -> bool:
         return self.finish_reason is not None or self.error is not None
+
+    def release(self) -> None:
+        """The row left the batch (finished or failed): wake its caller."""
+        if self.finished is not None:
+            self.finished.set()
 
 
 class HFPolicy(Policy):
@@ -181,10 +188,9 @@ class HFPolicy(Policy):
         self.continuous = continuous
         self.stop_token_ids = self._stop_token_ids()
         self._lock = threading.Lock()  # held by whoever runs the model
-        self._pending: collections.deque[_Row] = (
-            collections.deque()
-        )  # continuous: rows waiting to be admitted
-        self._pending_lock = threading.Lock()
+        self._pending: collections.deque[_Row] = collections.deque()  # continuous: rows waiting to be admitted
+        self._pending_cond = threading.Condition()  # guards _pending and _driver
+        self._driver: threading.Thread | None = None  # continuous: the decode thread, while there is work
         self._running: _RunningBatch | None = None  # continuous: the shared batch
         if not prefix_cache_mb >= 0:
             raise ValueError(f"prefix_cache_mb must be >= 0 (0 = off), got {prefix_cache_mb!r}")
@@ -253,7 +259,7 @@ class HFPolicy(Policy):
             ids = list(prefix)
             chain = pc.match(ids, len(ids))
             if len(chain) * pc.block < len(ids):
-                _RunningBatch(self).prefill([ids], [chain])
+                _RunningBatch(self).prefill([ids], [chain], keep=False)
                 pc.stats.shared_prefills += 1
 
     # -------------------------------------------------------------------------------------- scheduling
@@ -278,33 +284,53 @@ class HFPolicy(Policy):
             batch.step()
 
     def _generate_continuous(self, rows: list[_Row]) -> None:
-        with self._pending_lock:
+        for row in rows:
+            row.finished = threading.Event()
+        with self._pending_cond:
             self._pending.extend(rows)
-        while not all(r.done for r in rows):
-            with self._lock:  # advance the shared batch until this caller's rows are done
-                self._run(lambda: self._drive(lambda: all(r.done for r in rows)))
+            if self._driver is None:
+                self._driver = threading.Thread(target=self._drive_loop, name="metaagent-decode", daemon=True)
+                self._driver.start()
+        for row in rows:
+            row.finished.wait()
 
-    def _drive(self, until: Callable[[], bool]) -> None:
+    def _drive_loop(self) -> None:
+        """The decode thread: drive the running batch while rows are queued or running, then exit."""
+        while True:
+            with self._lock:
+                try:
+                    self._run(self._drive)
+                except BaseException:  # noqa: BLE001 - _drive handed the error to every row it concerned
+                    pass
+            with self._pending_cond:
+                if not self._pending:
+                    self._driver = None
+                    return
+
+    def _drive(self) -> None:
+        """Admit queued rows between decode steps until nothing is queued or running."""
         if self._running is None:
             self._running = _RunningBatch(self)
         batch = self._running
         new: list[_Row] = []
         try:
-            while not until():
+            while True:
                 room = self.max_batch_size - len(batch.rows)
-                with self._pending_lock:
+                with self._pending_cond:
                     new = [self._pending.popleft() for _ in range(min(room, len(self._pending)))]
                 if new:
                     batch.admit(new)
+                    new = []
                 elif batch.rows:
                     batch.step()
-                else:  # pragma: no cover - our rows are always pending or running
-                    raise PolicyError("continuous batching lost track of a request")
+                else:
+                    return
         except BaseException as e:
-            # the batch state is unusable: fail every row in it (and any being admitted), not only ours
+            # the batch state is unusable: fail every row in it (and any being admitted), not only one caller's
             for row in [*batch.rows, *new]:
                 if not row.done:
                     row.error = e
+                row.release()
             self._running = None
             raise
 
@@ -330,14 +356,16 @@ class HFPolicy(Policy):
 
     # ------------------------------------------------------------------------------------------ per token
     def _forward(
-        self, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, store: KVStore
+        self, input_ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor, store: KVStore | PromptKV
     ) -> torch.Tensor:
         """One model call appending ``input_ids`` (B, q) to ``store`` (``valid`` (B, q): False for padding);
         returns the float32 logits of the last position only, shape (B, V)."""
+        from .kv import forward_mask
+
         with store.forward(valid, position_ids):
             out = self._active(
                 input_ids=input_ids,
-                attention_mask=store.attention_mask(input_ids.shape[1]),
+                attention_mask=forward_mask(*input_ids.shape),
                 position_ids=position_ids,
                 use_cache=False,
                 logits_to_keep=1,
@@ -376,16 +404,13 @@ class HFPolicy(Policy):
 
 
 class _RunningBatch:
-    """Live rows and their keys and values. Between calls, ``tokens`` holds each row's newest, not yet fed token.
-
-    Shapes: ``store`` holds (n, S) columns; ``next_pos`` and ``tokens`` are (n,).
-    """
+    """Live rows and their keys and values (row ``i`` in slot ``i`` of ``store``). Between calls, ``tokens`` (n,)
+    holds each row's newest, not yet fed token, which goes to position ``store.lengths[i]``."""
 
     def __init__(self, policy: HFPolicy) -> None:
         self.policy = policy
         self.rows: list[_Row] = []
         self.store: KVStore | None = None
-        self.next_pos: torch.Tensor | None = None
         self.tokens: torch.Tensor | None = None
 
     def admit(self, rows: list[_Row]) -> None:
@@ -409,65 +434,64 @@ class _RunningBatch:
         if new.rows:
             self._merge(new)
 
-    def prefill(self, prompts: list[list[int]], chains: list[list[Any]]) -> torch.Tensor:
-        """Prefill ``prompts`` into this (empty) batch; return the last positions' logits (B, V).
+    def prefill(self, prompts: list[list[int]], chains: list[list[Any]], keep: bool = True) -> torch.Tensor:
+        """Prefill ``prompts`` into this (empty) batch (``keep=False``: only into the prefix cache); return the
+        last positions' logits (B, V).
 
-        Row ``i``'s first ``P_i = len(chains[i]) * block`` tokens come from its cached chain. Layout of the
-        cache columns, P = max P_i and S = the longest suffix: ``[pad | prefix_i]`` (P columns, the chains
-        left-padded) then ``[pad | suffix_i]`` (S columns, the prefilled tokens). Position ids are absolute
-        (``P_i + j`` for suffix token ``j``) and the attention mask zeroes every pad column, so each row
-        attends to exactly its own prompt, as in a prefill of the whole prompt.
+        Each row is prefilled alone: no padding to compute, and a row's prompt keys and values do not depend on
+        which rows it was admitted with (left padding of a batched prefill changes bf16 roundings). The prefill
+        of a ~200-token prompt is a 200-row matmul already; batching rows would add little. Row ``i``'s first
+        ``len(chains[i]) * block`` tokens come from its cached chain and only the rest is computed, at absolute
+        positions.
         """
         import torch
 
-        from .kv import KVStore, left_pad
+        from .kv import KVStore
+
+        logits = []
+        store = KVStore()
+        for prompt, chain in zip(prompts, chains):
+            row_logits, kv = self._prefill_row(prompt, chain)
+            logits.append(row_logits)
+            if keep:
+                store.extend(kv)
+        if keep:
+            self.store = store
+        return torch.cat(logits)  # (B, V)
+
+    def _prefill_row(self, prompt: list[int], chain: list[Any]) -> tuple[torch.Tensor, PromptKV]:
+        """One prompt after its cached ``chain``: logits of its last position (1, V) and its keys/values."""
+        import torch
+
+        from .kv import PromptKV
 
         p, pc = self.policy, self.policy.prefix_cache
         device = p._active.device
-        starts = [len(c) * pc.block if c else 0 for c in chains]
-        ids, suffix_mask = _left_pad([s[n:] for s, n in zip(prompts, starts)], p.tokenizer.pad_token_id)
-        width = max(starts)
-        self.store = KVStore()
-        if width:
-            prefix_mask = torch.zeros((len(prompts), width), dtype=torch.bool)
-            gathered: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-            for i, c in enumerate(chains):
-                if c and c[-1].id not in gathered:
-                    gathered[c[-1].id] = pc.gather(c)  # rows with the same chain share one copy
-                prefix_mask[i, width - starts[i] :] = True
-            some = next(iter(gathered.values()))
-            layers = []
-            for layer, (k0, v0) in enumerate(some):
-                keys, values = [], []
-                for c in chains:
-                    k, v = gathered[c[-1].id][layer] if c else (k0[:, :0], v0[:, :0])
-                    keys.append(left_pad(k, width, dim=1))
-                    values.append(left_pad(v, width, dim=1))
-                layers.append((torch.stack(keys), torch.stack(values)))  # (B, kv_heads, P, head_dim)
-            prefix_pos = (prefix_mask.long().cumsum(-1) - 1).clamp(min=0)  # chain token j sits at position j
-            self.store.preload(layers, prefix_mask.to(device), prefix_pos.to(device))
-        ids, suffix_mask = ids.to(device), suffix_mask.to(device)  # (B, S)
-        positions = (torch.tensor(starts, device=device)[:, None] + suffix_mask.cumsum(-1) - 1).clamp(min=0)
-        self.next_pos = positions[:, -1] + 1  # (B,)
-        logits = p._forward(ids, suffix_mask.bool(), positions, self.store)  # (B, V)
+        start = len(chain) * pc.block if chain else 0
+        kv = PromptKV()
+        if start:
+            kv.preload(
+                [(k[None], v[None]) for k, v in pc.gather(chain)],  # (1, kv_heads, start, head_dim) per layer
+                torch.ones((1, start), dtype=torch.bool, device=device),
+                torch.arange(start, device=device)[None],
+            )
+        ids = torch.tensor([prompt[start:]], device=device)  # (1, q)
+        positions = torch.arange(start, len(prompt), device=device)[None]
+        logits = p._forward(ids, torch.ones_like(ids, dtype=torch.bool), positions, kv)  # (1, V)
         if pc is not None:
-            pc.stats.prefilled_tokens += int(suffix_mask.sum())
-            total = self.store.length
-            for i, (prompt, start) in enumerate(zip(prompts, starts)):
-                if len(prompt) - len(prompt) % pc.block > start:
-                    col = total - (len(prompt) - start)  # the row's first prefilled column
-                    kv = [self.store.layer(l) for l in range(self.store.n_layers)]
-                    pc.insert(prompt, start, [(k[i, :, col:], v[i, :, col:]) for k, v in kv])
-        return logits
+            pc.stats.prefilled_tokens += len(prompt) - start
+            if len(prompt) - len(prompt) % pc.block > start:
+                layers = [kv.row(0, l) for l in range(kv.n_layers)]  # (kv_heads, len, head_dim), position order
+                pc.insert(prompt, start, [(k[:, start:], v[:, start:]) for k, v in layers])
+        return logits, kv
 
     def step(self) -> None:
         """Feed each live row's newest token, then sample the next one."""
         import torch
 
-        assert self.store is not None and self.tokens is not None and self.next_pos is not None
+        assert self.store is not None and self.tokens is not None
         valid = torch.ones((len(self.rows), 1), dtype=torch.bool, device=self.tokens.device)
-        logits = self.policy._forward(self.tokens[:, None], valid, self.next_pos[:, None], self.store)
-        self.next_pos = self.next_pos + 1
+        logits = self.policy._forward(self.tokens[:, None], valid, self.store.lengths[:, None], self.store)
         self._sample(logits)
 
     def _sample(self, logits: torch.Tensor) -> None:
@@ -490,26 +514,25 @@ class _RunningBatch:
         """Keep only rows ``keep``: compute follows the live rows."""
         import torch
 
-        self.rows = [self.rows[j] for j in keep]
+        kept = set(keep)
+        for j, row in enumerate(self.rows):
+            if j not in kept:
+                row.release()
         if not keep:
-            self.store = self.next_pos = self.tokens = None
+            self.rows, self.store, self.tokens = [], None, None
             return
-        idx = torch.tensor(keep, device=self.tokens.device)
-        self.store.select(idx)  # and drops leading columns that only finished rows needed
-        self.next_pos, self.tokens = self.next_pos[idx], self.tokens[idx]
+        order = self.store.keep(keep)  # a finished row's slot takes a kept row from the end
+        self.rows = [self.rows[j] for j in order]
+        self.tokens = self.tokens[torch.tensor(order, device=self.tokens.device)]
 
     def _merge(self, other: _RunningBatch) -> None:
-        """Append ``other``'s rows: keys and values left-padded to a common length, concatenated on batch."""
+        """Append ``other``'s rows (their keys and values copied into free slots)."""
         import torch
 
-        from .kv import KVStore
-
         if not self.rows:
-            self.rows, self.store = other.rows, other.store
-            self.next_pos, self.tokens = other.next_pos, other.tokens
+            self.rows, self.store, self.tokens = other.rows, other.store, other.tokens
             return
-        self.store = KVStore.merge(self.store, other.store)  # (n + m, width)
-        self.next_pos = torch.cat([self.next_pos, other.next_pos])
+        self.store.absorb(other.store)
         self.tokens = torch.cat([self.tokens, other.tokens])
         self.rows = self.rows + other.rows
 
@@ -522,19 +545,6 @@ def _generator(seed: int | None) -> torch.Generator:
     g = torch.Generator(device="cpu")
     g.manual_seed(seed if seed is not None else secrets.randbits(63))
     return g
-
-
-def _left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists to (B, T) ids and a (B, T) attention mask (1 = real token)."""
-    import torch
-
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-        mask[i, width - len(s) :] = 1
-    return ids, mask
 
 
 def sample_next(

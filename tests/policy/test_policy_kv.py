@@ -11,7 +11,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from metaagent.policy import ChatRequest, SamplingParams
 from metaagent.policy.hf import HFPolicy
-from metaagent.policy.kv import DECODE_ATTENTION, DecodeAttentionError, KVStore, decode_attention
+from metaagent.policy.kv import DECODE_ATTENTION, DecodeAttentionError, KVStore, PromptKV, decode_attention
 from metaagent.policy.models import load_model_and_tokenizer
 
 
@@ -21,52 +21,72 @@ def _module(groups: int, layer: int = 0) -> torch.nn.Module:
     return module
 
 
-def _append(store: KVStore, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor):
-    """One forward of ``k.shape[2]`` new columns through layer 0; returns the attention output."""
-    n, kv_heads, q, d = k.shape
-    query = torch.randn(n, kv_heads * 2, q, d)
-    with store.forward(valid, pos):
-        out, _ = decode_attention(_module(2), query, k, v, None, scaling=0.5)
-    return out
+def _step(store: KVStore, rows: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decode forward of layer 0 with random keys/values (rows, 2, 1, 4); returns them."""
+    k, v = torch.randn(rows, 2, 1, 4, generator=gen), torch.randn(rows, 2, 1, 4, generator=gen)
+    with store.forward(torch.ones(rows, 1, dtype=torch.bool), store.lengths[:, None]):
+        decode_attention(_module(2), torch.randn(rows, 4, 1, 4, generator=gen), k, v, None, scaling=0.5)
+    return k, v
 
 
-def test_store_holds_what_concatenation_holds_and_writes_in_place():
+def _prompt(lengths: list[int], gen: torch.Generator) -> tuple[PromptKV, list[torch.Tensor], list[torch.Tensor]]:
+    """A left-padded prefill of rows with ``lengths`` tokens through layer 0; returns it and each row's keys/values."""
+    n, width = len(lengths), max(lengths)
+    valid = torch.tensor([[c >= width - m for c in range(width)] for m in lengths])
+    positions = (valid.long().cumsum(1) - 1).clamp(min=0)
+    k, v = torch.randn(n, 2, width, 4, generator=gen), torch.randn(n, 2, width, 4, generator=gen)
+    prompt = PromptKV()
+    with prompt.forward(valid, positions):
+        decode_attention(_module(2), torch.randn(n, 4, width, 4, generator=gen), k, v, None, scaling=0.5)
+    return prompt, [k[i][:, valid[i]] for i in range(n)], [v[i][:, valid[i]] for i in range(n)]
+
+
+def test_store_holds_each_rows_tokens_in_position_order_and_writes_in_place():
+    """Rows join (prefill, without their padding), decode, leave (a slot taken by the last row) and join again;
+    every row's columns always equal the concatenation of what it was fed, and the buffer is rarely copied."""
     gen = torch.Generator().manual_seed(0)
     store = KVStore()
-    rows = 3
-    ref_k, ref_v = torch.randn(rows, 2, 5, 4, generator=gen), torch.randn(rows, 2, 5, 4, generator=gen)
-    _append(store, ref_k, ref_v, torch.ones(rows, 5, dtype=torch.bool), torch.arange(5).expand(rows, 5))
-    store.valid[1:, 0] = False  # column 0 is padding of rows 1 and 2: trimmed once row 0 leaves
+    prompt, ref_k, ref_v = _prompt([5, 3, 7], gen)
+    store.extend(prompt)
+    assert store.lengths.tolist() == [5, 3, 7]
     moves, previous = 0, None
     for step in range(150):  # crosses several buffer growths
-        k, v = torch.randn(rows, 2, 1, 4, generator=gen), torch.randn(rows, 2, 1, 4, generator=gen)
-        _append(store, k, v, torch.ones(rows, 1, dtype=torch.bool), torch.full((rows, 1), 5 + step))
-        ref_k, ref_v = torch.cat([ref_k, k], dim=2), torch.cat([ref_v, v], dim=2)
+        k, v = _step(store, store.rows, gen)
+        ref_k = [torch.cat([r, k[i]], dim=1) for i, r in enumerate(ref_k)]
+        ref_v = [torch.cat([r, v[i]], dim=1) for i, r in enumerate(ref_v)]
         keys, values = store.layer(0)
-        assert torch.equal(keys, ref_k) and torch.equal(values, ref_v), step
+        for i in range(store.rows):
+            n = int(store.lengths[i])
+            assert torch.equal(keys[i, :, :n], ref_k[i]) and torch.equal(values[i, :, :n], ref_v[i]), (step, i)
         if previous is not None and keys.untyped_storage().data_ptr() != previous.untyped_storage().data_ptr():
-            moves += 1  # a new storage while the previous one is still alive: the store was copied
+            moves += 1  # a new buffer: the store was copied
         previous = keys
-        if step == 60:  # what the decode loop does when a row finishes: drop it, trim all-padding columns
-            store.select(torch.tensor([1, 2]))
-            ref_k, ref_v = ref_k[[1, 2], :, 1:], ref_v[[1, 2], :, 1:]
-            rows = 2
-    assert store.length == 5 + 150 - 1 and store.rows == 2
-    assert moves < 10  # one buffer per growth (and one after the row drop), not one copy per step
+        if step == 60:  # row 0 finishes: the last row moves into its slot
+            order = store.keep([1, 2])
+            assert order == [2, 1]
+            ref_k, ref_v = [ref_k[j] for j in order], [ref_v[j] for j in order]
+        if step == 90:  # two rows join the running batch
+            prompt, k2, v2 = _prompt([4, 9], gen)
+            other = KVStore()
+            other.extend(prompt)
+            store.absorb(other)
+            ref_k, ref_v = ref_k + k2, ref_v + v2
+    assert store.rows == 4
+    assert moves < 12  # one buffer per growth, not one copy per step
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("q_len", [1, 7])
-def test_attention_equals_repeat_kv_sdpa_under_a_padding_mask(q_len, dtype):
+def test_prompt_attention_equals_repeat_kv_sdpa_under_a_padding_mask(q_len, dtype):
     gen = torch.Generator().manual_seed(1)
     n, s, old = 4, 40, 40 - q_len
     query = torch.randn(n, 6, q_len, 8, generator=gen).to(dtype)
     key, value = torch.randn(n, 2, s, 8, generator=gen).to(dtype), torch.randn(n, 2, s, 8, generator=gen).to(dtype)
     valid = torch.ones(n, s, dtype=torch.bool)
     valid[1, :9] = False  # a left-padded row
-    store = KVStore()
-    store.preload([(key[:, :, :old], value[:, :, :old])], valid[:, :old], torch.arange(old).expand(n, old))
-    with torch.inference_mode(), store.forward(valid[:, old:], torch.arange(old, s).expand(n, q_len)):
+    prompt = PromptKV()
+    prompt.preload([(key[:, :, :old], value[:, :, :old])], valid[:, :old], torch.arange(old).expand(n, old))
+    with torch.inference_mode(), prompt.forward(valid[:, old:], torch.arange(old, s).expand(n, q_len)):
         got, _ = decode_attention(_module(3), query, key[:, :, old:], value[:, :, old:], None, scaling=0.35)
     mask = torch.ones(n, 1, q_len, s, dtype=torch.bool).tril(diagonal=s - q_len) & valid[:, None, None, :]
     want, _ = sdpa_attention_forward(_module(3), query, key, value, mask, scaling=0.35)
@@ -76,6 +96,27 @@ def test_attention_equals_repeat_kv_sdpa_under_a_padding_mask(q_len, dtype):
     assert (got[rows].float() - want[rows].float()).abs().max().item() <= tol
     if q_len > 1:
         assert (got[1, 9 - old :].float() - want[1, 9 - old :].float()).abs().max().item() <= tol
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_attention_equals_repeat_kv_sdpa_over_rows_of_different_lengths(dtype):
+    gen = torch.Generator().manual_seed(2)
+    lengths = [12, 30, 5]
+    prompt, _, _ = _prompt(lengths, gen)  # layer 0 of a store whose rows hold 12, 30 and 5 tokens
+    prompt.keys[0], prompt.values[0] = prompt.keys[0].to(dtype), prompt.values[0].to(dtype)
+    store = KVStore()
+    store.extend(prompt)
+    query = torch.randn(3, 4, 1, 4, generator=gen).to(dtype)
+    key, value = torch.randn(3, 2, 1, 4, generator=gen).to(dtype), torch.randn(3, 2, 1, 4, generator=gen).to(dtype)
+    with torch.inference_mode(), store.forward(torch.ones(3, 1, dtype=torch.bool), store.lengths[:, None]):
+        got, _ = decode_attention(_module(2), query, key, value, None, scaling=0.3)
+    tol = 1e-6 if dtype == torch.float32 else 2e-2
+    for i, n in enumerate(lengths):
+        k, v = prompt.row(i, 0)
+        k, v = torch.cat([k, key[i]], dim=1)[None], torch.cat([v, value[i]], dim=1)[None]  # (1, 2, n + 1, 4)
+        want, _ = sdpa_attention_forward(_module(2), query[i : i + 1], k, v, None, scaling=0.3)
+        assert (got[i].float() - want[0].float()).abs().max().item() <= tol, i
+    assert store.lengths.tolist() == [13, 31, 6]
 
 
 def test_forwards_outside_the_decode_loop_are_transformers_sdpa():
@@ -88,7 +129,7 @@ def test_forwards_outside_the_decode_loop_are_transformers_sdpa():
 
 
 def test_attention_terms_the_loop_does_not_implement_are_refused():
-    store = KVStore()
+    store = PromptKV()
     with store.forward(torch.ones(1, 1, dtype=torch.bool), torch.zeros(1, 1, dtype=torch.long)):
         with pytest.raises(DecodeAttentionError, match="softcap"):
             decode_attention(_module(1), *(torch.randn(1, 1, 1, 4) for _ in range(3)), None, softcap=30.0)
