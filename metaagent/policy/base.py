@@ -273,6 +273,10 @@ class Policy(abc.ABC):
     def close(self) -> None:
         """Release resources (threads, connections). Idempotent."""
 
+    def free_memory(self) -> None:
+        """Drop what the policy can rebuild on its next call (caches, copies of weights), e.g. while its model is
+        being trained. Default: nothing to drop."""
+
     def __enter__(self) -> Policy:
         return self
 

@@ -145,6 +145,9 @@ class BatchingPolicy(Policy):
     def weights_changed(self) -> None:
         self.backend.weights_changed()
 
+    def free_memory(self) -> None:
+        self.backend.free_memory()
+
     def stats(self) -> BatcherStats:
         """A copy of the counters."""
         with self._stats_lock:

@@ -203,6 +203,14 @@ class HFPolicy(Policy):
         """The model generation runs: ``model`` itself, or its copy in ``dtype`` (refreshed if the weights moved)."""
         return self._copy.model() if self._copy is not None else self.model
 
+    def free_memory(self) -> None:
+        """Drop the cached prefixes and the decode copy's weights (cast again at the next generate)."""
+        with self._lock:
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()
+            if self._copy is not None:
+                self._copy.release()
+
     def weights_changed(self) -> None:
         """The trainer changed the weights: drop every cached prefix (a fingerprint of the parameters
         guards this too, see :meth:`PrefixCache.check_weights`)."""

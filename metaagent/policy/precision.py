@@ -85,7 +85,7 @@ class DecodeCopy:
         self.syncs = 0  # refreshes since construction
 
     def model(self) -> Any:
-        """The low-precision copy, refreshed first if the master's parameters changed."""
+        """The low-precision copy, refreshed first if the master's parameters changed (or were released)."""
         import torch
 
         from .prefix_cache import weights_fingerprint
@@ -94,7 +94,17 @@ class DecodeCopy:
         if fp != self._fingerprint:
             with torch.no_grad():
                 for mine, theirs in zip(self._copy.parameters(), self._master.parameters(), strict=True):
-                    mine.copy_(theirs)  # cast in place
+                    if mine.shape == theirs.shape:
+                        mine.copy_(theirs)  # cast in place
+                    else:  # released: a new cast
+                        mine.data = theirs.detach().to(mine.dtype)
             self._fingerprint = fp
             self.syncs += 1
         return self._copy
+
+    def release(self) -> None:
+        """Free the copy's weights until the next :meth:`model` (e.g. while the master is being trained: the
+        update changes them anyway); :meth:`model` casts them again."""
+        for p in self._copy.parameters():
+            p.data = p.data.new_empty(0)
+        self._fingerprint = None

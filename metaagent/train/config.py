@@ -213,8 +213,12 @@ class OptimConfig(LossConfig, OptimizerConfig):
         return OptimizerConfig(**{f: getattr(self, f) for f in OptimizerConfig.__dataclass_fields__})
 
     def loss(self) -> LossConfig:
-        """The loss part alone."""
-        return LossConfig(**{f: getattr(self, f) for f in LossConfig.__dataclass_fields__})
+        """The loss part alone. A ``tis_cap: auto`` that no TrainConfig resolved (an OptimConfig on its own, which
+        knows no rollout dtype) is off."""
+        fields = {f: getattr(self, f) for f in LossConfig.__dataclass_fields__}
+        if fields["tis_cap"] == "auto":
+            fields["tis_cap"] = None
+        return LossConfig(**fields)
 
 
 @dataclass

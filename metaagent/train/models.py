@@ -63,9 +63,31 @@ class ModelSet:
         for p in self.policies.values():
             p.weights_changed()
 
+    def free_memory(self) -> None:
+        """Before an update: every rollout policy drops what it rebuilds on its next call (prefix caches, bf16
+        copies of the weights), and freed heap memory goes back to the OS (the rollout's threads leave it in
+        their malloc arenas, which the update's thread would not reuse)."""
+        for p in self.policies.values():
+            p.free_memory()
+        release_freed_memory()
+
     def close(self) -> None:
         for p in self.policies.values():
             p.close()
+
+
+def release_freed_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``; elsewhere a no-op)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name:
+        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+        if trim is not None:
+            trim(0)
 
 
 def executor_policy(policies: Mapping[str, Policy], executor_keys: Mapping[str, str]) -> Policy:

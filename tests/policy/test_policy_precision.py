@@ -43,6 +43,12 @@ def test_the_copy_is_the_cast_master_and_follows_its_changes():
     assert copy.syncs == 1  # nothing changed: no copy
     model.load_state_dict({k: v + 1 for k, v in model.state_dict().items()})
     assert torch.equal(next(copy.model().parameters()), next(model.parameters()).detach().to(torch.bfloat16))
+    copy.release()  # while the master trains: the copy's weights are freed, and cast again when next needed
+    assert all(p.numel() == 0 for p in copy._copy.parameters())
+    low = copy.model()
+    assert low.get_input_embeddings().weight is low.get_output_embeddings().weight
+    for a, b in zip(low.parameters(), model.parameters()):
+        assert torch.equal(a, b.detach().to(torch.bfloat16))
 
 
 def _requests() -> list[ChatRequest]:
@@ -64,6 +70,9 @@ def test_a_bf16_policy_over_fp32_weights_generates_with_the_current_weights():
     want = fresh.generate(_requests())
     assert [c.response_ids for c in got] == [c.response_ids for c in want]
     assert [c.logprobs for c in got] == [c.logprobs for c in want]
+    policy.free_memory()  # the trainer's call before an update: the next generate casts the weights again
+    again = policy.generate(_requests())
+    assert [c.logprobs for c in again] == [c.logprobs for c in want]
 
 
 def test_lora_adapters_cannot_reach_a_copy():
