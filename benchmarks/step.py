@@ -376,8 +376,10 @@ def _export(ref: str) -> str:
     return folder
 
 
-def _spawn(args, variant: str, runner: str, tree: str | None) -> tuple[dict, float]:
-    """Run a variant's subprocess; returns its result and the peak RSS (MiB) of it and its children."""
+def _spawn(args, variant: str, runner: str, tree: str | None) -> tuple[dict, tuple[float, float]]:
+    """Run a variant's subprocess; returns its result and its memory peaks in MiB: the largest resident set of
+    one process (what ``/usr/bin/time -v`` reports) and of the process tree (the sum of proportional set sizes:
+    pages shared with a forked child count once)."""
     import json
     import subprocess
 
@@ -391,12 +393,13 @@ def _spawn(args, variant: str, runner: str, tree: str | None) -> tuple[dict, flo
     if tree:
         env["METAAGENT_BENCH_TREE"] = tree
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
+    peak_rss = peak_tree = 0
     root = psutil.Process(proc.pid)
     while proc.poll() is None:
         try:
-            rss = root.memory_info().rss + sum(c.memory_info().rss for c in root.children(recursive=True))
-            peak = max(peak, rss)
+            procs = [root, *root.children(recursive=True)]
+            peak_rss = max(peak_rss, max(p.memory_info().rss for p in procs))
+            peak_tree = max(peak_tree, sum(p.memory_full_info().pss for p in procs))
         except psutil.Error:
             pass
         time.sleep(0.2)
@@ -404,7 +407,7 @@ def _spawn(args, variant: str, runner: str, tree: str | None) -> tuple[dict, flo
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
         raise SystemExit(f"variant {variant} ({runner}) failed:\n{stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):]), peak / 2**20
+    return json.loads(lines[-1][len("RESULT "):]), (peak_rss / 2**20, peak_tree / 2**20)
 
 
 def speed(args) -> None:
@@ -444,13 +447,15 @@ def speed(args) -> None:
                   f"{r['tokens']:>8}{r['samples']:>8}{r['tokens'] / r['seconds']:>8.1f}{r['samples'] / r['seconds']:>7.2f}{kl:>13}")  # fmt: skip
         secs = sum(r["seconds"] for r in rows)
         summary[v] = (secs / len(rows), sum(r["tokens"] for r in rows) / secs, sum(r["samples"] for r in rows) / secs)
-    print("  per variant (all its steps): mean step s, tokens/s, samples/s, peak RSS incl. children; ratios vs today")
+    print("  per variant (all its steps): mean step s, tokens/s, samples/s, peak RSS of one process / of the process "
+          "tree (PSS sum, sandbox workers included); ratios vs today")  # fmt: skip
     for v in variants:
         mean, tps, sps = summary[v]
         base = summary.get("today")
         ratio = (f"step {base[0] / mean:.2f}x faster, tokens/s {tps / base[1]:.2f}x, samples/s {sps / base[2]:.2f}x"
                  if base and v != "today" else "")  # fmt: skip
-        print(f"  {v:<8}{mean:>8.1f} s{tps:>9.1f}{sps:>8.2f}{rss[v]:>9.0f} MiB  {ratio}  config {steps[v].get('config', {})}")
+        print(f"  {v:<8}{mean:>8.1f} s{tps:>9.1f}{sps:>8.2f}{rss[v][0]:>8.0f} /{rss[v][1]:>5.0f} MiB  {ratio}")
+        print(f"  {'':<8}config {steps[v].get('config', {})}")
     print(f"[{_load()}]")
 
 
