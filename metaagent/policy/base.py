@@ -218,6 +218,11 @@ class Policy(abc.ABC):
     model_id: str = "unknown"
     #: whether completions carry prompt/response token ids and log-probs (required for RL training)
     provides_logprobs: bool = True
+    #: whether concurrent ``generate`` calls decode in one running batch, each returning when its own rows finish
+    #: (``HFPolicy(continuous=True)``): the rollout engine then sends designer requests one by one and starts a
+    #: design's executions as soon as it is generated. Otherwise one call's requests form one batch, and the
+    #: engine sends the designer requests together (a batch composition that does not depend on timing)
+    continuous: bool = False
 
     def __init__(self) -> None:
         self.usage = Usage()
@@ -267,6 +272,10 @@ class Policy(abc.ABC):
 
     def close(self) -> None:
         """Release resources (threads, connections). Idempotent."""
+
+    def free_memory(self) -> None:
+        """Drop what the policy can rebuild on its next call (caches, copies of weights), e.g. while its model is
+        being trained. Default: nothing to drop."""
 
     def __enter__(self) -> Policy:
         return self

@@ -118,6 +118,11 @@ class BatchingPolicy(Policy):
     def provides_logprobs(self) -> bool:  # type: ignore[override]
         return self.backend.provides_logprobs
 
+    @property
+    def continuous(self) -> bool:  # type: ignore[override]
+        """The backend's (each request its own backend call: ``max_batch_size=1`` with enough in flight)."""
+        return self.backend.continuous and self.max_batch_size == 1 and self.max_in_flight > 1
+
     def require_logprobs(self, purpose: str = "RL training") -> None:
         self.backend.require_logprobs(purpose)
 
@@ -139,6 +144,9 @@ class BatchingPolicy(Policy):
 
     def weights_changed(self) -> None:
         self.backend.weights_changed()
+
+    def free_memory(self) -> None:
+        self.backend.free_memory()
 
     def stats(self) -> BatcherStats:
         """A copy of the counters."""

@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import filelock
 
+from .precision import LOAD_DTYPES as DTYPES  # the dtypes a model loads in (precision.DTYPES adds "auto")
+
 if TYPE_CHECKING:  # torch/transformers are imported lazily: `import metaagent.policy` stays light
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -75,7 +77,6 @@ TINY_CONFIG = {
 }
 TINY_SEED = 1234
 
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 # ------------------------------------------------------------------------------------------ cache helpers

@@ -1,11 +1,16 @@
 """The hierarchical rollout engine (paper §3.1–3.2): per task, M designs × N executions.
 
-    tasks ─► designer stage: one batched generate of B·M designer prompts
+    tasks ─► designer stage: B·M designer prompts generated together
           ─► extract + check + analyse each design (invalid designs are kept, reward 0, no executions)
           ─► executor stage: B·M·N sandboxed executions in flight at once; their agent calls meet in the
              policy layer's batcher, so the backend sees few, large batches
           ─► reward of each execution as soon as it ends (overlaps with other executions)
           ─► one RolloutTree per task
+
+Training rollouts (``mode="train"``, no adaptive budget) with a continuous-batching designer policy
+(``Policy.continuous``: ``policy.continuous``) overlap the two stages: each designer prompt is its own call,
+and a design's N executions start as soon as that design is generated and checked, so the remaining designs
+and the first agent calls decode in one batch. Other rollouts run the stages one after the other.
 
 The engine never trains and never decides who is trained: it produces records. Every random choice is
 derived from (seed, step, task, design, execution), so a rollout is reproducible from its record.
@@ -177,6 +182,13 @@ class RolloutEngine:
         n = n_executions or self.config.n_executions
         t0 = time.perf_counter()
 
+        overlap = self.designer is not None and self.designer.continuous and not self.config.adaptive_budget.enabled
+        if not frozen and execute and mode == "train" and overlap:
+            trees = self._rollout_overlapped(tasks, m, n, step, seed, designer_sampling, executor_sampling, t0)
+            for tree in trees:
+                fill_design_rewards(tree)
+                tree.timings["total_s"] = time.perf_counter() - t0
+            return trees
         if frozen:
             designs = [[self._frozen_design(frozen)] for _ in tasks]
         else:
@@ -236,9 +248,10 @@ class RolloutEngine:
 
     # ---- designer stage -----------------------------------------------------------------------------------
 
-    def _design(
+    def _designer_requests(
         self, tasks: list[Task], m: int, step: int | None, seed: int, sampling: SamplingParams | None
-    ) -> list[list[Design]]:
+    ) -> tuple[list[ChatRequest], list[list[str]]]:
+        """The B·M designer requests (task-major) and the template names each one shows."""
         cfg = self.config
         requests, shown = [], []
         style = self.designer_prompt
@@ -253,33 +266,94 @@ class RolloutEngine:
                 messages = designer_messages(task, examples, style=style)
                 requests.append(ChatRequest(messages, params, role=DESIGNER, affinity=team_affinity(step, b)))
                 shown.append([t.name for t in examples])
+        return requests, shown
+
+    def _design_from(self, index: int, req: ChatRequest, c: Completion, shown: list[str], elapsed: float) -> Design:
+        sample = DesignerSample(
+            messages=req.messages,
+            text=c.text,
+            prompt_ids=c.prompt_ids,
+            response_ids=c.response_ids,
+            logprobs=c.logprobs,
+            finish_reason=c.finish_reason,
+            model=c.model,
+            templates=shown,
+            elapsed_s=elapsed,
+            temperature=req.sampling.temperature,
+        )
+        return self._checked_design(index, DESIGNER, sample, c.text)
+
+    def _design(
+        self, tasks: list[Task], m: int, step: int | None, seed: int, sampling: SamplingParams | None
+    ) -> list[list[Design]]:
+        requests, shown = self._designer_requests(tasks, m, step, seed, sampling)
         self.observer.designs_started(len(requests))
         t0 = time.perf_counter()
         completions = self.designer.generate(requests)  # type: ignore[union-attr]
         elapsed = time.perf_counter() - t0
-
-        out: list[list[Design]] = []
-        for b in range(len(tasks)):
-            row = []
-            for i in range(m):
-                k = b * m + i
-                c, req = completions[k], requests[k]
-                sample = DesignerSample(
-                    messages=req.messages,
-                    text=c.text,
-                    prompt_ids=c.prompt_ids,
-                    response_ids=c.response_ids,
-                    logprobs=c.logprobs,
-                    finish_reason=c.finish_reason,
-                    model=c.model,
-                    templates=shown[k],
-                    elapsed_s=elapsed,
-                    temperature=req.sampling.temperature,
-                )
-                row.append(self._checked_design(i, DESIGNER, sample, c.text))
-            out.append(row)
+        out = [
+            [self._design_from(i, requests[b * m + i], completions[b * m + i], shown[b * m + i], elapsed) for i in range(m)]
+            for b in range(len(tasks))
+        ]
         self.observer.designs_done([d for row in out for d in row])
         return out
+
+    def _rollout_overlapped(
+        self,
+        tasks: list[Task],
+        m: int,
+        n: int,
+        step: int | None,
+        seed: int,
+        designer_sampling: SamplingParams | None,
+        executor_sampling: SamplingParams | None,
+        t0: float,
+    ) -> list[RolloutTree]:
+        """A training rollout whose executor stage starts design by design (module docstring): the same
+        requests, seeds and records as the staged rollout; only when each execution starts differs."""
+        requests, shown = self._designer_requests(tasks, m, step, seed, designer_sampling)
+        trees = [
+            RolloutTree(
+                run_id=self.run_id, task=task.to_dict(), seed=seed, config=dict(self.record_config),
+                models=self.models(None), designs=[], step=step, mode="train",
+            )  # fmt: skip
+            for task in tasks
+        ]
+        slots: list[list[Design | None]] = [[None] * m for _ in tasks]
+        run = _WaveRunner(self, trees, executor_sampling, score_turns=True)
+        self.observer.designs_started(len(requests))
+        lock = threading.Lock()
+        finished_at: list[float] = []
+
+        with ThreadPoolExecutor(self.config.max_inflight, thread_name_prefix="rollout") as executions:
+            pending: list[Any] = []
+
+            def design(k: int) -> None:
+                b, i = divmod(k, m)
+                c = self.designer.generate([requests[k]])[0]  # type: ignore[union-attr]
+                d = self._design_from(i, requests[k], c, shown[k], time.perf_counter() - t0)
+                with lock:
+                    slots[b][i] = d
+                    finished_at.append(time.perf_counter() - t0)
+                if d.valid:
+                    self.observer.executions_started(n)
+                    for j in range(n):
+                        s = derive_seed(seed, step, tasks[b].id, b, d.index, j, "execute")
+                        job = _Job(b, d, tasks[b], j, s, branch=True, step=step)
+                        with lock:
+                            pending.append(executions.submit(run.run_job, job))
+
+            with ThreadPoolExecutor(len(requests), thread_name_prefix="design") as designers:
+                for f in [designers.submit(design, k) for k in range(len(requests))]:
+                    f.result()
+            for tree, row in zip(trees, slots):
+                tree.designs = list(row)  # type: ignore[arg-type]
+                tree.timings["design_s"] = max(finished_at)
+            self.observer.designs_done([d for row in slots for d in row])  # type: ignore[misc]
+            for f in list(pending):
+                f.result()  # run_job never raises for a job's own failures
+        run.finish()
+        return trees
 
     def _checked_design(
         self, index: int, source: str, sample: DesignerSample | None, text: str, tool_names: tuple[str, ...] | None = None
@@ -405,37 +479,42 @@ class _WaveRunner:
         self.spans: list[list[float]] = [[float("inf"), 0.0] for _ in trees]
 
     def __call__(self, jobs: list[_Job]) -> None:
-        engine = self.engine
-        engine.observer.executions_started(len(jobs))
+        """One wave: run ``jobs`` (at most ``rollout.max_inflight`` at once) and wait for all of them."""
+        self.engine.observer.executions_started(len(jobs))
         if not jobs:
             return
-
-        def run(job: _Job) -> None:
-            start = time.perf_counter()
-            execution = engine._run_one(job, self.params)
-            t_reward = time.perf_counter()
-            execution.reward = engine._score(job.task, execution)
-            t_judge = time.perf_counter()
-            if self.scorer is not None:
-                self.scorer(job.task, execution)
-            end = time.perf_counter()
-            with self.lock:
-                job.design.executions.append(execution)
-                self.reward_s[job.tree_idx] += t_judge - t_reward
-                self.judge_s[job.tree_idx] += end - t_judge
-                span = self.spans[job.tree_idx]
-                span[0], span[1] = min(span[0], start), max(span[1], end)
-            engine.observer.execution_done(execution)
-
-        workers = min(len(jobs), engine.config.max_inflight)
+        workers = min(len(jobs), self.engine.config.max_inflight)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rollout") as ex:
-            for f in [ex.submit(run, job) for job in jobs]:
+            for f in [ex.submit(self.run_job, job) for job in jobs]:
                 f.result()  # _run_one and _score never raise for a job's own failures
+        self._sort()
+
+    def run_job(self, job: _Job) -> None:
+        """One execution, its reward and turn scores, recorded into its design."""
+        engine = self.engine
+        start = time.perf_counter()
+        execution = engine._run_one(job, self.params)
+        t_reward = time.perf_counter()
+        execution.reward = engine._score(job.task, execution)
+        t_judge = time.perf_counter()
+        if self.scorer is not None:
+            self.scorer(job.task, execution)
+        end = time.perf_counter()
+        with self.lock:
+            job.design.executions.append(execution)
+            self.reward_s[job.tree_idx] += t_judge - t_reward
+            self.judge_s[job.tree_idx] += end - t_judge
+            span = self.spans[job.tree_idx]
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+        engine.observer.execution_done(execution)
+
+    def _sort(self) -> None:
         for tree in self.trees:
             for d in tree.designs:
                 d.executions.sort(key=lambda e: e.index)
 
     def finish(self) -> None:
+        self._sort()
         for t, tree in enumerate(self.trees):
             span = self.spans[t]
             tree.timings["execute_s"] = max(0.0, span[1] - span[0]) if span[1] else 0.0

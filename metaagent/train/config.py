@@ -16,7 +16,15 @@ from metaagent.execution.isolation import ExecutionConfig
 from metaagent.rewards.coach import CoachConfig
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
-from metaagent.train.optim import LOSS_AGG_MODES, POLICY_LOSSES, LossConfig, OptimizerConfig  # noqa: F401
+from metaagent.policy.precision import DTYPES, resolve_dtype
+from metaagent.train.optim import (  # noqa: F401
+    DEFAULT_TIS_CAP,
+    LOSS_AGG_MODES,
+    POLICY_LOSSES,
+    LossConfig,
+    OptimizerConfig,
+    autocast_dtype,
+)
 
 BACKENDS = ("hf", "vllm", "openai")
 WEIGHTS = ("shared", "separate")
@@ -63,13 +71,19 @@ class PolicyConfig(Checked):
     role_models: dict[str, str] = field(default_factory=dict)
     backend: Literal[BACKENDS] = "hf"
     device: str = "cpu"
-    dtype: str = "float32"
+    # the rollout's dtype (hf backend; the trained weights stay fp32): "auto" = bfloat16 where the device has bf16
+    # matrix units (avx512_bf16 / amx_bf16 CPUs, CUDA), else float32; resolved when the config loads. The
+    # rollout then generates from a bf16 copy of the weights, refreshed after every update
+    # (metaagent.policy.precision); optim.tis_cap corrects the mismatch. LoRA: auto = float32
+    dtype: Literal[DTYPES] = "auto"
     max_batch_size: PositiveInt = 32
     max_wait_s: Annotated[float, Field(ge=0)] = 0.005
-    # continuous batching: new agent calls join the running batch between decode steps (benchmarks/rollout.py:
-    # 0.94 of direct batched generation vs 0.80 static); off by default because batch composition then
-    # depends on timing, so rollouts are not bit-reproducible across runs
-    continuous: bool = False
+    # continuous batching: the step's designer generations and agent calls join one running batch between decode
+    # steps, and each call returns when its own rows finish (benchmarks/step.py measures it against static
+    # batching). Which rows decode together then depends on timing, and a matmul's rounding on its row count, so
+    # rollouts are not bit-reproducible (in bf16 a rounding difference moves log-probs by ~1e-2 and can change a
+    # sampled token); false: each call's requests form one batch run to the end (exact replays and resumes)
+    continuous: bool = True
     # hf backend: MiB of KV cache kept for shared prompt prefixes (the designer's system prompt and API text,
     # each agent's system prompt), reused by every prompt that starts with them; 0 = off. Dropped after every
     # update. benchmarks/step.py measures it (vLLM's automatic prefix caching, on the local backend)
@@ -181,6 +195,11 @@ class OptimConfig(LossConfig, OptimizerConfig):
     (:class:`~metaagent.train.optim.LossConfig`: PPO-clip / GRPO, paper Eq. 2-3), plus what only RL training
     needs. Every field is a flat YAML key (``optim.lr``, ``optim.clip_low``, ...)."""
 
+    # bf16 autocast of the update's forwards (fp32 master weights): "auto" = where the device has bf16 matrix units
+    autocast: Literal["auto", "bfloat16"] | None = "auto"
+    # truncated importance sampling against the rollout's log-probs (LossConfig.tis_cap); "auto": verl's 2.0 when the
+    # local backend's rollout runs in another dtype than fp32 (policy.dtype), else off. Resolved when the config loads
+    tis_cap: Annotated[float, Field(gt=0)] | Literal["auto"] | None = "auto"
     stage_switch: Literal[STAGE_SWITCHES] = "keep"  # "keep" | "reset": clear AdamW moments at each stage boundary (Eq. 9)
     # train on the preference pairs the records carry (evaluation-aligned credit's failure route) with the DPO
     # loss, beside PPO-clip; loads a frozen reference model
@@ -194,8 +213,12 @@ class OptimConfig(LossConfig, OptimizerConfig):
         return OptimizerConfig(**{f: getattr(self, f) for f in OptimizerConfig.__dataclass_fields__})
 
     def loss(self) -> LossConfig:
-        """The loss part alone."""
-        return LossConfig(**{f: getattr(self, f) for f in LossConfig.__dataclass_fields__})
+        """The loss part alone. A ``tis_cap: auto`` that no TrainConfig resolved (an OptimConfig on its own, which
+        knows no rollout dtype) is off."""
+        fields = {f: getattr(self, f) for f in LossConfig.__dataclass_fields__}
+        if fields["tis_cap"] == "auto":
+            fields["tis_cap"] = None
+        return LossConfig(**fields)
 
 
 @dataclass
@@ -293,6 +316,7 @@ class TrainConfig:
     critic: CriticConfig = field(default_factory=CriticConfig)  # GAE estimators' value model (unity mode: gae)
 
     def __post_init__(self) -> None:
+        self._resolve_precision()
         self.reward_config()  # validate now, not at step 1
         if self.algo.estimator == "mappa" and self.coach.backend is None:
             raise ConfigError(
@@ -331,6 +355,22 @@ class TrainConfig:
                 "algo.estimator=eval_aligned trains failed episodes on preference pairs with the DPO loss: set "
                 "optim.dpo=true (and optim.kl_coef, the paper's eta, e.g. 0.001)"
             )
+
+    def _resolve_precision(self) -> None:
+        """``"auto"`` precision settings -> what this machine runs, so config.yaml records it: ``policy.dtype``
+        (float32 under LoRA: adapters switch on the trained model, not on a copy), ``optim.autocast`` and
+        ``optim.tis_cap`` (TIS at verl's 2.0 when the local rollout's dtype is not fp32)."""
+        p, o = self.policy, self.optim
+        if p.dtype == "auto":
+            p.dtype = "float32" if p.lora.enabled else resolve_dtype("auto", p.device)
+        elif p.lora.enabled and p.dtype != "float32" and self.trainer.backend == "local":
+            raise ConfigError(
+                f"policy.dtype={p.dtype} generates from a copy of the weights, which LoRA adapters (switched on the "
+                "trained model) do not reach; use policy.dtype=float32 (or auto) with policy.lora"
+            )
+        o.autocast = autocast_dtype(o.autocast, p.device)
+        if o.tis_cap == "auto":
+            o.tis_cap = DEFAULT_TIS_CAP if self.trainer.backend == "local" and p.dtype != "float32" else None
 
     def executor_balance(self) -> str:
         """``algo.executor_balance`` with "auto" resolved: "design" under ``rollout.adaptive_budget``."""

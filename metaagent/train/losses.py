@@ -23,9 +23,11 @@ Optional terms, both off by default::
     + kl_coef * agg(kl_penalty(logp_theta, logp_ref, kl_type))     KL to a frozen reference model
     - entropy_coef * agg(entropy)                                  entropy bonus
 
-Rollout/training mismatch correction (``tis_cap``, off by default; :func:`tis_weights`): the PPO ratio is
-taken against the trainer's own log-probs at the pre-update weights, and each token's policy-gradient
-term is multiplied by the truncated importance weight ``min(pi_train / pi_rollout, C)`` (Yao et al. 2025).
+Rollout/training mismatch correction (``tis_cap``, off by default here; the RL config's ``auto`` turns it on
+for a bf16 rollout; :func:`tis_weights`): the PPO ratio is taken against the trainer's own log-probs at the
+pre-update weights, and each token's policy-gradient term is multiplied by the truncated importance weight
+``min(pi_train / pi_rollout, C)`` (Yao et al. 2025). With or without it, the mismatch itself is reported
+(``train/mismatch_kl``, :func:`mismatch_metrics`).
 
 The arithmetic is verl 0.9.1's own functions (``compute_policy_loss_vanilla`` and the rest of its
 policy-loss registry, ``agg_loss``, ``kl_penalty``, ``compute_value_loss``, the rollout-correction weights),
@@ -49,7 +51,7 @@ from .optim import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSSES, LossConfig
 
 __all__ = [
     "KL_TYPES", "LOSS_AGG_MODES", "POLICY_LOSSES", "LossConfig", "GlobalBatch", "policy_loss", "dpo_loss", "tis_weights",
-    "tis_metrics",
+    "tis_metrics", "mismatch_metrics",
 ]  # fmt: skip
 
 #: metrics that are this micro-batch's share of a whole-batch quantity: add them over micro-batches
@@ -168,6 +170,23 @@ def tis_weights(
     return weights.to(train_log_probs.dtype), tis_metrics({**m, **off}, level)
 
 
+#: metaagent's names of verl's off-policy metrics (``compute_offpolicy_metrics``): KL(rollout || train), direct
+#: and k3 estimators
+MISMATCH_METRICS = {"train/mismatch_kl": "kl", "train/mismatch_k3_kl": "k3_kl"}
+
+
+def mismatch_metrics(
+    train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor
+) -> dict[str, float]:
+    """How far the rollout's log-probs are from the trainer's, without correcting anything: ``train/mismatch_kl``
+    and ``train/mismatch_k3_kl`` (verl's ``compute_offpolicy_metrics``; (B, R) tensors). Reported every step, so
+    a bf16 rollout's distance from the fp32 trainer is visible with TIS off as well as on."""
+    off = core_algos.mismatch_kl(
+        train_log_probs.detach().float(), rollout_log_probs.detach().float(), response_mask.float()
+    )
+    return {name: float(off[key]) for name, key in MISMATCH_METRICS.items()}
+
+
 def tis_metrics(verl_metrics: dict[str, float], level: str, prefix: str = "") -> dict[str, float]:
     """metaagent's TIS / mismatch metrics from verl's rollout-correction metrics: the one name map, used by the
     local backend (:func:`tis_weights`) and the verl backend (``rollout_corr/*`` of verl's
@@ -182,8 +201,7 @@ def tis_metrics(verl_metrics: dict[str, float], level: str, prefix: str = "") ->
     return {
         "train/tis_clipfrac": float(verl_metrics[prefix + frac]),
         "train/tis_weight_mean": float(verl_metrics[prefix + "rollout_is_mean"]),
-        "train/mismatch_kl": float(verl_metrics[prefix + "kl"]),
-        "train/mismatch_k3_kl": float(verl_metrics[prefix + "k3_kl"]),
+        **{name: float(verl_metrics[prefix + key]) for name, key in MISMATCH_METRICS.items()},
     }
 
 
@@ -212,7 +230,8 @@ def policy_loss(
     Returns:
         ``(loss, metrics)``; metrics in :data:`SUMMED_METRICS` add up over micro-batches, the others
         (``train/pg_clipfrac``, ``train/pg_clipfrac_lower``, ``train/ppo_kl``, ``train/entropy``,
-        ``train/ref_kl``) are means over this micro-batch's tokens.
+        ``train/ref_kl``, ``train/mismatch_kl``, ``train/mismatch_k3_kl``, ``train/tis_*``) are means over this
+        micro-batch's tokens.
     """
     shape = log_probs.shape
     for name, t in (
@@ -224,7 +243,7 @@ def policy_loss(
             raise LossError(f"{name} has shape {tuple(t.shape)} but log_probs has {tuple(shape)}")
     settings = loss_settings(config, batch)
     mask = response_mask.to(log_probs.dtype)  # (B, R)
-    is_weights, tis_metrics = None, {}
+    is_weights = None
     if config.tis_cap is not None:
         # pi_old of the ratio is the trainer's own computation at the pre-update weights (one optimizer step
         # per batch: the current weights); the rollout log-probs only enter through the TIS weights
@@ -232,6 +251,8 @@ def policy_loss(
             log_probs.detach(), old_log_probs, mask, cap=config.tis_cap, level=config.tis_level
         )
         old_log_probs = log_probs.detach()
+    else:
+        tis_metrics = mismatch_metrics(log_probs, old_log_probs, mask)
     try:
         pg_loss, pg_metrics = core_algos.get_policy_loss_fn(config.policy_loss)(
             old_log_probs, log_probs, advantages, mask, config.loss_agg_mode, settings, rollout_is_weights=is_weights

@@ -6,7 +6,9 @@
 
 Each physical model is loaded once (fp32 master weights), served for rollout through an ``HFPolicy``
 behind a ``BatchingPolicy``, and trained by its own ``PolicyUpdater`` (own optimizer). The rollout
-reads the very weights the updater changes, so no sync step is needed on the local backend.
+reads the very weights the updater changes (``policy.dtype: float32``), or a bf16 copy of them that the
+policy refreshes when they changed (``bfloat16``, :class:`metaagent.policy.precision.DecodeCopy`), so no
+sync step is needed on the local backend.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from typing import Any
 from metaagent.policy.base import Policy
 from metaagent.records import DESIGNER, EXECUTOR
 from metaagent.train.config import OptimConfig, PolicyConfig
+
+
+#: continuous batching: requests in flight to one rollout policy, per row it decodes at once (the rest queue)
+CONTINUOUS_IN_FLIGHT = 4
 
 
 @dataclass
@@ -57,9 +63,31 @@ class ModelSet:
         for p in self.policies.values():
             p.weights_changed()
 
+    def free_memory(self) -> None:
+        """Before an update: every rollout policy drops what it rebuilds on its next call (prefix caches, bf16
+        copies of the weights), and freed heap memory goes back to the OS (the rollout's threads leave it in
+        their malloc arenas, which the update's thread would not reuse)."""
+        for p in self.policies.values():
+            p.free_memory()
+        release_freed_memory()
+
     def close(self) -> None:
         for p in self.policies.values():
             p.close()
+
+
+def release_freed_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``; elsewhere a no-op)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name:
+        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+        if trim is not None:
+            trim(0)
 
 
 def executor_policy(policies: Mapping[str, Policy], executor_keys: Mapping[str, str]) -> Policy:
@@ -130,6 +158,8 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             model,
             tok,
             device=cfg.device,
+            # a bf16 rollout generates from a refreshed bf16 copy; LoRA adapters switch on the model itself
+            dtype=None if cfg.lora.enabled else cfg.dtype,
             max_batch_size=cfg.max_batch_size,
             continuous=cfg.continuous,
             model_id=path,
@@ -139,9 +169,11 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
         )
         policies[key] = BatchingPolicy(
             hf,
-            max_batch_size=cfg.max_batch_size,
+            # continuous: every request is its own backend call, admitted into the running batch as it arrives and
+            # returned as soon as it is done; static: requests that arrive together form one batch
+            max_batch_size=1 if cfg.continuous else cfg.max_batch_size,
             max_wait_s=cfg.max_wait_s,
-            max_in_flight=4 if cfg.continuous else 1,  # continuous: later batches join the running one
+            max_in_flight=CONTINUOUS_IN_FLIGHT * cfg.max_batch_size if cfg.continuous else 1,
             close_backend=True,
         )
     return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys, adapters)

@@ -42,6 +42,8 @@ LOSS_AGG_MODES = (
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 )
+#: verl's default truncation of the importance weights (algorithm.rollout_correction.rollout_is_threshold)
+DEFAULT_TIS_CAP = 2.0
 #: verl's kl_penalty types
 KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "k1+", "k3+", "low_var_kl+")
 Beta = Annotated[float, Field(ge=0, lt=1)]
@@ -62,8 +64,9 @@ class OptimizerConfig(Checked):
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1  # cosine: floor as a fraction of lr
     micro_batch_tokens: PositiveInt = 4096  # padded tokens (rows x longest sequence) per forward/backward pass
     logprob_chunk: PositiveInt = 256  # response tokens per LM-head chunk (never the B x T x V logits)
-    # "bfloat16" autocasts forward passes; master weights stay fp32 (no fp16: no loss scaler)
-    autocast: Literal["bfloat16"] | None = None
+    # "bfloat16" autocasts forward passes; master weights stay fp32 (no fp16: no loss scaler); "auto": bfloat16
+    # where the device has bf16 matrix units (metaagent.policy.precision), else off
+    autocast: Literal["auto", "bfloat16"] | None = None
 
 
 @dataclass
@@ -110,12 +113,22 @@ def make_adamw(params: Any, cfg: OptimizerConfig) -> Any:
     )
 
 
+def autocast_dtype(setting: str | None, device: str) -> str | None:
+    """``optim.autocast`` resolved: ``"auto"`` -> ``"bfloat16"`` where the device has bf16 matrix units, else None."""
+    if setting == "auto":
+        from metaagent.policy.precision import bf16_supported
+
+        return "bfloat16" if bf16_supported(device) else None
+    return setting
+
+
 def autocast(cfg: OptimizerConfig, device_type: str) -> Any:
     """The forward passes' autocast context (``cfg.autocast``; fp32 master weights either way)."""
     import contextlib
 
     import torch
 
-    if cfg.autocast is None:
+    dtype = autocast_dtype(cfg.autocast, device_type)
+    if dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(device_type=device_type, dtype=getattr(torch, cfg.autocast))
+    return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))

@@ -98,9 +98,10 @@ class Trainer(TrainLoop):
         return critic_values(self.critics, samples, self.models.role_to_key)
 
     def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
-        from metaagent.train.models import update_critics
+        from metaagent.train.models import release_freed_memory, update_critics
         from metaagent.train.update import update_routed
 
+        self.models.free_memory()  # the update's activations get the rollout's caches and copies
         metrics: dict[str, Any] = {}
         if self.critics:
             metrics.update(update_critics(self.critics, samples, self.models.role_to_key))
@@ -112,6 +113,7 @@ class Trainer(TrainLoop):
             dpo_beta=self.config.optim.dpo_beta,
         ))  # fmt: skip
         self.models.weights_changed()  # the prefix caches hold keys/values of the old weights
+        release_freed_memory()  # the activations' pages, before the rollout's threads allocate theirs
         return metrics
 
     def close(self) -> None:

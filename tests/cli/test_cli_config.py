@@ -179,4 +179,5 @@ def test_one_optimizer_config_for_rl_and_sft():
     assert {f.name for f in dataclasses.fields(LossConfig)} <= {f.name for f in dataclasses.fields(OptimConfig)}
     assert OptimConfig().micro_batch_tokens == SFTConfig.__dataclass_fields__["micro_batch_tokens"].default == 4096
     rl = OptimConfig(lr=1e-4, clip_low=0.1, warmup_steps=2)
-    assert rl.optimizer() == OptimizerConfig(lr=1e-4, warmup_steps=2) and rl.loss() == LossConfig(clip_low=0.1)
+    # RL's own default: bf16 autocast where the CPU has bf16 units (SFT keeps fp32)
+    assert rl.optimizer() == OptimizerConfig(lr=1e-4, warmup_steps=2, autocast="auto") and rl.loss() == LossConfig(clip_low=0.1)

@@ -246,3 +246,14 @@ def test_usage_and_identity_follow_the_backend(tiny_policy):
 def test_bad_configuration(kwargs, match):
     with pytest.raises(ValueError, match=match):
         BatchingPolicy(ScriptedPolicy(_echo), **kwargs)
+
+
+def test_the_batcher_is_continuous_only_when_each_request_is_its_own_backend_call():
+    from metaagent.policy import ScriptedPolicy
+
+    class Continuous(ScriptedPolicy):
+        continuous = True
+
+    assert BatchingPolicy(Continuous(["x"]), max_batch_size=1, max_in_flight=8).continuous
+    assert not BatchingPolicy(Continuous(["x"]), max_batch_size=4, max_in_flight=8).continuous  # calls grouped
+    assert not BatchingPolicy(ScriptedPolicy(["x"]), max_batch_size=1, max_in_flight=8).continuous

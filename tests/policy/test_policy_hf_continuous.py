@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from metaagent.policy import ChatRequest, PolicyError, SamplingParams
+from metaagent.policy import ChatRequest, SamplingParams
 from metaagent.policy.hf import HFPolicy, _RunningBatch
 
 
@@ -83,20 +83,6 @@ def test_a_failure_fails_the_batch_and_the_policy_recovers(tiny_policy, monkeypa
     assert out.response_ids == tiny_policy.generate([_req(1, 4)])[0].response_ids
 
 
-def test_model_with_sliding_window_cache_cannot_merge(continuous):
-    batch = _RunningBatch(continuous)
-    other = _RunningBatch(continuous)
-    batch.rows, other.rows = [object()], [object()]
-
-    class Sliding:
-        pass
-
-    batch.cache = type("C", (), {"layers": [Sliding()]})()
-    other.cache = batch.cache
-    with pytest.raises(PolicyError, match="continuous=False"):
-        batch._merge(other)
-
-
 def test_a_failing_admission_fails_the_rows_being_admitted(tiny_policy, monkeypatch):
     policy = HFPolicy(tiny_policy.model, tiny_policy.tokenizer, continuous=True)
 
@@ -107,3 +93,23 @@ def test_a_failing_admission_fails_the_rows_being_admitted(tiny_policy, monkeypa
     with pytest.raises(RuntimeError, match="prefill failed"):  # raises instead of waiting forever
         policy.generate([_req(1, 4), _req(2, 4)])
     assert not policy._pending
+
+
+def test_a_caller_returns_when_its_rows_finish_while_others_keep_decoding(continuous):
+    """A short request that joined a long one returns at once, not when the long one ends."""
+    long_done = threading.Event()
+
+    def long_call():
+        continuous.generate([_req(1, 600)])
+        long_done.set()
+
+    t = threading.Thread(target=long_call)
+    t.start()
+    while continuous._running is None or not continuous._running.rows:  # the long row is decoding
+        assert t.is_alive()
+        long_done.wait(0.01)
+    short = continuous.generate([_req(2, 3)])[0]
+    assert len(short.response_ids) == 3
+    assert not long_done.is_set()  # 600 steps of the long row were still ahead when the short one returned
+    t.join(120)
+    assert long_done.is_set()

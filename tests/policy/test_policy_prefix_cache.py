@@ -54,10 +54,10 @@ def _spy_prefix_blocks(monkeypatch) -> list[list[int]]:
     seen: list[list[int]] = []
     original = _RunningBatch.prefill
 
-    def prefill(self, prompts, chains):
+    def prefill(self, prompts, chains, *args, **kwargs):
         if len(prompts) > 1:
             seen.append([len(c) for c in chains])
-        return original(self, prompts, chains)
+        return original(self, prompts, chains, *args, **kwargs)
 
     monkeypatch.setattr(_RunningBatch, "prefill", prefill)
     return seen

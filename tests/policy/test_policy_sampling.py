@@ -58,3 +58,15 @@ def test_a_row_depends_only_on_its_own_seed_and_logits():
         big[2:3] + 1e-6 * torch.randn(1, 1000), [params], [torch.Generator().manual_seed(42)]
     )
     assert noisy[0] == alone[0]  # float noise of another batch layout does not move the pick
+
+
+def test_the_race_draws_the_stream_of_exponential_():
+    """q = -log1p(-u) from fp64 uniforms is Tensor.exponential_'s stream: the picks equal the race run on
+    exponential_ draws of the same seeds, for all rows of a real-sized vocabulary."""
+    logits = torch.randn(6, 49152, generator=torch.Generator().manual_seed(3))
+    params = [SamplingParams(temperature=t) for t in (1.0, 0.7, 1.3, 1.0, 0.5, 2.0)]
+    tokens, _ = sample_next(logits, params, [torch.Generator().manual_seed(s) for s in range(6)])
+    for i, p in enumerate(params):
+        race = torch.empty(49152).exponential_(generator=torch.Generator().manual_seed(i))
+        probs = torch.softmax(logits[i] / p.temperature, 0)
+        assert tokens[i] == (probs / race).argmax(), i

@@ -189,16 +189,18 @@ def test_failing_and_hostile_designs_cost_only_themselves(pool):
 
 
 class _IndexedDesigner(ScriptedPolicy):
-    """Design i of the task gets kind i: the engine sends the M designer requests of a task in order."""
+    """Design i of the first task (rollout seed 0, no step) gets kind i, recognised by its request's seed: the
+    engine may send the designer requests in one call or one by one, in any order."""
 
     def __init__(self, names):
         self.names = names
+        self.kind = {derive_seed(0, None, TASKS[0].id, 0, i, "design"): i for i in range(len(names))}
         super().__init__(lambda r: "")
 
     def _generate(self, requests):
         out = []
-        for i, r in enumerate(requests):
-            script = HOSTILE[self.names[i % len(self.names)]]
+        for r in requests:
+            script = HOSTILE[self.names[self.kind[r.sampling.seed]]]
             reply = "I would just answer 5." if script is None else fenced(script)
             out.append(ScriptedPolicy([reply])._generate([r])[0])
         return out
@@ -260,3 +262,30 @@ def test_requests_carry_team_affinity_keys(pool):
     assert all(a.endswith("/" + agent) for a, agent in agents)
     per_key = {a: sum(r.affinity == a for r in seen) for a, _ in agents}
     assert min(per_key.values()) >= 2  # both executions of a design share their agents' keys
+
+
+def test_a_training_rollout_executes_a_design_while_others_are_still_generated(pool):
+    """Design 1's generation waits until an agent call of design 0's execution arrived: only an engine that
+    starts each design's executions as soon as that design is ready finishes this rollout (with a continuous
+    designer policy; a static one gets all designer requests in one call)."""
+    import threading
+
+    agent_called = threading.Event()
+    second = derive_seed(0, 3, TASKS[0].id, 0, 1, "design")
+
+    class SecondWaits(ScriptedPolicy):
+        continuous = True  # concurrent calls decode together: the engine sends designer requests one by one
+
+        def _generate(self, requests):
+            if any(r.sampling.seed == second for r in requests):
+                assert agent_called.wait(60), "no execution started before the last design was generated"
+            return [ScriptedPolicy([fenced(HOSTILE["good"])])._generate([r])[0] for r in requests]
+
+    def executor(request):
+        agent_called.set()
+        return agent_reply(request)
+
+    engine = RolloutEngine(SecondWaits(lambda r: ""), ScriptedPolicy(executor), RolloutConfig(m_designs=2, n_executions=1), pool=pool)
+    tree = engine.rollout(TASKS[:1], seed=0, step=3)[0]
+    assert [len(d.executions) for d in tree.designs] == [1, 1] and all(d.valid for d in tree.designs)
+    assert [d.index for d in tree.designs] == [0, 1] and tree.timings["design_s"] <= tree.timings["total_s"]

@@ -77,7 +77,7 @@ def test_a_kl_run_without_lora_loads_a_reference_copy_per_model():
 def test_lora_kl_reference_is_the_shared_base_and_equals_a_loaded_base():
     with _models(lora=True) as models:
         before = _live_parameters()
-        updaters = make_updaters(models, OptimConfig(lr=1e-2, kl_coef=0.1))
+        updaters = make_updaters(models, OptimConfig(lr=1e-2, kl_coef=0.1, autocast=None))  # fp32: compared with fp32 references
         assert _live_parameters() == before  # no model was loaded for the reference
         assert all(u.ref_model is None and u.has_reference for u in updaters.values())
         aset = models.adapters["executor"]
@@ -127,7 +127,7 @@ def test_lora_dpo_uses_the_shared_base_as_reference():
 
     with _models(lora=True) as models:
         before = _live_parameters()
-        updaters = make_updaters(models, OptimConfig(lr=1e-2, dpo=True))
+        updaters = make_updaters(models, OptimConfig(lr=1e-2, dpo=True, autocast=None))  # fp32: compared with an fp32 reference
         assert _live_parameters() == before and updaters["executor"].ref_model is None
         aset = models.adapters["executor"]
         torch.manual_seed(0)

@@ -58,7 +58,7 @@ def test_apply_overlong_penalty_sums_turns_into_the_execution_reward():
 def test_overlong_config_checks_the_buffer_against_max_tokens():
     with pytest.raises(ConfigError, match="algo.overlong.buffer = 600 exceeds rollout.executor.max_tokens = 512"):
         TrainConfig.load(None, ["algo.overlong.buffer=600", "rollout.executor.max_tokens=512"])
-    cfg = TrainConfig.load(None, [])
+    cfg = TrainConfig.load(None, ["policy.dtype=float32"])
     assert (cfg.algo.overlong.filter, cfg.algo.overlong.buffer, cfg.optim.tis_cap) == (False, 0, None)  # all off
 
 
@@ -162,3 +162,40 @@ def test_tiny_run_counts_overlong_samples_and_reports_tis(tmp_path):
     assert row["samples/overlong/designer"] >= 1 and row["samples/overlong_masked/designer"] == 0
     assert row["train/samples"] == row["samples/designer"]
     assert row["train/tis_clipfrac"] == 0.0 and abs(row["train/mismatch_kl"]) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("flags", "settings", "resolved"),
+    [
+        ({"avx512_bf16"}, [], ("bfloat16", "bfloat16", 2.0)),  # a bf16 machine: bf16 rollout, autocast, TIS on
+        ({"avx2"}, [], ("float32", None, None)),  # no bf16 units: today's fp32 path
+        ({"avx512_bf16"}, ["policy.dtype=float32"], ("float32", "bfloat16", None)),  # fp32 rollout: no mismatch
+        ({"avx512_bf16"}, ["policy.lora.enabled=true"], ("float32", "bfloat16", None)),  # adapters need the master
+        ({"avx512_bf16"}, ["optim.tis_cap=5", "optim.autocast=null"], ("bfloat16", None, 5.0)),  # explicit wins
+        ({"avx512_bf16"}, ["trainer.backend=verl"], ("bfloat16", "bfloat16", None)),  # verl keeps its own default
+    ],
+)
+def test_auto_precision_resolves_per_machine_when_the_config_loads(monkeypatch, flags, settings, resolved):
+    from metaagent.policy import precision
+
+    monkeypatch.setattr(precision, "_cpu_flags", lambda: frozenset(flags))
+    cfg = TrainConfig.load(None, settings)
+    assert (cfg.policy.dtype, cfg.optim.autocast, cfg.optim.tis_cap) == resolved
+
+
+def test_a_bf16_rollout_under_lora_is_refused():
+    with pytest.raises(ConfigError, match="policy.dtype=bfloat16 generates from a copy"):
+        TrainConfig.load(None, ["policy.lora.enabled=true", "policy.dtype=bfloat16"])
+
+
+def test_the_mismatch_is_reported_without_tis_too():
+    from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss
+
+    rollout = torch.tensor([[-1.0, -2.0, -0.5]])
+    train = rollout + torch.tensor([[0.1, -0.2, 0.0]])
+    mask = torch.ones(1, 3)
+    _, m = policy_loss(
+        train, rollout, torch.ones(1, 3), mask, config=LossConfig(), batch=GlobalBatch(num_tokens=3, num_samples=1)
+    )
+    assert m["train/mismatch_kl"] == pytest.approx(float((rollout - train).mean()))  # KL(rollout || train), direct
+    assert "train/tis_weight_mean" not in m

@@ -196,7 +196,7 @@ def test_misconfiguration_is_refused(make_model, make_samples):
         PolicyUpdater(make_model(), learning_rate=1e-5)
     with pytest.raises(UpdateError, match="ref_model"):
         PolicyUpdater(make_model(), kl_coef=0.1)
-    with pytest.raises(ConfigError, match="autocast = 'float16': Input should be 'bfloat16'"):
+    with pytest.raises(ConfigError, match="autocast = 'float16': Input should be 'auto' or 'bfloat16'"):
         PolicyUpdater(make_model(), autocast="float16")
     with pytest.raises(ConfigError, match="lr = 0.0: Input should be greater than 0"):
         PolicyUpdater(make_model(), lr=0.0)

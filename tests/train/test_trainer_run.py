@@ -89,8 +89,10 @@ def _strip(row: dict) -> dict:
     return {k: v for k, v in row.items() if not (k.startswith("time/") or k.endswith(("_s", "_per_s")))}
 
 
-# an entropy bonus makes every active sample pull on the weights, not only those with an advantage
-RESUME = ("optim.entropy_coef=0.01",)
+# an entropy bonus makes every active sample pull on the weights, even where a group's rewards tie; static
+# batching: with continuous batching (the default) which rows decode together depends on timing, so the rollouts
+# of a resumed run match the first run's only up to float noise
+RESUME = ("optim.entropy_coef=0.01", "policy.continuous=false")
 
 
 # policy.lora: each model key is a LoRA adapter on its frozen base; checkpoints hold only the adapters; the KL
