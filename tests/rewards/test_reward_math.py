@@ -9,6 +9,7 @@ import pytest
 from reward_math_cases import CASES, LENIENT_ONLY, check_status
 
 from metaagent.rewards import RewardError, check_math, extract_answer, math_equal
+from metaagent.rewards import math as math_module
 from metaagent.rewards.math import find_boxed, normalize_answer
 
 # ---- extraction ---------------------------------------------------------------------------------------------
@@ -129,11 +130,18 @@ def test_a_prediction_that_stalls_the_verifier_is_incorrect_not_dropped():
     assert check_math("\\sqrt{8}", "2\\sqrt{2}").status == "correct"
 
 
-def test_timeout_of_the_reference_itself_is_a_status_not_false():
-    # a deadline no check can meet: the reference alone cannot be verified either, so the verifier failed
-    check = check_math("3\\sqrt{2}", "\\sqrt{18}", timeout_s=0.001)
+def test_timeout_of_the_reference_itself_is_a_status_not_false(monkeypatch):
+    # a verifier that answers nothing in time: the reference alone cannot be verified either, so the verifier
+    # failed (a status, never a verdict). Faked, because a real deadline short enough to always miss it does
+    # not exist on every machine (a warm helper answered a 1 ms deadline on CI).
+    monkeypatch.setattr(math_module, "_verify", lambda *a: {"ok": False, "timeout": True, "error": "too slow"})
+    monkeypatch.setattr(math_module, "_GOLD_VERIFIES", {})
+    check = check_math("3\\sqrt{2}", "\\sqrt{18}", timeout_s=1.0)
     assert check.status == "timeout"
     assert not check.computed and not check.correct
+    # the same stall with a reference the verifier decides alone is the prediction's fault
+    monkeypatch.setattr(math_module, "_GOLD_VERIFIES", {("\\sqrt{18}",): True})
+    assert check_math("3\\sqrt{2}", "\\sqrt{18}", timeout_s=1.0).status == "incorrect"
 
 
 def test_timeout_in_a_thread():
