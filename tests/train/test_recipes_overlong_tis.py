@@ -146,7 +146,7 @@ def test_policy_loss_with_tis_by_hand():
 
 @pytest.mark.slow
 def test_tiny_run_counts_overlong_samples_and_reports_tis(tmp_path):
-    """On the local backend the rollout and the trainer compute the same log-probs: TIS clips nothing and the
+    """On the local fp32 backend the rollout and the trainer compute the same log-probs: TIS clips nothing and the
     mismatch KL is float noise. The tiny model's designs all run to max_tokens: counted, masked only when asked."""
     from metaagent.train.metrics import read_metrics
     from metaagent.train.trainer import Trainer
@@ -154,7 +154,8 @@ def test_tiny_run_counts_overlong_samples_and_reports_tis(tmp_path):
     cfg = TrainConfig.load(
         "tiny",
         [f"trainer.out={tmp_path / 'run'}", "trainer.steps=1", "trainer.save_every=0", "schedule.mode=designer_only",
-         "algo.overlong.filter=true", "algo.overlong.filter_roles=[executor]", "optim.tis_cap=2.0"],
+         "algo.overlong.filter=true", "algo.overlong.filter_roles=[executor]", "optim.tis_cap=2.0",
+         "policy.dtype=float32", "optim.autocast=null"],  # the fp32 path; a bf16 rollout's mismatch is tested apart
     )  # fmt: skip
     with Trainer(cfg) as trainer:
         trainer.train()
@@ -162,6 +163,26 @@ def test_tiny_run_counts_overlong_samples_and_reports_tis(tmp_path):
     assert row["samples/overlong/designer"] >= 1 and row["samples/overlong_masked/designer"] == 0
     assert row["train/samples"] == row["samples/designer"]
     assert row["train/tis_clipfrac"] == 0.0 and abs(row["train/mismatch_kl"]) < 1e-4
+
+
+@pytest.mark.slow
+def test_a_bf16_rollout_reports_its_mismatch_and_turns_tis_on(tmp_path):
+    """A bf16 rollout copy beside fp32 master weights: the config's auto TIS cap is verl's C = 2, and the distance
+    between the rollout's and the trainer's log-probs is measured (bf16 rounding: far above fp32 noise)."""
+    from metaagent.train.metrics import read_metrics
+    from metaagent.train.trainer import Trainer
+
+    cfg = TrainConfig.load(
+        "tiny",
+        [f"trainer.out={tmp_path / 'run'}", "trainer.steps=1", "trainer.save_every=0", "schedule.mode=designer_only",
+         "policy.dtype=bfloat16", "optim.autocast=null", "policy.continuous=false"],
+    )  # fmt: skip
+    assert cfg.optim.tis_cap == 2.0
+    with Trainer(cfg) as trainer:
+        trainer.train()
+    (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")[0]
+    assert 0.0 <= row["train/tis_clipfrac"] <= 1.0 and row["train/tis_weight_mean"] > 0
+    assert 1e-6 < abs(row["train/mismatch_kl"]) < 1.0
 
 
 @pytest.mark.parametrize(
