@@ -45,10 +45,10 @@ def _cpu_flags() -> frozenset[str]:
 
 def bf16_supported(device: str = "cpu") -> bool:
     """Whether ``device`` multiplies bf16 matrices natively (module docstring)."""
-    import torch
-
-    kind = torch.device(device).type
+    kind = str(device).split(":", 1)[0]  # "cuda:0" -> "cuda"; a string test, so a CPU config imports no torch
     if kind == "cuda":
+        import torch
+
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if kind == "cpu":
         return any(flag in _cpu_flags() for flag in BF16_CPU_FLAGS)

@@ -361,14 +361,17 @@ class TrainConfig:
         (float32 under LoRA: adapters switch on the trained model, not on a copy), ``optim.autocast`` and
         ``optim.tis_cap`` (TIS at verl's 2.0 when the local rollout's dtype is not fp32)."""
         p, o = self.policy, self.optim
+        # the verl backend runs its own precision (bf16 vLLM rollout, FSDP mixed precision) and does not read these
+        # fields: they record the GPU recipe's bf16 without probing a device (its dry run imports no torch)
+        local = self.trainer.backend == "local"
         if p.dtype == "auto":
-            p.dtype = "float32" if p.lora.enabled else resolve_dtype("auto", p.device)
+            p.dtype = "float32" if p.lora.enabled else resolve_dtype("auto", p.device) if local else "bfloat16"
         elif p.lora.enabled and p.dtype != "float32" and self.trainer.backend == "local":
             raise ConfigError(
                 f"policy.dtype={p.dtype} generates from a copy of the weights, which LoRA adapters (switched on the "
                 "trained model) do not reach; use policy.dtype=float32 (or auto) with policy.lora"
             )
-        o.autocast = autocast_dtype(o.autocast, p.device)
+        o.autocast = autocast_dtype(o.autocast, p.device) if local or o.autocast != "auto" else "bfloat16"
         if o.tis_cap == "auto":
             o.tis_cap = DEFAULT_TIS_CAP if self.trainer.backend == "local" and p.dtype != "float32" else None
 
