@@ -68,7 +68,7 @@ def _program(**values: int) -> str:
 
 
 def arith_product(r: random.Random) -> dict[str, Any]:
-    (goods, box, boxes_), place = r.choice(GOODS), r.choice(PLACES)
+    goods, place = r.choice(GOODS)[0], r.choice(PLACES)
     per, days = r.randint(1200, 9999), r.randint(120, 999)
     return {
         "question": f"A {place} fills {per} {goods} a day. How many {goods} does it fill in {days} days?",
@@ -79,7 +79,7 @@ def arith_product(r: random.Random) -> dict[str, Any]:
 
 
 def arith_grid(r: random.Random) -> dict[str, Any]:
-    (goods, box, boxes_) = r.choice(GOODS)
+    goods = r.choice(GOODS)[0]
     boxes, per = r.randint(140, 999), r.randint(120, 999)
     return {
         "question": f"A truck carries {boxes} boxes and every box holds {per} {goods}. How many {goods} does "
@@ -103,7 +103,7 @@ def arith_sum(r: random.Random) -> dict[str, Any]:
 
 
 def arith_left(r: random.Random) -> dict[str, Any]:
-    (goods, box, boxes_), place = r.choice(GOODS), r.choice(PLACES)
+    (goods, _, boxes_), place = r.choice(GOODS), r.choice(PLACES)
     boxes, per = r.randint(120, 900), r.randint(120, 900)
     used = r.randint(1000, boxes * per - 1000)
     return {
