@@ -26,7 +26,7 @@ from typing import Any
 from metaagent.records import RolloutTree
 
 from .metrics import DEFAULT_BOOTSTRAP, bootstrap_ci, paired_bootstrap_ci
-from .methods import AUTO
+from .methods import AUTO, SA
 from .scoring import TaskScore
 
 Scores = Mapping[tuple[str, str], Sequence[TaskScore]]  # (family, method) -> per-task scores
@@ -53,15 +53,17 @@ def cell(scores: Sequence[TaskScore], *, metric: str = "avg", k: int = 1, n_boot
 
 
 def _candidates(scores: Scores, family: str, exclude: Sequence[str]) -> list[str]:
-    return sorted(m for f, m in scores if f == family and m not in exclude)
+    """The family's candidate methods, ``sa`` first (a tie goes to the single agent), then by name."""
+    return sorted((m for f, m in scores if f == family and m not in exclude), key=lambda m: (m != SA, m))
 
 
 def oracle(scores: Scores, family: str, *, metric: str = "avg", k: int = 1, exclude: Sequence[str] = (AUTO,)) -> str:
-    """The method with the highest mean ``metric@k`` on ``family`` (ties: the first in sorted order)."""
-    means = {m: fmean(values(scores[family, m], metric, k).values() or [0.0]) for m in _candidates(scores, family, exclude)}
-    if not means:
+    """The method with the highest mean ``metric@k`` on ``family`` (ties: ``sa``, else the first by name)."""
+    candidates = _candidates(scores, family, exclude)
+    if not candidates:
         raise ValueError(f"no candidate method was scored on family {family!r}")
-    return max(sorted(means), key=lambda m: means[m])
+    means = {m: fmean(values(scores[family, m], metric, k).values() or [0.0]) for m in candidates}
+    return max(candidates, key=lambda m: (means[m], -candidates.index(m)))
 
 
 def cross_fitted_oracle(

@@ -73,3 +73,8 @@ def test_pattern_share_counts_valid_designs_only():
     out = pattern_share([tree(["tool-pair", "single", None, "tool-pair"]), tree(["single"])], "tool-pair")
     assert out["designs"] == 5 and out["valid"] == 4 and out["share"] == pytest.approx(0.5)
     assert pattern_share([tree([None])], "single")["share"] is None
+
+
+def test_a_tie_goes_to_the_single_agent():
+    m = {("f", "sa"): _scores("f", [0.5] * 4), ("f", "fixed:a"): _scores("f", [0.5] * 4)}
+    assert oracle(m, "f", k=4) == "sa"
