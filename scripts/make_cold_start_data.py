@@ -45,16 +45,26 @@ def main() -> None:
         help="add up to N code executor examples per code task: a coder prompt from the task's designer examples "
         "and the task's reference program as the reply (the train split's references; 0 = none)",
     )  # fmt: skip
+    p.add_argument(
+        "--suite", type=int, default=0, metavar="K",
+        help="also K designer examples per task of the structure-sensitive suite's split (metaagent.data.suite), "
+        "structures balanced within each family, plus its coder and tool-reader executor examples (0 = none)",
+    )  # fmt: skip
+    p.add_argument("--suite-coders", type=int, default=2, help="coder examples per suite task (reference programs)")
+    p.add_argument("--suite-readers", type=int, default=1, help="tool-reader examples per suite math task")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
     from metaagent.data import DatasetSpec, code_references, load_tasks
+    from metaagent.data.suite import SOURCE as SUITE, suite_references
     from metaagent.distill.cold_start_data import (
         designer_examples,
         executor_examples,
         reference_executor_examples,
         thin_structures,
+        tool_reader_examples,
     )
+    from metaagent.distill.short_style import SUITE_SHORT_TEMPLATES
     from metaagent.policy.models import load_tokenizer
     from metaagent.sft.data import read_chat_jsonl
     from metaagent.workflow import analyze_script, extract_script, load_templates
@@ -82,6 +92,29 @@ def main() -> None:
         )
         executor += code
         executor_counts["code references"] = len(code)
+    if args.suite:
+        if args.split != "train":
+            raise SystemExit("--suite uses reference programs and answers as training targets: only with --split train")
+        suite_tasks = load_tasks(DatasetSpec(source=SUITE, split=args.split))
+        suite_designer = designer_examples(
+            suite_tasks,
+            load_templates(),
+            per_task=args.suite,
+            seed=args.seed,
+            style=args.style,
+            plain=args.plain,
+            short=args.short,
+            fits=lambda script: len(tokenizer.encode("```python\n" + script + "\n```")) + 1 <= args.max_script_tokens,
+            extra_templates=SUITE_SHORT_TEMPLATES if args.short else (),
+        )
+        coders = reference_executor_examples(
+            suite_designer, suite_tasks, suite_references(), per_task=args.suite_coders, seed=args.seed, math=True
+        )
+        readers = tool_reader_examples(suite_designer, suite_tasks, per_task=args.suite_readers, seed=args.seed)
+        designer += suite_designer
+        executor += coders + readers
+        executor_counts["suite coders"] = len(coders)
+        executor_counts["suite tool readers"] = len(readers)
 
     os.makedirs(args.out, exist_ok=True)
     for name, rows in (("designer", designer), ("executor", executor)):
@@ -102,6 +135,10 @@ def main() -> None:
         "executor": len(executor),
         "executor_counts": dict(executor_counts),
         "designer_by_domain": dict(Counter(r["domain"] for r in designer)),
+        "suite_designer_by_family_structure": {
+            family: dict(Counter(r["structure"] for r in designer if r["task_id"].startswith(f"suite-{family}-")))
+            for family in sorted({r["task_id"].split("-")[1] for r in designer if r["task_id"].startswith("suite-")})
+        },
         "designer_by_structure": dict(Counter(r["structure"] for r in designer).most_common()),
         "designer_by_template": dict(Counter(r["template"] for r in designer).most_common()),
         "agents": agents,

@@ -17,6 +17,9 @@ from typing import Any
 
 from . import mappers
 from .plan import PLAN_SOURCES, plan_rows, plan_task
+from .suite import FAMILIES as SUITE_FAMILIES
+from .suite import SOURCE as SUITE_SOURCE
+from .suite import family_source
 from .errors import DataError, SkipRow
 from .tasks import DOMAINS, Task
 
@@ -102,11 +105,23 @@ SOURCES: dict[str, Source] = {
             for name in PLAN_SOURCES
         ),
         Source(
+            SUITE_SOURCE, "math+code", None, "all", mappers.bundled_row,
+            note="the structure-sensitive suite, every family (metaagent.data.suite)",
+        ),
+        *(
+            Source(family_source(f), "math+code", None, "all", mappers.bundled_row, note=f"suite family {f}")
+            for f in SUITE_FAMILIES
+        ),
+        Source(
             "bundled_qa", "qa", None, "all", mappers.bundled_row,
             note="20 short questions over the bundled 32-passage corpus (metaagent.data.retrieval)",
         ),
     )
 }
+
+
+#: data source name -> suite family (None: every family)
+SUITE_SOURCES: dict[str, str | None] = {SUITE_SOURCE: None, **{family_source(f): f for f in SUITE_FAMILIES}}
 
 
 @dataclass(frozen=True)
@@ -217,6 +232,10 @@ def _rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
         from .plan import DEFAULT_COUNT
 
         return plan_rows(spec.source, spec.split_name, spec.limit or DEFAULT_COUNT, spec.env or {})
+    if spec.source in SUITE_SOURCES:
+        from .suite import suite_rows
+
+        return suite_rows(spec.split_name, SUITE_SOURCES[spec.source])
     if spec.source == "bundled_qa":
         import json
 

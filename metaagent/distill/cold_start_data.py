@@ -71,6 +71,7 @@ def designer_examples(
     attempts: int = 8,
     plain: bool = False,
     short: bool = False,
+    extra_templates: Sequence = (),
 ) -> list[dict[str, Any]]:
     """``per_task`` designer examples per task, balanced over structure classes (see the module docstring).
     ``plain`` rewrites each reply in plain style (:func:`metaagent.distill.plain_style.plain_style`: no
@@ -81,6 +82,7 @@ def designer_examples(
 
     if short:
         templates = SHORT_TEMPLATES
+    templates = (*templates, *extra_templates)
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
     for j, task in enumerate(tasks):
@@ -217,6 +219,53 @@ def executor_examples(rows: Iterable[dict[str, Any]], tasks: Sequence[Task]) -> 
 
 
 REFERENCE_SOURCE = "reference-solution"
+TOOL_OUTPUT_SOURCE = "tool-output"
+
+#: how a coder is asked for a math program: the task itself (the short bank) or the bank's tool_pair wording
+CODER_MESSAGES = ("{task}", "Write a program that computes the answer to this problem:\n{task}")
+#: how a reasoner is handed a program's output: the short bank's and the bank's tool_pair wording
+READER_MESSAGES = (
+    "{task}\n\nProgram output: {output}",
+    "Problem:\n{task}\n\nA program computed:\n{output}\n\nCheck this against your own reasoning and give the "
+    "final answer in \\boxed{{}}.",
+)
+
+
+def _agent_prompts(designer_rows: Iterable[dict[str, Any]], keep: Callable[[str], bool]) -> dict[str, list[str]]:
+    """System prompts that ``keep`` accepts, of the agents in each task's designer examples (task id -> prompts)."""
+    from metaagent.workflow import analyze_script, extract_script
+
+    prompts: dict[str, list[str]] = {}
+    for row in designer_rows:
+        script = extract_script(row["messages"][-1]["content"]) or ""
+        for prompt in analyze_script(script)["system_prompts"]:
+            if keep(prompt) and prompt not in prompts.setdefault(row["task_id"], []):
+                prompts[row["task_id"]].append(prompt)
+    return prompts
+
+
+def _is_coder(prompt: str) -> bool:
+    return "program" in prompt and "\\boxed" not in prompt
+
+
+def _is_reader(prompt: str) -> bool:
+    return "\\boxed" in prompt and any(w in prompt for w in ("output", "printed", "program"))
+
+
+def _executor_row(prompt: str, message: str, reply: str, task: Task, i: int, seed: int, source: str) -> dict[str, Any]:
+    from metaagent.workflow.protocol import agent_system_prompt
+
+    messages = [
+        {"role": "system", "content": agent_system_prompt(prompt)},
+        {"role": "user", "content": message},
+        {"role": "assistant", "content": reply},
+    ]
+    shape = {"task_id": task.id, "domain": task.domain, "level": _level(task), "seed": seed, "design": i}
+    return _row(messages, EXECUTOR, shape, source=source, correct=True, finish_reason="stop")
+
+
+def _program_reply(program: str) -> str:
+    return f"{DELIVERY_OPEN}\n```python\n{program.strip()}\n```\n{DELIVERY_CLOSE}"
 
 
 def reference_executor_examples(
@@ -226,8 +275,9 @@ def reference_executor_examples(
     *,
     per_task: int,
     seed: int,
+    math: bool = False,
 ) -> list[dict[str, Any]]:
-    """Code executor examples from the tasks' reference programs (the train split's, never a test split's).
+    """Coder executor examples from the tasks' reference programs (the train split's, never a test split's).
 
     The embedded model solves almost no code task, so self-distillation keeps nothing for code, and a cold
     start without code executor examples teaches the model that a ```python block is a workflow script. Here,
@@ -235,31 +285,51 @@ def reference_executor_examples(
     prompts the task's own designer examples give their agents (those that ask for a program); the example is
     that coder's first call as the engine makes it (system: the role prompt and the team protocol; user: the
     task) and, as the reply, the reference program in a ```python block inside the delivery block.
-    """
-    from metaagent.workflow import analyze_script, extract_script
-    from metaagent.workflow.protocol import agent_system_prompt
 
-    prompts: dict[str, list[str]] = {}
-    for row in designer_rows:
-        script = extract_script(row["messages"][-1]["content"]) or ""
-        for prompt in analyze_script(script)["system_prompts"]:
-            if "program" in prompt and prompt not in prompts.setdefault(row["task_id"], []):
-                prompts[row["task_id"]].append(prompt)
+    With ``math=True`` math tasks with a reference (a program that prints the answer: the suite's) get coder
+    examples too: the coder prompts of the task's own designer examples, else of every task of its family
+    (few of a math task's designs have a coder), and the message is the task or the bank's tool_pair request
+    (:data:`CODER_MESSAGES`).
+    """
+    own = _agent_prompts(designer_rows, _is_coder)
     out: list[dict[str, Any]] = []
     for task in tasks:
         reference = references.get(task.id)
-        if task.domain != "code" or not reference or not prompts.get(task.id):
+        if not reference or task.domain not in (("code", "math") if math else ("code",)):
+            continue
+        prompts = own.get(task.id) or (_family_pool(own, tasks, task) if task.domain == "math" else [])
+        if not prompts:
             continue
         rng = random.Random(derive_seed(seed, "reference-executor", task.id))
-        chosen = rng.sample(prompts[task.id], min(per_task, len(prompts[task.id])))
-        reply = f"{DELIVERY_OPEN}\n```python\n{reference.strip()}\n```\n{DELIVERY_CLOSE}"
-        for i, prompt in enumerate(chosen):
-            messages = [
-                {"role": "system", "content": agent_system_prompt(prompt)},
-                {"role": "user", "content": task.question},
-                {"role": "assistant", "content": reply},
-            ]
-            shape = {"task_id": task.id, "domain": task.domain, "level": _level(task), "seed": seed, "design": i}
-            fields = {"source": REFERENCE_SOURCE, "correct": True, "finish_reason": "stop"}
-            out.append(_row(messages, EXECUTOR, shape, **fields))
+        for i, prompt in enumerate(rng.sample(prompts, min(per_task, len(prompts)))):
+            message = task.question if task.domain == "code" else rng.choice(CODER_MESSAGES).format(task=task.question)
+            out.append(_executor_row(prompt, message, _program_reply(reference), task, i, seed, REFERENCE_SOURCE))
+    return out
+
+
+def _family_pool(prompts: dict[str, list[str]], tasks: Sequence[Task], task: Task) -> list[str]:
+    """Every prompt in ``prompts`` of the tasks of ``task``'s family (suite tasks) or domain, sorted."""
+    key = (task.metadata or {}).get("family", task.domain)
+    same = {t.id for t in tasks if (t.metadata or {}).get("family", t.domain) == key}
+    return sorted({p for tid, ps in prompts.items() if tid in same for p in ps})
+
+
+def tool_reader_examples(
+    designer_rows: Iterable[dict[str, Any]], tasks: Sequence[Task], *, per_task: int, seed: int
+) -> list[dict[str, Any]]:
+    """Examples of the second agent of a tool-pair team: handed the task and what a correct program printed
+    (:data:`READER_MESSAGES`), it states that result and delivers it boxed. The reader prompts are the tool-pair
+    solvers' of the designer examples of the task's family; math tasks with a gold answer only."""
+    prompts = _agent_prompts(designer_rows, _is_reader)
+    out: list[dict[str, Any]] = []
+    for task in tasks:
+        if task.domain != "math" or not task.answer:
+            continue
+        pool = _family_pool(prompts, tasks, task)
+        rng = random.Random(derive_seed(seed, "tool-reader", task.id))
+        for i, prompt in enumerate(rng.sample(pool, min(per_task, len(pool)))):
+            answer = str(task.answer).strip()
+            message = rng.choice(READER_MESSAGES).format(task=task.question, output=answer + "\n")
+            reply = f"The program printed {answer}.\n{DELIVERY_OPEN}\\boxed{{{answer}}}{DELIVERY_CLOSE}"
+            out.append(_executor_row(prompt, message, reply, task, i, seed, TOOL_OUTPUT_SOURCE))
     return out

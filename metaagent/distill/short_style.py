@@ -163,3 +163,23 @@ submit(program)
 SHORT_TEMPLATES: tuple[Template, ...] = tuple(
     parse_template(s, f"<short:{i}>") for i, s in enumerate(_SOURCES)
 )
+
+#: short templates added for the structure-sensitive suite's tasks only (``make_cold_start_data.py --suite``), so
+#: the bundled tasks' designer examples stay those of v4/v5: the bank's sample_tests, shortened
+SUITE_SHORT_TEMPLATES: tuple[Template, ...] = (
+    parse_template(
+        r"""# name: short_samples_code
+# structure: solver-tester
+# pattern: solver-tester
+# domains: code
+# description: Three coders write programs independently; the first that passes the public tests is submitted.
+coder = Agent("CodeSolver", "You write a Python program for coding tasks in one ```python block.", memory=False)
+programs = parallel(coder, [task] * 3)
+for program in programs:
+    if run_tests(program).startswith("PASS"):
+        submit(program)
+submit(programs[0])
+""",
+        "<short:suite:0>",
+    ),
+)

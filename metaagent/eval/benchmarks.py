@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from metaagent.data import SOURCES, DataError, DatasetSpec, Task, load_tasks
+from metaagent.data.loaders import SUITE_SOURCES
 from metaagent.data.plan import PLAN_SOURCES
 
 from .errors import EvalError
 
 # need neither a local file nor the hub (the planning boards of AT-GRPO are generated from seeds)
-OFFLINE_SOURCES = ("bundled", "humaneval", *PLAN_SOURCES)
+OFFLINE_SOURCES = ("bundled", "humaneval", *PLAN_SOURCES, *SUITE_SOURCES)
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
 

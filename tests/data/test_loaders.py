@@ -193,6 +193,11 @@ def test_every_source_is_registered_with_a_domain():
         "sudoku",
         "planpath",
         "sokoban",
+        "suite",
+        "suite_arith",
+        "suite_code",
+        "suite_lookup",
+        "suite_strings",
     }
     for name, source in loaders_module.SOURCES.items():
         assert source.domain in ("math", "code", "math+code", "plan", "qa"), name

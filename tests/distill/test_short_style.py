@@ -92,3 +92,46 @@ def test_code_executor_examples_pair_the_designs_coder_prompts_with_the_referenc
         assert row["kind"] == "executor" and row["source"] == "reference-solution" and row["correct"] is True
     assert len({r["messages"][0]["content"] for r in rows}) == 3  # three different coder prompts
     assert rows == reference_executor_examples(designer, TASKS, refs, per_task=3, seed=0)  # seeded
+
+
+def test_suite_coder_and_tool_reader_examples_for_math_tasks():
+    """--suite: a math task's coder answers with the program that prints the answer (prompts pooled over its
+    family when its own designs have no coder); a tool-pair reasoner handed the output delivers it boxed."""
+    from metaagent.data import load_tasks
+    from metaagent.data.suite import suite_references
+    from metaagent.distill.cold_start_data import (
+        CODER_MESSAGES,
+        reference_executor_examples,
+        tool_reader_examples,
+    )
+    from metaagent.distill.short_style import SUITE_SHORT_TEMPLATES
+    from metaagent.workflow.protocol import AGENT_PROTOCOL, extract_delivery
+
+    tasks = load_tasks("suite_arith:train")[:6] + load_tasks("suite_code:train")[:2]
+    designer = designer_examples(
+        tasks, load_templates(), per_task=4, seed=0, style="compact", short=True, extra_templates=SUITE_SHORT_TEMPLATES
+    )
+    refs = suite_references()
+    plain = reference_executor_examples(designer, tasks, refs, per_task=2, seed=0)
+    assert {r["domain"] for r in plain} == {"code"}  # math tasks only with math=True (v5's data unchanged)
+    rows = reference_executor_examples(designer, tasks, refs, per_task=2, seed=0, math=True)
+    math_rows = [r for r in rows if r["domain"] == "math"]
+    assert {r["task_id"] for r in math_rows} == {t.id for t in tasks if t.domain == "math"}  # pooled prompts
+    by_id = {t.id: t for t in tasks}
+    for row in math_rows:
+        system, user, reply = (m["content"] for m in row["messages"])
+        role = system[: -len(AGENT_PROTOCOL)].strip()
+        assert "program" in role and "\\boxed" not in role
+        assert user in {m.format(task=by_id[row["task_id"]].question) for m in CODER_MESSAGES}
+        assert extract_delivery(reply) == f"```python\n{refs[row['task_id']].strip()}\n```"
+    readers = tool_reader_examples(designer, tasks, per_task=1, seed=0)
+    assert {r["task_id"] for r in readers} == {t.id for t in tasks if t.domain == "math"}
+    for row in readers:
+        system, user, reply = (m["content"] for m in row["messages"])
+        answer = by_id[row["task_id"]].answer
+        assert "\\boxed" in system and f"{answer}\n" in user
+        assert extract_delivery(reply) == f"\\boxed{{{answer}}}" and row["source"] == "tool-output"
+    code_designs = [r for r in designer if r["domain"] == "code"]
+    assert any(r["template"] == "short_samples_code" for r in code_designs)
+    assert not any(r["template"] == "short_samples_code" for r in designer_examples(
+        tasks, load_templates(), per_task=4, seed=0, style="compact", short=True))  # fmt: skip

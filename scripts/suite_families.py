@@ -1,0 +1,355 @@
+"""Generators of the structure-sensitive task suite (used by scripts/make_suite_tasks.py).
+
+Each family is a set of seeded generators; one call returns one task as a dict:
+
+* math families: ``question``, ``answer`` (a plain integer, computed here, never typed) and ``program``, a
+  short Python program that prints the answer (the reference a coder could write; kept apart from the
+  tasks, like the bundled code references);
+* the code family: ``statement``, ``solution`` (a reference program) and ``tests`` (stdin inputs; the
+  expected outputs are computed by running the solution).
+
+Families, and the structure each one is meant to reward (the measured matrix in
+``benchmarks/results/structure_matrix/`` says which one actually does):
+
+* ``arith``: arithmetic on 3-5 digit numbers, in words. One small model cannot multiply 3847 by 629; a coder
+  whose program is run (``run_program``) can.
+* ``strings``: counting and string questions (letters in a word, words in a sentence, digit sums) a
+  program answers exactly.
+* ``code``: small stdin/stdout programs with public tests: candidates can be run and filtered
+  (``run_tests``).
+* ``lookup``: the answer is a number stated in a short text (who has how many of what); nothing to compute,
+  so a program adds nothing and longer team prompts only add noise.
+
+No question holds an arithmetic expression equal to its answer (no operator symbols, no "plus"/"times"): a
+model cannot earn a math reward by copying the question into a box.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+NAMES = ("Tom", "Sara", "Ali", "Mia", "Ken", "Lena", "Omar", "Ivy", "Raj", "Zoe", "Ben", "Nia", "Hugo", "Ada")
+#: (plural noun, container, containers) for the arithmetic stories
+GOODS = (
+    ("bolts", "box", "boxes"), ("pencils", "pack", "packs"), ("eggs", "crate", "crates"),
+    ("bottles", "case", "cases"), ("tiles", "pallet", "pallets"), ("seeds", "bag", "bags"), ("nails", "tin", "tins"),
+    ("cans", "carton", "cartons"), ("bricks", "load", "loads"), ("cards", "deck", "decks"),
+)  # fmt: skip
+PLACES = ("factory", "bakery", "warehouse", "farm", "mill", "shop", "depot", "workshop")
+#: words for the string questions: common, lower case, 5-12 letters
+WORDS = (
+    "banana", "apple", "strawberry", "elephant", "mississippi", "independence", "bookkeeper", "committee",
+    "balloon", "coffee", "letter", "pepper", "parallel", "assessment", "possession", "engineering",
+    "cinnamon", "butterfly", "umbrella", "vacuum", "giraffe", "raccoon", "broccoli", "spaghetti",
+    "tomorrow", "occasion", "necessary", "embarrass", "accommodate", "millennium", "success", "address",
+    "chocolate", "television", "kangaroo", "mountain", "pineapple", "dinosaur", "telephone", "calendar",
+    "hippopotamus", "caterpillar", "grasshopper", "watermelon", "hamburger", "basketball", "volleyball",
+    "strawberries", "referee", "peppermint", "lollipop", "sunflower", "rainbow", "adventure", "carousel",
+    "tennessee", "barrel", "cabbage", "dollar", "puzzle", "window", "pizza", "yellow", "kitten", "rabbit",
+    "planet", "orange", "marble", "button", "garden", "letters", "sleeve", "toffee", "bubble", "noodle",
+)  # fmt: skip
+#: short sentences for the word counts (lower case, no punctuation)
+SUBJECTS = ("the red fox", "a small dog", "my old friend", "the tall man", "her little sister", "the brown cow")
+VERBS = ("ran", "walked", "jumped", "looked", "sang", "waited")
+PLACES_TO = ("to the old barn", "over the green hill", "near the river", "at the big market", "in the park")
+TAILS = ("", " every day", " after lunch", " with a smile", " in the rain", " before dark")
+ANIMALS = ("cats", "dogs", "fish", "birds", "rabbits", "hamsters", "turtles", "goats")
+FRUITS = ("apples", "pears", "plums", "lemons", "peaches", "cherries", "oranges", "figs")
+
+
+# ---- arith: arithmetic on large numbers, in words ----------------------------------------------------------
+
+
+def _program(**values: int) -> str:
+    """A program that names its inputs, then prints the expression on its last line (see callers)."""
+    return "".join(f"{k} = {v}\n" for k, v in values.items())
+
+
+def arith_product(r: random.Random) -> dict[str, Any]:
+    goods, place = r.choice(GOODS)[0], r.choice(PLACES)
+    per, days = r.randint(1200, 9999), r.randint(120, 999)
+    return {
+        "question": f"A {place} fills {per} {goods} a day. How many {goods} does it fill in {days} days?",
+        "answer": per * days,
+        "program": _program(per_day=per, days=days) + "print(per_day * days)\n",
+        "kind": "product",
+    }
+
+
+def arith_grid(r: random.Random) -> dict[str, Any]:
+    goods = r.choice(GOODS)[0]
+    boxes, per = r.randint(140, 999), r.randint(120, 999)
+    return {
+        "question": f"A truck carries {boxes} boxes and every box holds {per} {goods}. How many {goods} does "
+        "the truck carry?",
+        "answer": boxes * per,
+        "program": _program(boxes=boxes, per_box=per) + "print(boxes * per_box)\n",
+        "kind": "grid",
+    }
+
+
+def arith_sum(r: random.Random) -> dict[str, Any]:
+    name, (goods, _, _) = r.choice(NAMES), r.choice(GOODS)
+    a, b, c = r.randint(10000, 99999), r.randint(10000, 99999), r.randint(10000, 99999)
+    return {
+        "question": f"{name}'s shop sold {a} {goods} in May, {b} in June and {c} in July. How many {goods} did "
+        "it sell in those three months?",
+        "answer": a + b + c,
+        "program": _program(may=a, june=b, july=c) + "print(may + june + july)\n",
+        "kind": "sum",
+    }
+
+
+def arith_left(r: random.Random) -> dict[str, Any]:
+    (goods, _, boxes_), place = r.choice(GOODS), r.choice(PLACES)
+    boxes, per = r.randint(120, 900), r.randint(120, 900)
+    used = r.randint(1000, boxes * per - 1000)
+    return {
+        "question": f"A {place} has {boxes} {boxes_} of {per} {goods} each. It uses {used} {goods}. How many "
+        f"{goods} are left?",
+        "answer": boxes * per - used,
+        "program": _program(boxes=boxes, per_box=per, used=used) + "print(boxes * per_box - used)\n",
+        "kind": "left",
+    }
+
+
+def arith_share(r: random.Random) -> dict[str, Any]:
+    (goods, box, boxes_) = r.choice(GOODS)
+    groups, each = r.randint(13, 97), r.randint(1200, 9999)
+    total = groups * each
+    return {
+        "question": f"{total} {goods} are packed equally into {groups} {boxes_}. How many {goods} go into each "
+        f"{box}?",
+        "answer": each,
+        "program": _program(total=total, boxes=groups) + "print(total // boxes)\n",
+        "kind": "share",
+    }
+
+
+# ---- strings: counting questions a program answers exactly ---------------------------------------------
+
+
+def strings_letter(r: random.Random) -> dict[str, Any]:
+    word = r.choice(WORDS)
+    letter = r.choice(sorted(set(word)))
+    return {
+        "question": f'How many times does the letter "{letter}" appear in the word "{word}"?',
+        "answer": word.count(letter),
+        "program": f'print("{word}".count("{letter}"))\n',
+        "kind": "letter",
+    }
+
+
+def strings_length(r: random.Random) -> dict[str, Any]:
+    a, b = r.sample(WORDS, 2)
+    text = f"{a}{b}"
+    return {
+        "question": f'How many letters are in the string "{text}"?',
+        "answer": len(text),
+        "program": f'print(len("{text}"))\n',
+        "kind": "length",
+    }
+
+
+def strings_vowels(r: random.Random) -> dict[str, Any]:
+    a, b = r.sample(WORDS, 2)
+    text = f"{a} {b}"
+    return {
+        "question": f'How many vowels (a, e, i, o, u) are in "{text}"?',
+        "answer": sum(c in "aeiou" for c in text),
+        "program": f'print(sum(c in "aeiou" for c in "{text}"))\n',
+        "kind": "vowels",
+    }
+
+
+def strings_words(r: random.Random) -> dict[str, Any]:
+    sentence = f"{r.choice(SUBJECTS)} {r.choice(VERBS)} {r.choice(PLACES_TO)}{r.choice(TAILS)}"
+    if r.random() < 0.5:
+        sentence = f"{sentence} and {r.choice(SUBJECTS)} {r.choice(VERBS)} {r.choice(PLACES_TO)}"
+    return {
+        "question": f'How many words are in this sentence: "{sentence}"?',
+        "answer": len(sentence.split()),
+        "program": f'print(len("{sentence}".split()))\n',
+        "kind": "words",
+    }
+
+
+def strings_digits(r: random.Random) -> dict[str, Any]:
+    number = r.randint(10**7, 10**9 - 1)
+    return {
+        "question": f"What is the sum of the digits of the number {number}?",
+        "answer": sum(int(d) for d in str(number)),
+        "program": f"print(sum(int(d) for d in str({number})))\n",
+        "kind": "digits",
+    }
+
+
+# ---- lookup: read a number out of a short text -------------------------------------------------------------
+
+
+def lookup_pets(r: random.Random) -> dict[str, Any]:
+    people = r.sample(NAMES, 3)
+    kinds = r.sample(ANIMALS, 3)
+    counts = r.sample(range(2, 20), 3)
+    parts = [f"{p} has {c} {k}" for p, c, k in zip(people, counts, kinds)]
+    i = r.randrange(3)
+    return {
+        "question": f"{parts[0]}, {parts[1]} and {parts[2]}. How many {kinds[i]} does {people[i]} have?",
+        "answer": counts[i],
+        "program": f"print({counts[i]})\n",
+        "kind": "pets",
+    }
+
+
+def lookup_basket(r: random.Random) -> dict[str, Any]:
+    fruits = r.sample(FRUITS, 4)
+    counts = r.sample(range(2, 30), 4)
+    listing = ", ".join(f"{c} {f}" for c, f in zip(counts[:3], fruits[:3])) + f" and {counts[3]} {fruits[3]}"
+    i = r.randrange(4)
+    return {
+        "question": f"A basket holds {listing}. How many {fruits[i]} are in the basket?",
+        "answer": counts[i],
+        "program": f"print({counts[i]})\n",
+        "kind": "basket",
+    }
+
+
+def lookup_ages(r: random.Random) -> dict[str, Any]:
+    people = r.sample(NAMES, 3)
+    ages = r.sample(range(5, 60), 3)
+    i = r.randrange(3)
+    return {
+        "question": f"{people[0]} is {ages[0]} years old, {people[1]} is {ages[1]} and {people[2]} is "
+        f"{ages[2]}. How old is {people[i]}?",
+        "answer": ages[i],
+        "program": f"print({ages[i]})\n",
+        "kind": "ages",
+    }
+
+
+# ---- code: small stdin/stdout programs with public tests -------------------------------------------------
+
+INT_INPUTS = ("0\n", "1\n", "7\n", "12\n", "25\n", "100\n", "-3\n", "58\n")
+LINE_INPUTS = ("hello\n", "banana split\n", "a\n", "Mississippi River\n", "abc def ghi\n", "racecar\n")
+
+
+def _ints(r: random.Random, k: int) -> list[str]:
+    return [f"{x}\n" for x in r.sample(range(-20, 200), k)]
+
+
+def code_linear(r: random.Random) -> dict[str, Any]:
+    k, c = r.randint(2, 9), r.randint(1, 30)
+    return {
+        "statement": f"Read an integer n and print n multiplied by {k}, plus {c}.",
+        "solution": f"n = int(input())\nprint(n * {k} + {c})\n",
+        "tests": _ints(r, 6),
+        "kind": "linear",
+    }
+
+
+def code_pair(r: random.Random) -> dict[str, Any]:
+    k = r.randint(2, 9)
+    what, expr = r.choice(
+        (("the larger of the two", "max(a, b)"), ("the smaller of the two", "min(a, b)"),
+         ("their sum", "a + b"), ("their product", "a * b"), ("a minus b", "a - b"),
+         (f"a plus {k} times b", f"a + {k} * b"), (f"{k} times the larger of the two", f"{k} * max(a, b)"))
+    )  # fmt: skip
+    tests = [f"{r.randint(-50, 200)} {r.randint(-50, 200)}\n" for _ in range(6)]
+    return {
+        "statement": f"Read two integers a and b on one line, separated by a space, and print {what}.",
+        "solution": f"a, b = map(int, input().split())\nprint({expr})\n",
+        "tests": tests,
+        "kind": "pair",
+    }
+
+
+def code_text(r: random.Random) -> dict[str, Any]:
+    k = r.randint(2, 5)
+    x, y = r.sample("aeinost", 2)
+    what, expr = r.choice(
+        (("the line reversed", "s[::-1]"), ("the line in upper case", "s.upper()"),
+         ("the line in lower case", "s.lower()"), ("the number of characters in the line", "len(s)"),
+         ("the number of words in the line", "len(s.split())"),
+         ("the words of the line in reverse order", "' '.join(s.split()[::-1])"),
+         (f"the first {k} characters of the line", f"s[:{k}]"), (f"the last {k} characters of the line", f"s[-{k}:]"),
+         (f"the line {k} times, with no spaces between", f"s * {k}"),
+         (f'the line with every "{x}" replaced by "{y}"', f's.replace("{x}", "{y}")'))
+    )  # fmt: skip
+    tests = list(r.sample(LINE_INPUTS, 4)) + [f"{w}\n" for w in r.sample(WORDS, 2)]
+    return {
+        "statement": f"Read one line of text and print {what}.",
+        "solution": f"s = input()\nprint({expr})\n",
+        "tests": tests,
+        "kind": "text",
+    }
+
+
+def code_count(r: random.Random) -> dict[str, Any]:
+    letter = r.choice("abcdefghilmnoprstu")
+    tests = [f"{w}\n" for w in r.sample(WORDS, 6)]
+    return {
+        "statement": f'Read one word and print how many times the letter "{letter}" appears in it.',
+        "solution": f's = input()\nprint(s.count("{letter}"))\n',
+        "tests": tests,
+        "kind": "count",
+    }
+
+
+def code_list(r: random.Random) -> dict[str, Any]:
+    k = r.randint(2, 9)
+    what, expr = r.choice(
+        (("their sum", "sum(xs)"), ("the largest of them", "max(xs)"), ("the smallest of them", "min(xs)"),
+         ("how many of them are even", "sum(x % 2 == 0 for x in xs)"),
+         ("how many of them are positive", "sum(x > 0 for x in xs)"),
+         (f"how many of them are divisible by {k}", f"sum(x % {k} == 0 for x in xs)"),
+         (f"the sum of those greater than {k}", f"sum(x for x in xs if x > {k})"))
+    )  # fmt: skip
+    tests = []
+    for _ in range(6):
+        xs = [r.randint(-30, 99) for _ in range(r.randint(1, 7))]
+        tests.append(f"{len(xs)}\n{' '.join(map(str, xs))}\n")
+    return {
+        "statement": f"Read an integer n on the first line and n integers on the second line, and print {what}.",
+        "solution": "n = int(input())\nxs = list(map(int, input().split()))\n" + f"print({expr})\n",
+        "tests": tests,
+        "kind": "list",
+    }
+
+
+def code_parity(r: random.Random) -> dict[str, Any]:
+    k = r.randint(2, 9)
+    yes, no = r.choice((("YES", "NO"), ("yes", "no"), ("divisible", "not divisible")))
+    return {
+        "statement": f"Read an integer n and print {yes} if n is divisible by {k}, otherwise print {no}.",
+        "solution": f'n = int(input())\nprint("{yes}" if n % {k} == 0 else "{no}")\n',
+        "tests": [f"{k * r.randint(-5, 30)}\n", f"{k * r.randint(1, 30) + 1}\n", *_ints(r, 4)],
+        "kind": "parity",
+    }
+
+
+def code_range(r: random.Random) -> dict[str, Any]:
+    k = r.randint(1, 5)
+    what, expr = r.choice(
+        ((f"the first n multiples of {k}, separated by spaces", f"' '.join(str({k} * i) for i in range(1, n + 1))"),
+         ("the sum of the integers from 1 to n", "n * (n + 1) // 2"),
+         ("the integers from n down to 1, separated by spaces", "' '.join(str(i) for i in range(n, 0, -1))"))
+    )  # fmt: skip
+    return {
+        "statement": f"Read a positive integer n and print {what}.",
+        "solution": f"n = int(input())\nprint({expr})\n",
+        "tests": [f"{x}\n" for x in r.sample(range(1, 15), 6)],
+        "kind": "range",
+    }
+
+
+Generator = Callable[[random.Random], dict[str, Any]]
+
+#: family -> (domain, generators); a family's tasks cycle through its generators
+FAMILIES: dict[str, tuple[str, tuple[Generator, ...]]] = {
+    "arith": ("math", (arith_product, arith_grid, arith_sum, arith_left, arith_share)),
+    "strings": ("math", (strings_letter, strings_length, strings_vowels, strings_words, strings_digits)),
+    "code": ("code", (code_linear, code_pair, code_text, code_count, code_list, code_parity, code_range)),
+    "lookup": ("math", (lookup_pets, lookup_basket, lookup_ages)),
+}
