@@ -19,12 +19,28 @@ MIN_ROUNDED_DIGITS = 6
 
 
 def clean_answer(answer: str) -> str | None:
-    """Strip markdown bold, math delimiters around the whole answer and trailing punctuation."""
+    """Strip markdown bold, math delimiters and a box around the whole answer, and trailing punctuation."""
     answer = answer.strip().strip("*").strip().rstrip(".,;").strip()
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         if answer.startswith(left) and answer.endswith(right) and len(answer) >= len(left) + len(right) + 1:
             answer = answer[len(left) : len(answer) - len(right)].strip().rstrip(".,;").strip()
+    for _ in range(3):  # a box or two around the whole answer; bounded, so nested boxes cost linear time
+        if (inner := _unbox(answer)) is None:
+            break
+        answer = inner
     return answer[:MAX_ANSWER_CHARS] or None
+
+
+def _unbox(answer: str) -> str | None:
+    r"""The content of ``\boxed{...}`` / ``\fbox{...}`` when that box is the whole answer, else None."""
+    for head in ("\\boxed{", "\\fbox{"):
+        if answer.startswith(head) and answer.endswith("}"):
+            depth = 0
+            for i in range(len(head) - 1, len(answer)):
+                depth += {"{": 1, "}": -1}.get(answer[i], 0)
+                if depth == 0:
+                    return answer[len(head) : -1].strip() if i == len(answer) - 1 else None
+    return None
 
 
 # ---- normalisation ----------------------------------------------------------------------------------------

@@ -167,3 +167,12 @@ def test_tolerance_is_configurable_for_decimal_references_only():
     assert check_math("1.0001", "1", rel_tol=1e-3).status == "incorrect"  # an integer reference is exact
     assert check_math("3.1416", "\\pi", rel_tol=1e-4).status == "correct"
     assert check_math("3.1416", "\\pi").status == "incorrect"
+
+
+def test_a_box_around_the_whole_answer_is_formatting_not_an_expression():
+    # check_math is public: a caller that passes the boxed text itself gets the same verdict as for its content
+    assert check_math("\\boxed{2249688}", "2249688").status == "correct"
+    assert check_math("$\\boxed{\\boxed{35}}$", "35").status == "correct"
+    # the strict rule still reads what is inside: an expression stays an expression, two boxes stay two
+    assert check_math("\\boxed{16+19}", "35").status == "incorrect"
+    assert check_math("\\boxed{1}+\\boxed{2}", "3").status == "incorrect"
