@@ -4,7 +4,8 @@
 - ``metaagent/configs/*.yaml``: the training configs, addressable by name (``--config tiny``);
 - ``metaagent/workflow/template_bank/*.py``: the workflow template bank (``$METAAGENT_TEMPLATES`` overrides);
 - ``metaagent/policy/cold_start_adapter/``: the committed cold-start LoRA adapter (``embedded-sft``;
-  ``$METAAGENT_COLD_START`` overrides).
+  ``$METAAGENT_COLD_START`` overrides); ``policy/suite_cold_start_adapter/``: the suite cold start
+  (``embedded-sft-suite``).
 """
 
 from __future__ import annotations
@@ -45,3 +46,8 @@ def template_dir() -> Path:
 
 def cold_start_adapter_dir() -> Path:
     return package_path("policy", "cold_start_adapter")
+
+
+def suite_cold_start_adapter_dir() -> Path:
+    """The suite cold start (``embedded-sft-suite``, issue #42)."""
+    return package_path("policy", "suite_cold_start_adapter")

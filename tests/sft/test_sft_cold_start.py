@@ -141,3 +141,23 @@ def test_embedded_sft_alias_is_the_committed_adapter_merged():
     base, _ = load_model_and_tokenizer("embedded")
     changed = [n for (n, a), (_, b) in zip(merged.state_dict().items(), base.state_dict().items()) if not torch.equal(a, b)]
     assert changed and all("proj" in n for n in changed)  # LoRA on the linear layers only
+
+
+@pytest.mark.slow
+def test_suite_cold_start_alias_is_its_own_adapter_and_leaves_embedded_sft_alone(monkeypatch, tmp_path):
+    """`embedded-sft-suite` (issue #42) merges the packaged suite adapter; `embedded-sft` keeps the shipped one,
+    and $METAAGENT_COLD_START redirects only `embedded-sft`."""
+    from metaagent.policy.cold_start import cold_start_dir, model_revision
+    from metaagent.policy.models import resolve_model
+    from metaagent.resources import cold_start_adapter_dir, suite_cold_start_adapter_dir
+    from metaagent.rollout.prompts import resolve_designer_prompt
+
+    suite = model_revision("embedded-sft-suite")
+    assert suite and suite != model_revision("embedded-sft")
+    path = Path(resolve_model("embedded-sft-suite"))
+    assert path.name == f"embedded-sft-{suite}" and json.loads((path / "metaagent_cold_start.json").read_text())["hash"] == suite
+    assert resolve_designer_prompt("auto", model="embedded-sft-suite") == "compact"
+    monkeypatch.setenv("METAAGENT_COLD_START", str(tmp_path / "nowhere"))
+    assert cold_start_dir() == tmp_path / "nowhere" != cold_start_adapter_dir()
+    assert cold_start_dir("embedded-sft-suite") == suite_cold_start_adapter_dir()
+    assert model_revision("embedded-sft-suite") == suite
