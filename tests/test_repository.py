@@ -22,6 +22,7 @@ MB = 1_000_000
 #: tracked files allowed above MAX_FILE, each with its reason
 LARGE_FILES = {
     "metaagent/policy/cold_start_adapter/adapter_model.safetensors": "the shipped cold-start LoRA (embedded-sft)",
+    "metaagent/policy/suite_cold_start_adapter/adapter_model.safetensors": "the suite cold-start LoRA (embedded-sft-suite)",
 }
 MAX_FILE = 2 * MB
 MAX_RESULTS = 10 * MB  # everything under benchmarks/results/
