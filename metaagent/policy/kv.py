@@ -57,6 +57,18 @@ GROW_MIN = 32
 _ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("metaagent_kv_store", default=None)
 
 
+@contextlib.contextmanager
+def _active(store: Any, plan: dict[str, Any]) -> Iterator[None]:
+    """``store`` is the one :func:`decode_attention` writes to, with this forward's ``plan``, until the block ends."""
+    store._plan = plan
+    token = _ACTIVE.set(store)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        store._plan = {}
+
+
 class DecodeAttentionError(PolicyError):
     """The model's attention needs something the decode loop does not implement; the message names it."""
 
@@ -117,13 +129,8 @@ class PromptKV:
         old = 0 if self.valid is None else self.valid.shape[1]
         cat = lambda a, b: b if a is None else torch.cat([a, b], dim=1)  # noqa: E731
         valid, positions = cat(self.valid, valid_new.bool()), cat(self.positions, positions_new.long())
-        self._plan = {"old": old, "valid": valid, "positions": positions}
-        token = _ACTIVE.set(self)
-        try:
+        with _active(self, {"old": old, "valid": valid, "positions": positions}):
             yield
-        finally:
-            _ACTIVE.reset(token)
-            self._plan = {}
         self.valid, self.positions = valid, positions
 
     def _mask(self, sliding_window: int | None) -> torch.Tensor:
@@ -256,13 +263,8 @@ class KVStore:
         end = int(self.lengths.max()) + 1
         if end > self.capacity:
             self._resize(self.keys[0].shape[0], end + max(GROW_MIN, end // 8))
-        self._plan = {"rows": torch.arange(n, device=self.lengths.device)}
-        token = _ACTIVE.set(self)
-        try:
+        with _active(self, {"rows": torch.arange(n, device=self.lengths.device)}):
             yield
-        finally:
-            _ACTIVE.reset(token)
-            self._plan = {}
         self.lengths = self.lengths + 1
 
     def _mask(self, sliding_window: int | None) -> torch.Tensor:
