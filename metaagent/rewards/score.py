@@ -36,12 +36,13 @@ from ..data.tasks import Task
 from .errors import ExecutionError, RewardError, TestsFormatError
 from .format import empty_deliveries, format_components
 from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, FINAL_FORMS, check_math, extract_answer
-from .shortcuts import shortcut_metrics
+from .shortcuts import REFUSED_ANSWER_CLASSES, shortcut_metrics
 
 CODE_CORRECTNESS = ("all_pass", "pass_rate")
 #: sandbox counters of a tested program that mean it tried to decide its own verdict (shortcut forged_verdict)
 FORGERY_COUNTERS = ("sandbox/forged_result", "sandbox/non_plain_value")
 UNSUBMITTED_FORMAT = ("zero", "delivery")
+SHORTCUT_FORMAT = ("zero", "keep")
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,10 @@ class RewardConfig(Checked):
     # R_format of an execution that never submitted: "zero" (no final solution, no format reward) or
     # "delivery" (keep the delivery share of its turns: half of delivery_format). R_correct is 0 either way.
     unsubmitted_format: Literal[UNSUBMITTED_FORMAT] = "zero"
+    # R_format of an execution whose answer was refused as a shortcut (shortcuts.REFUSED_ANSWER_CLASSES: a copy of
+    # the question, an expression for a number, ...): "zero" (it pays nothing) or "keep" (the format share any
+    # wrong answer gets, the paper's Eq. 10 as written)
+    shortcut_format: Literal[SHORTCUT_FORMAT] = "zero"
 
     def __post_init__(self) -> None:
         super().__post_init__()  # types and ranges (YAML and JSON lists become tuples: hashable, immutable)
@@ -235,6 +240,8 @@ def score_execution(
                 found.append("forged_verdict")
             correct = 1.0 if result.all_passed else (result.pass_rate if pass_rate else 0.0)
 
+    if cfg.shortcut_format == "zero" and any(c in REFUSED_ANSWER_CLASSES for c in found):
+        fmt["format"] = 0.0  # a refused answer pays nothing, not even the share an honest wrong answer earns
     components = dict(fmt, correct=correct)
     total = correct + cfg.lam * fmt["format"]
     return RewardRecord(

@@ -21,6 +21,9 @@ class                   rule (where)
 ``forged_verdict``      model code tried to decide its own test verdict (the parent decides it)
 ======================  =================================================================================
 
+An answer refused in one of :data:`REFUSED_ANSWER_CLASSES` earns neither R_correct nor R_format (the
+default, ``reward.shortcut_format: zero``; ``keep`` gives it the format share any wrong answer gets).
+
 The extraction of answers (:func:`metaagent.rewards.math.extract_answer`) caps the text it reads and runs in
 linear time, so no answer can stall the scorer.
 """
@@ -46,6 +49,11 @@ SHORTCUT_CLASSES: dict[str, str] = {
     "empty_delivery": "an empty <delivery> block earns no delivery credit",
     "forged_verdict": "model code cannot decide its own test verdict",
 }
+
+#: the classes in which the answer itself is the shortcut: the answer is refused (R_correct = 0) and, unless
+#: ``reward.shortcut_format=keep``, earns no format share either, so a refused answer pays less than an honest
+#: wrong one (a copy of the question in a box would otherwise still earn lam * R_format, a reason to copy)
+REFUSED_ANSWER_CLASSES = ("unbounded", "non_final_form", "question_copy", "inexact_number", "verifier_timeout", "forged_verdict")
 
 METRIC_PREFIX = "reward/shortcut/"
 

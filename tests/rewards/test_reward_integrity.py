@@ -96,6 +96,19 @@ def test_a_copy_of_the_question_is_incorrect_in_both_modes(copy, config):
         assert record.correct == 0.0 and "question_copy" in record.details["shortcuts"], (answer, record.details)
 
 
+def test_a_refused_answer_earns_no_format_share_unless_asked():
+    # a copy in a box is well formatted: with the format share kept it would out-earn an unboxed honest try
+    honest_wrong, copy = scored("\\boxed{36}"), scored("\\boxed{16 + 19}")
+    assert honest_wrong.correct == copy.correct == 0.0 and honest_wrong.total > 0.0
+    assert (copy.total, copy.format) == (0.0, 0.0) and copy.components["delivery_format"] > 0
+    for answer in ("\\boxed{\\sqrt{1225}}", "\\boxed{35.00001}", "\\boxed{\\infty}"):
+        assert scored(answer).total == 0.0, answer
+    keep = RewardConfig(shortcut_format="keep")  # Eq. 10 as written: the share any wrong answer gets
+    assert scored("\\boxed{16 + 19}", keep).total == pytest.approx(honest_wrong.total)
+    with pytest.raises(Exception, match="shortcut_format"):
+        RewardConfig(shortcut_format="sometimes")
+
+
 def test_copy_detection_does_not_refuse_numbers_found_in_the_question():
     assert not copies_question("-5", "What is 0 - 5?")
     assert not copies_question("1/2", "What is 1/2 times 1?")
@@ -207,7 +220,7 @@ def run_team(pool, executor_reply: str, script: str | None = None, config: Rewar
 def test_shortcut_replies_in_a_workflow_pay_nothing_and_are_counted(pool, reply, shortcut):
     executions, metrics = run_team(pool, reply)
     assert [e.status for e in executions] == ["ok", "ok"]
-    assert all(e.reward.total is not None and e.reward.correct == 0.0 for e in executions)
+    assert all((e.reward.total, e.reward.correct, e.reward.format) == (0.0, 0.0, 0.0) for e in executions)
     assert metrics[f"reward/shortcut/{shortcut}"] == 2.0
     honest, honest_metrics = run_team(pool, "<delivery>\\boxed{35}</delivery>")
     assert all(e.reward.correct == 1.0 for e in honest)
