@@ -80,9 +80,13 @@ def measure(run: str, seed: int, steps: int, root: Path) -> dict:
     kinds = {"executor": ("designer", "executor"), "designer": ("designer_mixed", "executor_tagged")}[run]
     warm = {"designer": warm_tiny(root / kinds[0], kinds[0]), "executor": warm_tiny(root / kinds[1], kinds[1])}
     t0 = time.perf_counter()
-    with Trainer(config(run, root / f"{run}-{seed}" / "run", warm, seed, steps)) as trainer:
+    cfg = config(run, root / f"{run}-{seed}" / "run", warm, seed, steps)
+    with Trainer(cfg) as trainer:
         results = trainer.train()
     out: dict = {"run": run, "seed": seed, "steps": steps, "seconds": round(time.perf_counter() - t0, 1)}
+    # what precision "auto" resolved to on this machine (bf16 rollout copy, autocast and TIS where supported)
+    out["precision"] = {"policy.dtype": cfg.policy.dtype, "optim.autocast": cfg.optim.autocast,
+                        "optim.tis_cap": cfg.optim.tis_cap}  # fmt: skip
     for key in RUNS[run]:
         curve = [r.metrics[key] for r in results]
         lo_hi = slope_ci(list(enumerate(curve)))
