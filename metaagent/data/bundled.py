@@ -28,9 +28,11 @@ REFERENCES_FILE = "code_references.jsonl"
 SPLITS = ("train", "val", "test")
 
 
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def read_generated_jsonl(path: Path, generator: str = "scripts/make_bundled_tasks.py") -> Iterator[dict[str, Any]]:
+    """The rows of a JSONL file that ``generator`` writes (bundled and suite tasks); a missing file says how to
+    regenerate it."""
     if not path.exists():
-        raise DataError(f"bundled file {path} is missing; regenerate it with scripts/make_bundled_tasks.py")
+        raise DataError(f"{path} is missing; regenerate it with {generator}")
     with open(path, encoding="utf-8") as f:
         for line in f:
             if line.strip():
@@ -42,7 +44,7 @@ def bundled_rows(split: str = "all") -> Iterator[dict[str, Any]]:
     if split not in (*SPLITS, "all"):
         raise DataError(f"bundled split must be one of {SPLITS} or 'all', got {split!r}")
     for name in TASK_FILES:
-        for row in _read_jsonl(BUNDLED_DIR / name):
+        for row in read_generated_jsonl(BUNDLED_DIR / name):
             if split == "all" or row["split"] == split:
                 yield row
 
@@ -54,4 +56,4 @@ def load_bundled(split: str = "all", domain: str | None = None) -> list[Task]:
 
 def code_references() -> dict[str, str]:
     """Reference solution per bundled code task id (for tests and demos, never for prompts)."""
-    return {row["id"]: row["solution"] for row in _read_jsonl(BUNDLED_DIR / REFERENCES_FILE)}
+    return {row["id"]: row["solution"] for row in read_generated_jsonl(BUNDLED_DIR / REFERENCES_FILE)}

@@ -16,11 +16,11 @@ suite_arith:test``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .bundled import read_generated_jsonl
 from .errors import DataError
 
 SUITE_DIR = Path(__file__).with_name("suite")
@@ -37,12 +37,7 @@ def family_source(family: str) -> str:
 
 
 def _read(path: Path) -> Iterator[dict[str, Any]]:
-    if not path.exists():
-        raise DataError(f"suite file {path} is missing; regenerate it with scripts/make_suite_tasks.py")
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+    return read_generated_jsonl(path, "scripts/make_suite_tasks.py")
 
 
 def suite_rows(split: str = "all", family: str | None = None) -> Iterator[dict[str, Any]]:
