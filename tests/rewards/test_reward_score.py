@@ -161,10 +161,15 @@ def test_call_based_task_uses_metadata_fn_name():
 # ---- errors are recorded, never a silent zero -------------------------------------------------------------------
 
 
-def test_checker_timeout_is_an_error_record():
-    # the reference itself cannot be verified in time: the verifier failed, not the answer
+def test_checker_timeout_is_an_error_record(monkeypatch):
+    # the reference itself cannot be verified in time: the verifier failed, not the answer (a verifier that
+    # answers nothing is faked: a real 1 ms deadline is sometimes met by a warm helper)
+    from metaagent.rewards import math as math_module
+
+    monkeypatch.setattr(math_module, "_verify", lambda *a: {"ok": False, "timeout": True, "error": "too slow"})
+    monkeypatch.setattr(math_module, "_GOLD_VERIFIES", {})
     symbolic = Task(id="m9", domain="math", question="Simplify sqrt(50).", answer="5\\sqrt{2}", source="test")
-    record = score_execution(symbolic, execution("\\boxed{\\sqrt{2} \\cdot 5}"), RewardConfig(math_timeout_s=0.001))
+    record = score_execution(symbolic, execution("\\boxed{\\sqrt{2} \\cdot 5}"), RewardConfig(math_timeout_s=1.0))
     assert record.total is None and record.correct is None
     assert "timeout" in record.error and record.details["error_kind"] == "math_timeout"
     assert record.format == 1.0  # the parts that could be computed are kept
