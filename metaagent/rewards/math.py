@@ -49,7 +49,7 @@ from typing import Any
 from metaagent.execution.worker_pool import WorkerPool, shared_pool
 
 from . import shortcuts
-from .numbers import Number, clean_answer, final_number, normalize_answer, numbers_equal
+from .numbers import Number, brace_pairs, clean_answer, final_number, normalize_answer, numbers_equal
 from .errors import CheckTimeout, ExecutionError, RewardError
 
 DEFAULT_REL_TOL = 1e-6
@@ -82,24 +82,6 @@ _BARE_TOKEN_RE = re.compile(r"[^\s$]+")
 _CUT_RE = re.compile(r"\.\s|\s(?:because|since|which|so|as)\b", re.IGNORECASE)
 
 
-def _brace_pairs(text: str) -> dict[int, int]:
-    """``{open index: close index}`` of every balanced brace group, in one pass (escaped ``\{`` ``\}`` skipped)."""
-    pairs: dict[int, int] = {}
-    stack: list[int] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2  # an escaped character (\{, \}, \\) is never a group brace
-            continue
-        if c == "{":
-            stack.append(i)
-        elif c == "}" and stack:
-            pairs[stack.pop()] = i
-        i += 1
-    return pairs
-
-
 def find_boxed(text: str) -> str | None:
     r"""Content of the last complete ``\boxed{...}`` / ``\fbox{...}`` (or ``\boxed 5``), None if there is none.
 
@@ -111,7 +93,7 @@ def find_boxed(text: str) -> str | None:
     for match in reversed(list(_BOX_RE.finditer(text))):
         end = match.end()
         if end < len(text) and text[end] == "{":
-            pairs = _brace_pairs(text) if pairs is None else pairs
+            pairs = brace_pairs(text) if pairs is None else pairs
             close = pairs.get(end)
             content = None if close is None else text[end + 1 : close]
         else:

@@ -31,15 +31,29 @@ def clean_answer(answer: str) -> str | None:
     return answer[:MAX_ANSWER_CHARS] or None
 
 
+def brace_pairs(text: str) -> dict[int, int]:
+    r"""``{open index: close index}`` of every balanced brace group, in one pass (escaped ``\{`` ``\}`` skipped)."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2  # an escaped character (\{, \}, \\) is never a group brace
+            continue
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            pairs[stack.pop()] = i
+        i += 1
+    return pairs
+
+
 def _unbox(answer: str) -> str | None:
     r"""The content of ``\boxed{...}`` / ``\fbox{...}`` when that box is the whole answer, else None."""
     for head in ("\\boxed{", "\\fbox{"):
-        if answer.startswith(head) and answer.endswith("}"):
-            depth = 0
-            for i in range(len(head) - 1, len(answer)):
-                depth += {"{": 1, "}": -1}.get(answer[i], 0)
-                if depth == 0:
-                    return answer[len(head) : -1].strip() if i == len(answer) - 1 else None
+        if answer.startswith(head) and brace_pairs(answer).get(len(head) - 1) == len(answer) - 1:
+            return answer[len(head) : -1].strip()
     return None
 
 
