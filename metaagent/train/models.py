@@ -13,8 +13,9 @@ sync step is needed on the local backend.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,39 @@ def release_freed_memory() -> None:
         trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
         if trim is not None:
             trim(0)
+
+
+M_MMAP_THRESHOLD = -3  # glibc mallopt parameter (malloc.h)
+UPDATE_MMAP_THRESHOLD = 256 * 1024  # bytes: every activation and gradient of an update is larger
+ROLLOUT_MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's dynamic threshold's ceiling (DEFAULT_MMAP_THRESHOLD_MAX)
+
+
+def _mallopt() -> Any:
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+
+
+@contextlib.contextmanager
+def update_heap() -> Iterator[None]:
+    """During an update, blocks of 256 KiB and more get pages of their own (``mmap``) that go back to the OS the
+    moment they are freed (glibc; elsewhere a no-op).
+
+    Why: backward frees activations while it allocates gradients of other sizes; from the heap, the holes left
+    behind do not fit the next requests, and the peak resident memory of the default step grew by ~0.6 GB over the
+    bytes alive (measured: one update of 3 x 768 tokens on SmolLM2-135M peaked at 4.29 GB, 3.70 GB with this).
+    Afterwards the threshold is glibc's dynamic ceiling, where the rollout's steady state puts it anyway.
+    """
+    mallopt = _mallopt()
+    if mallopt is not None:
+        mallopt(M_MMAP_THRESHOLD, UPDATE_MMAP_THRESHOLD)
+    try:
+        yield
+    finally:
+        if mallopt is not None:
+            mallopt(M_MMAP_THRESHOLD, ROLLOUT_MMAP_THRESHOLD)
 
 
 def executor_policy(policies: Mapping[str, Policy], executor_keys: Mapping[str, str]) -> Policy:

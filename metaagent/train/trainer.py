@@ -98,10 +98,19 @@ class Trainer(TrainLoop):
         return critic_values(self.critics, samples, self.models.role_to_key)
 
     def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
-        from metaagent.train.models import release_freed_memory, update_critics
-        from metaagent.train.update import update_routed
+        from metaagent.train.models import release_freed_memory, update_heap
 
         self.models.free_memory()  # the update's activations get the rollout's caches and copies
+        with update_heap():
+            metrics = self._update_in_heap(samples, step, active, pairs)
+        self.models.weights_changed()  # the prefix caches hold keys/values of the old weights
+        release_freed_memory()  # the activations' pages, before the rollout's threads allocate theirs
+        return metrics
+
+    def _update_in_heap(self, samples: Any, step: int, active: frozenset[str], pairs: Any) -> dict[str, Any]:
+        from metaagent.train.models import update_critics
+        from metaagent.train.update import update_routed
+
         metrics: dict[str, Any] = {}
         if self.critics:
             metrics.update(update_critics(self.critics, samples, self.models.role_to_key))
@@ -112,8 +121,6 @@ class Trainer(TrainLoop):
             self.updaters, samples, self.models.role_to_key, active_roles=active, pairs=pairs,
             dpo_beta=self.config.optim.dpo_beta,
         ))  # fmt: skip
-        self.models.weights_changed()  # the prefix caches hold keys/values of the old weights
-        release_freed_memory()  # the activations' pages, before the rollout's threads allocate theirs
         return metrics
 
     def close(self) -> None:
