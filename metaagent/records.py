@@ -511,6 +511,14 @@ def record_file(path: str | os.PathLike[str]) -> Path:
     return next((c for ext in COMPRESSORS if (c := path.with_name(path.name + ext)).exists()), path)
 
 
+def glob_records(folder: str | os.PathLike[str], pattern: str) -> list[Path]:
+    """The record files below ``folder`` that ``pattern`` (a glob ending in ``.jsonl``, e.g.
+    ``rollouts/*/*math*/auto.jsonl``) names, plain or compressed alike, sorted by path."""
+    if not pattern.endswith(RECORD_SUFFIX):
+        raise ValueError(f"record glob {pattern!r} must end in {RECORD_SUFFIX} (it matches the compressed forms too)")
+    return sorted(p for p in Path(folder).glob(pattern + "*") if is_record_file(p) and p.is_file())
+
+
 def _compressor(path: Path) -> Any:
     return COMPRESSORS.get(path.suffix) if path.name.endswith(RECORD_SUFFIXES[1:]) else None
 

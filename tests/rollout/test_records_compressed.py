@@ -13,6 +13,7 @@ from metaagent.records import (
     TreeWriter,
     compress,
     decompress,
+    glob_records,
     is_record_file,
     read_trees,
     record_file,
@@ -84,3 +85,18 @@ def test_rewriting_a_compressed_file_keeps_it_compressed(plain):
     write_record_lines(packed, [trees[1].to_json() + "\n"])
     assert lzma.decompress(packed.read_bytes()).count(b"\n") == 1
     assert read_trees(packed) == ([trees[1]], [])
+
+
+def test_glob_records_finds_plain_and_compressed_files_alike(plain):
+    folder = plain.parent
+    packed = compress(plain)
+    gz = folder / "step_000008.jsonl.gz"
+    gz.write_bytes(gzip.compress(lzma.decompress(packed.read_bytes())))
+    write_trees(folder / "step_000009.jsonl", mixed_trees())
+    (folder / "step_000010.jsonl.tmp").write_text("")  # a writer's temporary file is no record
+    (folder / "metrics.json").write_text("{}")
+    got = glob_records(folder.parent, "rollouts/step_*.jsonl")
+    assert [p.name for p in got] == ["step_000007.jsonl.xz", "step_000008.jsonl.gz", "step_000009.jsonl"]
+    assert glob_records(folder, "**/*.jsonl") == got
+    with pytest.raises(ValueError, match="must end in .jsonl"):
+        glob_records(folder, "step_*")
