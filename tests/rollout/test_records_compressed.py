@@ -21,7 +21,7 @@ from metaagent.records import (
     write_record_lines,
     write_trees,
 )
-from metaagent.replay import load_run
+from metaagent.replay import load_run, stats
 from metaagent.replay.run import file_step
 
 
@@ -100,3 +100,19 @@ def test_glob_records_finds_plain_and_compressed_files_alike(plain):
     assert glob_records(folder, "**/*.jsonl") == got
     with pytest.raises(ValueError, match="must end in .jsonl"):
         glob_records(folder, "step_*")
+
+
+@pytest.mark.parametrize("ext", [".xz", ".gz"])
+def test_replay_reads_a_compressed_run_as_it_reads_the_plain_one(plain, ext):
+    run_dir = plain.parent.parent
+    want = load_run(run_dir)
+    if ext == ".xz":
+        packed = compress(plain)
+    else:
+        packed = plain.with_name(plain.name + ext)
+        packed.write_bytes(gzip.compress(plain.read_bytes()))
+        plain.unlink()
+    got = load_run(run_dir)
+    assert got.files == [packed] and not got.bad_lines
+    assert [r.tree for r in got.refs] == [r.tree for r in want.refs]
+    assert stats(got) == stats(want)
