@@ -22,7 +22,7 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   (paired bootstrap), with App. C's same- vs different-structure split of the tasks only it solves;
 - ``metrics_<mode>.jsonl``: a copy of each run's metrics;
 - ``heldout/eval_<mode>/``: a copy of each held-out ``metaagent-eval`` results directory (records compressed as
-  ``.jsonl.xz``, results.json, table.md, report.html), so ``metaagent-replay`` opens any held-out task without
+  ``.jsonl.xz`` without their log-probs, results.json, table.md, report.html), so ``metaagent-replay`` opens any held-out task without
   the checkpoints.
 
 ``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline:
@@ -459,7 +459,7 @@ def report(args: argparse.Namespace) -> None:
             shutil.copytree(ev, copy, dirs_exist_ok=True)
             for f in record_files(copy):  # committed records stay compressed (.jsonl.xz; replay reads them)
                 if f.name.endswith(RECORD_SUFFIX):
-                    compress(f)
+                    compress(f, logprobs=False)
     (results / "table.md").write_text("\n".join(text))
     print("\n".join(text))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import lzma
 
@@ -116,3 +117,28 @@ def test_replay_reads_a_compressed_run_as_it_reads_the_plain_one(plain, ext):
     assert got.files == [packed] and not got.bad_lines
     assert [r.tree for r in got.refs] == [r.tree for r in want.refs]
     assert stats(got) == stats(want)
+
+
+def test_compress_without_logprobs_keeps_everything_else(plain):
+    trees, _ = read_trees(plain)
+    assert any(t.logprobs for tree in trees for _, e in tree.executions() for t in e.turns)
+    assert any(d.sample and d.sample.logprobs for tree in trees for d in tree.designs)
+    with_lp = len(lzma.compress(plain.read_bytes(), preset=9 | lzma.PRESET_EXTREME))
+    packed = compress(plain, logprobs=False)
+    got, bad = read_trees(packed)
+    assert not bad and packed.stat().st_size < with_lp
+    for old, new in zip(trees, got, strict=True):
+        turns = [t for _, e in new.executions() for t in e.turns]
+        assert turns and all(t.logprobs is None for t in turns)
+        assert all(d.sample is None or d.sample.logprobs is None for d in new.designs)
+        for (_, e_old), (_, e_new) in zip(old.executions(), new.executions(), strict=True):
+            assert [dataclasses.replace(t, logprobs=None) for t in e_old.turns] == e_new.turns
+        assert new.to_json().count('"logprobs":null') > 0 and old.task == new.task
+
+
+def test_compress_without_logprobs_refuses_a_file_that_is_not_records(tmp_path):
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text('{"step": 1}\n')
+    with pytest.raises(SchemaError, match="notes.jsonl.*nothing was changed"):
+        compress(bad, logprobs=False)
+    assert bad.exists() and not list(tmp_path.glob("*.xz*"))
