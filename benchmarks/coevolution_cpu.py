@@ -22,8 +22,8 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   (paired bootstrap), with App. C's same- vs different-structure split of the tasks only it solves;
 - ``metrics_<mode>.jsonl``: a copy of each run's metrics;
 - ``heldout/eval_<mode>/``: a copy of each held-out ``metaagent-eval`` results directory (records compressed as
-  ``.jsonl.xz`` without their log-probs, results.json, table.md, report.html), so ``metaagent-replay`` opens any held-out task without
-  the checkpoints.
+  ``.jsonl.xz`` without their log-probs, results.json, table.md, report.html), so ``metaagent-replay`` opens
+  any held-out task without the checkpoints.
 
 ``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline:
 ``designer_only`` at lr 1e-30 (updates that change no weight), so its step ``s`` is the untrained model's rollout
@@ -353,7 +353,8 @@ def report(args: argparse.Namespace) -> None:
         lines.append(
             f"| {mode} | {steps_done(folder)} | {mean(d[:10]):.3f} → {mean(d[-10:]):.3f} | "
             f"{mean(e[:10]):.3f} → {mean(e[-10:]):.3f} | {mean(valid[-10:]):.2f} | "
-            f"{expr_text(glob_records(folder / 'rollouts', 'step_*.jsonl')[-10:])} | {eval_cell(ev, 'auto')} | "
+            f"{expr_text(glob_records(folder / 'rollouts', 'step_*.jsonl')[-10:])} | "
+            f"{eval_cell(ev, 'auto')} | "
             f"{eval_cell(ev, 'sa')} |"
         )
         if mode == FROZEN:

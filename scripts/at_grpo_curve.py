@@ -87,7 +87,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     args = parser.parse_args()
-    files = sorted(glob_records(Path(args.run, "rollouts"), "step_*.jsonl"), key=lambda p: int(record_stem(p).split("_")[1]))
+    files = glob_records(Path(args.run, "rollouts"), "step_*.jsonl")  # plain or compressed
+    files.sort(key=lambda p: int(record_stem(p).split("_")[1]))
     rows = [step_row(f) for f in files]
     print("  ".join(f"{c:>13}" for c in COLUMNS))
     for r in rows:

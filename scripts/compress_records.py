@@ -1,6 +1,7 @@
 """Compress the rollout record files below folders (``*.jsonl`` -> ``*.jsonl.xz``), for committed results.
 
-    python scripts/compress_records.py benchmarks/results/eval_embedded [more folders ...] [--drop-logprobs] [--check]
+    python scripts/compress_records.py benchmarks/results/eval_embedded [more folders ...] [--drop-logprobs]
+        [--check]
 
 Every reader of records (``metaagent-replay``, ``metaagent-eval --report-only``, the benchmarks' reports)
 reads ``.jsonl.xz`` as it reads ``.jsonl``; a run that appends to one turns it back into plain JSONL. Only
@@ -44,7 +45,7 @@ def holds_trees(path: Path) -> bool:
 
 
 def record_files(folders: list[Path], *, compressed: bool) -> list[Path]:
-    """The files below ``folders`` that hold rollout trees: the plain ones, and with ``compressed`` those too."""
+    """The files below ``folders`` that hold rollout trees: plain ones, and with ``compressed`` those too."""
     files = [p for folder in folders for p in glob_records(folder, f"**/*{RECORD_SUFFIX}")]
     return [p for p in files if (compressed or p.name.endswith(RECORD_SUFFIX)) and holds_trees(p)]
 
@@ -59,7 +60,9 @@ def packed_size(path: Path, *, logprobs: bool) -> int:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folders", nargs="+", type=Path)
-    p.add_argument("--drop-logprobs", action="store_true", help="also empty the log-probs, compressed files included")
+    p.add_argument(
+        "--drop-logprobs", action="store_true", help="also empty the log-probs, compressed files included"
+    )
     p.add_argument("--check", action="store_true", help="list the files and sizes, change nothing")
     args = p.parse_args()
     keep = not args.drop_logprobs

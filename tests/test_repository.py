@@ -2,9 +2,10 @@
 
 A checkout has to travel to machines without network (a GPU machine takes a working tree of at most
 64 MiB), so: no tracked file above 2 MB outside a short allow-list, committed results under 10 MB (raw
-rollout records are committed compressed and without log-probs, ``scripts/compress_records.py``), the whole tracked tree under
-32 MiB; and no absolute path of one machine (``/work/...``, ``/home/<user>/...``, an interpreter such as
-``/tmp/x/.venv/bin/python``) in any tracked text file: the commands and scripts must run from any checkout.
+rollout records are committed compressed and without log-probs, ``scripts/compress_records.py``), the whole
+tracked tree under 32 MiB; and no absolute path of one machine (``/work/...``, ``/home/<user>/...``, an
+interpreter such as ``/tmp/x/.venv/bin/python``) in any tracked text file: the commands and scripts must run
+from any checkout.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ MAX_TREE = 32 * 2**20  # half of what a GPU machine takes, the rest for wheels a
 MACHINE_PATH = re.compile(r"(?<![\w.~/])/(?:work|home|root|Users|mnt|scratch|data|opt)/[\w.-]+")
 #: an absolute path to a virtual environment or a Python interpreter outside the system's /usr and /bin (e.g.
 #: /tmp/x/.venv/bin/python): scripts take PY=... or the checkout's .venv/bin/python instead
-INTERPRETER_PATH = re.compile(r"(?<![\w.~/:])/(?!usr/|bin/)[\w.+-]+(?:/[\w.+-]+)*?/(?:\.?venv\b|bin/python[\d.]*)")
+INTERPRETER_PATH = re.compile(
+    r"(?<![\w.~/:])/(?!usr/|bin/)[\w.+-]+(?:/[\w.+-]+)*?/(?:\.?venv\b|bin/python[\d.]*)"
+)
 #: data files that quote paths as recorded (fixtures of old record formats), and this file's own examples
 PATH_EXEMPT = ("tests/fixtures/", "tests/test_repository.py")
 
@@ -58,7 +61,8 @@ def test_committed_results_and_the_whole_tree_stay_small():
     results = sum(s for p, s in sizes.items() if p.startswith("benchmarks/results/"))
     assert results <= MAX_RESULTS, (
         f"benchmarks/results/ holds {results / MB:.1f} MB (limit {MAX_RESULTS / MB:.0f} MB); compress its raw "
-        "records without their log-probs: python scripts/compress_records.py benchmarks/results --drop-logprobs"
+        "records without their log-probs: "
+        "python scripts/compress_records.py benchmarks/results --drop-logprobs"
     )
     total = sum(sizes.values())
     assert total <= MAX_TREE, f"the tracked tree is {total / 2**20:.1f} MiB (limit {MAX_TREE / 2**20:.0f} MiB)"
@@ -77,7 +81,8 @@ def test_the_path_check_finds_machine_paths_and_only_those():
     for fine in ("/tmp/run", "~/.cache/metaagent", "https://example.org/home/page", ".venv/bin/python",
                  "runs/work/x", "s3://bucket/data/x", "#!/usr/bin/env python3", "/usr/bin/python3 -V",
                  "/usr/local/bin/python3.11", "PY=${PY:-.venv/bin/python}", "~/venv/bin/python", "/dev/null",
-                 "/proc/self/status", '("/usr/lib", "/lib64")', "https://x.org/a/venv/bin/python"):  # fmt: skip
+                 "/proc/self/status", '("/usr/lib", "/lib64")',
+                 "https://x.org/a/venv/bin/python"):  # fmt: skip
         assert machine_paths(fine) == [], fine
 
 

@@ -52,7 +52,9 @@ def scores(out: Path) -> dict:
     cells = json.loads((out / "results.json").read_text())["cells"]
     return {
         (cell, bench, method): {k: v for k, v in m.items() if k != "records"}
-        for cell, c in cells.items() for bench, methods in c["benchmarks"].items() for method, m in methods.items()
+        for cell, c in cells.items()
+        for bench, methods in c["benchmarks"].items()
+        for method, m in methods.items()
     }
 
 
