@@ -515,7 +515,7 @@ def glob_records(folder: str | os.PathLike[str], pattern: str) -> list[Path]:
     """The record files below ``folder`` that ``pattern`` (a glob ending in ``.jsonl``, e.g.
     ``rollouts/*/*math*/auto.jsonl``) names, plain or compressed alike, sorted by path."""
     if not pattern.endswith(RECORD_SUFFIX):
-        raise ValueError(f"record glob {pattern!r} must end in {RECORD_SUFFIX} (it finds compressed ones too)")
+        raise ValueError(f"record glob {pattern!r} must end in {RECORD_SUFFIX} (compressed files match too)")
     return sorted(p for p in Path(folder).glob(pattern + "*") if is_record_file(p) and p.is_file())
 
 

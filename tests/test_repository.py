@@ -101,3 +101,14 @@ def test_no_tracked_file_names_a_path_of_one_machine():
         "absolute paths of one machine in tracked files (use paths relative to the checkout, and PY=... or "
         ".venv/bin/python for the interpreter):\n" + "\n".join(found)
     )
+
+
+def test_the_benchmarks_readme_has_a_row_per_benchmark_script_and_its_links_exist():
+    readme = ROOT / "benchmarks" / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*") if p.suffix in (".py", ".sh"))
+    missing = [name for name in scripts if f"| `{name}`" not in text and f"+ `{name}`" not in text]
+    assert scripts and not missing, f"benchmarks/README.md has no row for {missing}: add one (figure, date, command)"
+    links = re.findall(r"\]\((results/[^)]+)\)", text)
+    broken = [link for link in links if not (readme.parent / link).exists()]
+    assert links and not broken, f"benchmarks/README.md links to missing results: {broken}"
