@@ -105,6 +105,8 @@ def test_no_tracked_file_names_a_path_of_one_machine():
 
 def test_the_benchmarks_readme_has_a_row_per_benchmark_script_and_its_links_exist():
     readme = ROOT / "benchmarks" / "README.md"
+    if not readme.is_file():
+        pytest.skip("no benchmarks/ here (an installed package): the benchmarks ship with a checkout only")
     text = readme.read_text(encoding="utf-8")
     scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*") if p.suffix in (".py", ".sh"))
     missing = [name for name in scripts if f"| `{name}`" not in text and f"+ `{name}`" not in text]
