@@ -22,8 +22,8 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   (paired bootstrap), with App. C's same- vs different-structure split of the tasks only it solves;
 - ``metrics_<mode>.jsonl``: a copy of each run's metrics;
 - ``heldout/eval_<mode>/``: a copy of each held-out ``metaagent-eval`` results directory (records compressed as
-  ``.jsonl.xz``, results.json, table.md, report.html), so ``metaagent-replay`` opens any held-out task without
-  the checkpoints.
+  ``.jsonl.xz`` without their log-probs, results.json, table.md, report.html), so ``metaagent-replay`` opens
+  any held-out task without the checkpoints.
 
 ``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline:
 ``designer_only`` at lr 1e-30 (updates that change no weight), so its step ``s`` is the untrained model's rollout
@@ -234,11 +234,12 @@ def boxed_expressions(files: list[Path]) -> tuple[int, int]:
     """(correct math executions, those whose boxed answer is not a plain number) in rollout records: the
     verifier compares symbolically, so ``\\boxed{16 + 19}`` for "What is 16 + 19?" counts as correct; the share
     tells a learned shortcut (copy the question's expression into the box) from learned arithmetic."""
+    from metaagent.records import read_record_lines
     from metaagent.rewards.math import find_boxed
 
     correct = expr = 0
     for f in files:
-        for line in f.read_text().splitlines():
+        for line in read_record_lines(f)[0]:  # plain or compressed (.jsonl.xz)
             rec = json.loads(line)
             if rec["task"].get("domain") != "math":
                 continue
@@ -319,6 +320,8 @@ def report(args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from metaagent.records import glob_records
+
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
@@ -350,7 +353,8 @@ def report(args: argparse.Namespace) -> None:
         lines.append(
             f"| {mode} | {steps_done(folder)} | {mean(d[:10]):.3f} → {mean(d[-10:]):.3f} | "
             f"{mean(e[:10]):.3f} → {mean(e[-10:]):.3f} | {mean(valid[-10:]):.2f} | "
-            f"{expr_text(sorted((folder / 'rollouts').glob('step_*.jsonl'))[-10:])} | {eval_cell(ev, 'auto')} | "
+            f"{expr_text(glob_records(folder / 'rollouts', 'step_*.jsonl')[-10:])} | "
+            f"{eval_cell(ev, 'auto')} | "
             f"{eval_cell(ev, 'sa')} |"
         )
         if mode == FROZEN:
@@ -426,8 +430,8 @@ def report(args: argparse.Namespace) -> None:
             valid = sum(t.valid_designs for t in auto) / max(1, sum(t.designs for t in auto))
             held.append(f"| {mode} | {heldout_paired(start['auto'], auto, k_main, designs=True)} | "
                         f"{heldout_paired(start['sa'], task_scores(ev, 'sa'), k_main, designs=False)} | {valid:.2f} | "
-                        f"{expr_text(list(ev.glob('rollouts/*/*math*/auto.jsonl')))} | "
-                        f"{expr_text(list(ev.glob('rollouts/*/*math*/sa.jsonl')))} |")
+                        f"{expr_text(glob_records(ev, 'rollouts/*/*math*/auto.jsonl'))} | "
+                        f"{expr_text(glob_records(ev, 'rollouts/*/*math*/sa.jsonl'))} |")
     if held:
         sv = start["auto"]
         text += [
@@ -441,8 +445,8 @@ def report(args: argparse.Namespace) -> None:
             ("| mode | auto, final minus start | sa, final minus start | auto valid-script rate | correct math "
              "answers boxed as an expression, auto | same, sa |"),
             "| --- | --- | --- | --- | --- | --- |",
-            (f"| {START} | | | | {expr_text(list(start_dir.glob('rollouts/*/*math*/auto.jsonl')))} | "
-             f"{expr_text(list(start_dir.glob('rollouts/*/*math*/sa.jsonl')))} |"),
+            (f"| {START} | | | | {expr_text(glob_records(start_dir, 'rollouts/*/*math*/auto.jsonl'))} | "
+             f"{expr_text(glob_records(start_dir, 'rollouts/*/*math*/sa.jsonl'))} |"),
             *held,
             "",
         ]
@@ -456,7 +460,7 @@ def report(args: argparse.Namespace) -> None:
             shutil.copytree(ev, copy, dirs_exist_ok=True)
             for f in record_files(copy):  # committed records stay compressed (.jsonl.xz; replay reads them)
                 if f.name.endswith(RECORD_SUFFIX):
-                    compress(f)
+                    compress(f, logprobs=False)
     (results / "table.md").write_text("\n".join(text))
     print("\n".join(text))
 

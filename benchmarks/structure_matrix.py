@@ -35,10 +35,10 @@ SHARE_MAX = 0.40  # the cold-start designer's share of each family's oracle stru
 
 def load(out: Path, k: int):
     from metaagent.eval.scoring import score_task
-    from metaagent.records import read_trees
+    from metaagent.records import glob_records, read_trees
 
     trees, scores = defaultdict(list), defaultdict(list)
-    for path in sorted(out.glob("evals/*/rollouts/*/*/*.jsonl")):
+    for path in glob_records(out, "evals/*/rollouts/*/*/*.jsonl"):  # plain or compressed (.jsonl.xz)
         found, bad = read_trees(path)
         if bad:
             print(f"warning: {len(bad)} unreadable line(s) in {path}", file=sys.stderr)

@@ -511,6 +511,14 @@ def record_file(path: str | os.PathLike[str]) -> Path:
     return next((c for ext in COMPRESSORS if (c := path.with_name(path.name + ext)).exists()), path)
 
 
+def glob_records(folder: str | os.PathLike[str], pattern: str) -> list[Path]:
+    """The record files below ``folder`` that ``pattern`` (a glob ending in ``.jsonl``, e.g.
+    ``rollouts/*/*math*/auto.jsonl``) names, plain or compressed alike, sorted by path."""
+    if not pattern.endswith(RECORD_SUFFIX):
+        raise ValueError(f"record glob {pattern!r} must end in {RECORD_SUFFIX} (compressed files match too)")
+    return sorted(p for p in Path(folder).glob(pattern + "*") if is_record_file(p) and p.is_file())
+
+
 def _compressor(path: Path) -> Any:
     return COMPRESSORS.get(path.suffix) if path.name.endswith(RECORD_SUFFIXES[1:]) else None
 
@@ -543,11 +551,41 @@ def write_record_lines(path: str | os.PathLike[str], lines: Iterable[str]) -> No
     tmp.replace(path)
 
 
-def compress(path: str | os.PathLike[str]) -> Path:
+#: the suffix of every record field that holds sampled tokens' log-probs (AgentTurn.logprobs,
+#: DesignerSample.logprobs, PreferencePair.chosen_logprobs)
+LOGPROBS_SUFFIX = "logprobs"
+
+
+def _without_logprobs(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: None if k.endswith(LOGPROBS_SUFFIX) else _without_logprobs(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_without_logprobs(v) for v in data]
+    return data
+
+
+def without_logprobs(line: str) -> str:
+    """A record line with every sampled token's log-prob emptied (``null``: "not recorded", which the schema
+    allows), checked to read as the same tree but for those."""
+    new = json.dumps(_without_logprobs(json.loads(line)), ensure_ascii=False, separators=(",", ":"))
+    if RolloutTree.from_json(new).to_dict() != _without_logprobs(RolloutTree.from_json(line).to_dict()):
+        raise SchemaError("the tree reads back differently without its log-probs")
+    return new + "\n"
+
+
+def compress(path: str | os.PathLike[str], *, logprobs: bool = True) -> Path:
     """Replace a plain ``*.jsonl`` record file by ``*.jsonl.xz`` (read back and compared before the plain file
-    is removed; an older compressed copy is replaced); returns the compressed path."""
+    is removed; an older compressed copy is replaced); returns the compressed path. ``logprobs=False`` empties
+    the log-probs on the way (:func:`without_logprobs`): what training needs and compresses worst (about two
+    thirds of a compressed evaluation record), read by no table, report or replay view."""
     path = Path(path)
     raw = path.read_bytes()
+    if not logprobs:
+        try:
+            lines = [without_logprobs(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+        except ValueError as e:  # SchemaError, or a line that is not JSON
+            raise SchemaError(f"{path}: {e}; nothing was changed") from None
+        raw = "".join(lines).encode("utf-8")
     target = path.with_name(path.name + ".xz")
     tmp = target.with_name(target.name + ".tmp")
     tmp.write_bytes(lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME))

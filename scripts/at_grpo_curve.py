@@ -21,7 +21,7 @@ import argparse
 import json
 from pathlib import Path
 
-from metaagent.records import read_trees
+from metaagent.records import glob_records, read_trees, record_stem
 
 COLUMNS = ("step", "success", "team_selected", "team_all", "reward_all", "parsable", "groups", "zero_var", "tool_reward_all")
 
@@ -49,7 +49,7 @@ def step_row(path: Path) -> dict:
     ex = [e for t in trees for _, e in t.executions()]
     groups = [g for e in ex for g in e.groups]
     row = {
-        "step": int(path.stem.split("_")[1]),
+        "step": int(record_stem(path).split("_")[1]),
         "success": mean([e.reward.correct for e in ex if e.reward is not None and e.reward.correct is not None]),
     }
     row.update(group_stats([g for g in groups if "tool" not in g.role.lower()], ""))
@@ -87,7 +87,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--png", type=Path)
     args = parser.parse_args()
-    files = sorted(Path(args.run, "rollouts").glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
+    files = glob_records(Path(args.run, "rollouts"), "step_*.jsonl")  # plain or compressed
+    files.sort(key=lambda p: int(record_stem(p).split("_")[1]))
     rows = [step_row(f) for f in files]
     print("  ".join(f"{c:>13}" for c in COLUMNS))
     for r in rows:

@@ -2,9 +2,10 @@
 
 A checkout has to travel to machines without network (a GPU machine takes a working tree of at most
 64 MiB), so: no tracked file above 2 MB outside a short allow-list, committed results under 10 MB (raw
-rollout records are committed compressed, ``scripts/compress_records.py``), the whole tracked tree under
-32 MiB; and no absolute path of one machine (``/work/...``, ``/home/<user>/...``) in any tracked file: the
-commands and scripts must run from any checkout.
+rollout records are committed compressed and without log-probs, ``scripts/compress_records.py``), the whole
+tracked tree under 32 MiB; and no absolute path of one machine (``/work/...``, ``/home/<user>/...``, an
+interpreter such as ``/tmp/x/.venv/bin/python``) in any tracked text file: the commands and scripts must run
+from any checkout.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ MAX_RESULTS = 10 * MB  # everything under benchmarks/results/
 MAX_TREE = 32 * 2**20  # half of what a GPU machine takes, the rest for wheels and a model
 #: an absolute path into one machine's home, work or mount folders (not /tmp, not ~, not inside a URL)
 MACHINE_PATH = re.compile(r"(?<![\w.~/])/(?:work|home|root|Users|mnt|scratch|data|opt)/[\w.-]+")
+#: an absolute path to a virtual environment or a Python interpreter outside the system's /usr and /bin (e.g.
+#: /tmp/x/.venv/bin/python): scripts take PY=... or the checkout's .venv/bin/python instead
+INTERPRETER_PATH = re.compile(
+    r"(?<![\w.~/:])/(?!usr/|bin/)[\w.+-]+(?:/[\w.+-]+)*?/(?:\.?venv\b|bin/python[\d.]*)"
+)
 #: data files that quote paths as recorded (fixtures of old record formats), and this file's own examples
 PATH_EXEMPT = ("tests/fixtures/", "tests/test_repository.py")
 
@@ -55,26 +61,33 @@ def test_committed_results_and_the_whole_tree_stay_small():
     results = sum(s for p, s in sizes.items() if p.startswith("benchmarks/results/"))
     assert results <= MAX_RESULTS, (
         f"benchmarks/results/ holds {results / MB:.1f} MB (limit {MAX_RESULTS / MB:.0f} MB); compress its raw "
-        "records with python scripts/compress_records.py benchmarks/results"
+        "records without their log-probs: "
+        "python scripts/compress_records.py benchmarks/results --drop-logprobs"
     )
     total = sum(sizes.values())
     assert total <= MAX_TREE, f"the tracked tree is {total / 2**20:.1f} MiB (limit {MAX_TREE / 2**20:.0f} MiB)"
 
 
 def machine_paths(text: str) -> list[str]:
-    return MACHINE_PATH.findall(text)
+    return sorted({*MACHINE_PATH.findall(text), *INTERPRETER_PATH.findall(text)})
 
 
 def test_the_path_check_finds_machine_paths_and_only_those():
-    assert machine_paths('PY=${PY:-/work/main/.venv/bin/python}') == ["/work/main"]
-    assert machine_paths("cp /home/alice/model.gguf . && ls /Users/bob") == ["/home/alice", "/Users/bob"]
+    assert machine_paths('PY=${PY:-/work/main/.venv/bin/python}') == ["/work/main", "/work/main/.venv"]
+    assert machine_paths("cp /home/alice/model.gguf . && ls /Users/bob") == ["/Users/bob", "/home/alice"]
+    assert machine_paths("PY=/tmp/x/.venv/bin/python bash run.sh") == ["/tmp/x/.venv"]
+    assert machine_paths("source /srv/envs/venv/bin/activate; /opt/conda/bin/python3 -m x") == [
+        "/opt/conda", "/opt/conda/bin/python3", "/srv/envs/venv"]  # fmt: skip
     for fine in ("/tmp/run", "~/.cache/metaagent", "https://example.org/home/page", ".venv/bin/python",
-                 "runs/work/x", "s3://bucket/data/x"):  # fmt: skip
+                 "runs/work/x", "s3://bucket/data/x", "#!/usr/bin/env python3", "/usr/bin/python3 -V",
+                 "/usr/local/bin/python3.11", "PY=${PY:-.venv/bin/python}", "~/venv/bin/python", "/dev/null",
+                 "/proc/self/status", '("/usr/lib", "/lib64")',
+                 "https://x.org/a/venv/bin/python"):  # fmt: skip
         assert machine_paths(fine) == [], fine
 
 
 def test_no_tracked_file_names_a_path_of_one_machine():
-    found = {}
+    found = []
     for path in tracked():
         if str(path).startswith(PATH_EXEMPT):
             continue
@@ -82,7 +95,22 @@ def test_no_tracked_file_names_a_path_of_one_machine():
             text = (ROOT / path).read_text(encoding="utf-8")
         except UnicodeDecodeError:  # binary files (weights, images, compressed records)
             continue
-        hits = sorted(set(machine_paths(text)))
-        if hits:
-            found[str(path)] = hits
-    assert not found, f"absolute paths of one machine in tracked files (use paths relative to the checkout): {found}"
+        for lineno, line in enumerate(text.splitlines(), 1):
+            found += [f"{path}:{lineno}: {hit}" for hit in machine_paths(line)]
+    assert not found, (
+        "absolute paths of one machine in tracked files (use paths relative to the checkout, and PY=... or "
+        ".venv/bin/python for the interpreter):\n" + "\n".join(found)
+    )
+
+
+def test_the_benchmarks_readme_has_a_row_per_benchmark_script_and_its_links_exist():
+    readme = ROOT / "benchmarks" / "README.md"
+    if not readme.is_file():
+        pytest.skip("no benchmarks/ here (an installed package): the benchmarks ship with a checkout only")
+    text = readme.read_text(encoding="utf-8")
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*") if p.suffix in (".py", ".sh"))
+    missing = [name for name in scripts if f"| `{name}`" not in text and f"+ `{name}`" not in text]
+    assert scripts and not missing, f"benchmarks/README.md has no row for {missing}: add one (figure, date, command)"
+    links = re.findall(r"\]\((results/[^)]+)\)", text)
+    broken = [link for link in links if not (readme.parent / link).exists()]
+    assert links and not broken, f"benchmarks/README.md links to missing results: {broken}"

@@ -38,7 +38,7 @@ from metaagent.records import (
     RolloutTree,
     SchemaError,
     ToolCall,
-    is_record_file,
+    glob_records,
     read_record_lines,
     record_stem,
 )
@@ -299,9 +299,7 @@ def record_files(directory: PathLike) -> list[Path]:
     directory = Path(directory)
     rollouts = directory / ROLLOUTS_DIR
     root = rollouts if rollouts.is_dir() else directory
-    return sorted(
-        p for p in root.rglob(f"*{RECORD_SUFFIX}*") if p.is_file() and is_record_file(p) and p.name not in NOT_RECORDS
-    )
+    return [p for p in glob_records(root, f"**/*{RECORD_SUFFIX}") if p.name not in NOT_RECORDS]
 
 
 def _read_yaml(path: Path, notes: list[str]) -> dict[str, Any] | None:
