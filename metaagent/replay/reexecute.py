@@ -126,14 +126,14 @@ def resolve_model(model: str, key: str | None = None) -> str:
     model (or of ``key``)."""
     path = Path(model)
     if (path / "checkpoints").is_dir() and not (path / "config.json").is_file():
-        from metaagent.train.checkpoint import latest_checkpoint
+        from metaagent.learn.checkpoint import latest_checkpoint
 
         latest = latest_checkpoint(path)
         if latest is None:
             raise ReplayError(f"{path} has a checkpoints/ folder but no complete checkpoint (no meta.json)")
         path = latest
     if (path / "meta.json").is_file():
-        from metaagent.train.checkpoint import CheckpointError, model_path, read_meta
+        from metaagent.learn.checkpoint import CheckpointError, model_path, read_meta
 
         try:
             keys = sorted(read_meta(path)["models"])

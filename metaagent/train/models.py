@@ -35,7 +35,7 @@ class ModelSet:
     tokenizers: dict[str, Any]
     paths: dict[str, str]  # key -> the path or alias it was loaded from
     policies: dict[str, Policy]  # key -> batching policy over the model
-    role_to_key: dict[str, str]  # patterns for metaagent.train.samples.route_samples
+    role_to_key: dict[str, str]  # patterns for metaagent.learn.samples.route_samples
     designer_key: str
     executor_keys: dict[str, str] = field(default_factory=dict)  # registry pattern -> key
     # policy.lora: key -> the AdapterSet holding its adapter (keys on one base share one set); empty otherwise
@@ -224,7 +224,7 @@ def make_critics(models: ModelSet, critic: Any, optim: OptimConfig) -> dict[str,
     model from ``critic.model`` or else the same weights as the policy it pairs with; AdamW at ``critic.lr``
     with the policy's betas, epsilon and micro-batch budget."""
     from metaagent.train.critic import Critic, load_value_model
-    from metaagent.train.optim import OptimizerConfig
+    from metaagent.learn.optim import OptimizerConfig
 
     base = optim.optimizer()
     settings = {f: getattr(base, f) for f in OptimizerConfig.__dataclass_fields__}
@@ -241,7 +241,7 @@ def make_critics(models: ModelSet, critic: Any, optim: OptimConfig) -> dict[str,
 
 def critic_values(critics: Mapping[str, Any], samples: Any, role_to_key: Mapping[str, str]) -> list[list[float]]:
     """``V_t`` of every response token of ``samples`` under the critic of its own model, in input order."""
-    from metaagent.train.samples import route_samples
+    from metaagent.learn.samples import route_samples
 
     out: dict[int, list[float]] = {}
     index = {id(s): n for n, s in enumerate(samples)}
@@ -256,7 +256,7 @@ def critic_values(critics: Mapping[str, Any], samples: Any, role_to_key: Mapping
 def update_critics(critics: Mapping[str, Any], samples: Any, role_to_key: Mapping[str, str]) -> dict[str, float]:
     """One value-loss step of every critic on its model's samples; ``train/critic/*`` (one model) or
     ``train/critic/<key>/*`` (several)."""
-    from metaagent.train.samples import route_samples
+    from metaagent.learn.samples import route_samples
 
     routed = route_samples(samples, role_to_key)
     metrics: dict[str, float] = {}

@@ -70,7 +70,7 @@ def test_rerun_explains_what_cannot_be_rerun(tiny_runs, tiny_policy, sandbox_poo
 @pytest.mark.slow
 def test_rerun_from_a_training_checkpoint(tiny_runs, tiny_policy, sandbox_pool, tmp_path):
     """A run directory as --model: its latest checkpoint's executor weights (here: the tiny model's)."""
-    from metaagent.train.checkpoint import save_checkpoint
+    from metaagent.learn.checkpoint import save_checkpoint
 
     save_checkpoint(
         tmp_path, 2, models={"executor": tiny_policy.model}, tokenizers={"executor": tiny_policy.tokenizer}
