@@ -5,7 +5,7 @@
     policy.role_models         + {"role0": R, ...}                 executor:<pattern>  -> R
 
 Each physical model is loaded once (fp32 master weights), served for rollout through an ``HFPolicy``
-behind a ``BatchingPolicy``, and trained by its own ``PolicyUpdater`` (own optimizer). The rollout
+behind a ``BatchingPolicy`` (both built by :func:`metaagent.policy.factory.build_policy`), and trained by its own ``PolicyUpdater`` (own optimizer). The rollout
 reads the very weights the updater changes (``policy.dtype: float32``), or a bf16 copy of them that the
 policy refreshes when they changed (``bfloat16``, :class:`metaagent.policy.precision.DecodeCopy`), so no
 sync step is needed on the local backend.
@@ -126,8 +126,7 @@ def model_plan(cfg: PolicyConfig) -> tuple[dict[str, str], dict[str, str], str, 
 
 def load_models(cfg: PolicyConfig) -> ModelSet:
     """Load every physical model of ``cfg`` and wrap each in a batching rollout policy."""
-    from metaagent.policy.batcher import BatchingPolicy
-    from metaagent.policy.hf import HFPolicy
+    from metaagent.policy.factory import build_policy
     from metaagent.policy.models import load_model_and_tokenizer
 
     if cfg.backend != "hf":
@@ -154,9 +153,10 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
         else:
             model, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
         models[key], tokenizers[key] = model, tok
-        hf = HFPolicy(
+        policies[key] = build_policy(
+            "hf",
             model,
-            tok,
+            tokenizer=tok,
             device=cfg.device,
             # a bf16 rollout generates from a refreshed bf16 copy; LoRA adapters switch on the model itself
             dtype=None if cfg.lora.enabled else cfg.dtype,
@@ -166,15 +166,12 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             prefix_cache_mb=cfg.prefix_cache_mb,
             chat_template_kwargs=cfg.chat_template_kwargs,
             model_context=context,
-        )
-        policies[key] = BatchingPolicy(
-            hf,
+            batching=True,
             # continuous: every request is its own backend call, admitted into the running batch as it arrives and
             # returned as soon as it is done; static: requests that arrive together form one batch
-            max_batch_size=1 if cfg.continuous else cfg.max_batch_size,
+            batch_size=1 if cfg.continuous else cfg.max_batch_size,
             max_wait_s=cfg.max_wait_s,
             max_in_flight=CONTINUOUS_IN_FLIGHT * cfg.max_batch_size if cfg.continuous else 1,
-            close_backend=True,
         )
     return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys, adapters)
 
