@@ -439,13 +439,6 @@ def _link(link: Path, target: Path) -> None:
     os.replace(tmp, link)
 
 
-def train_sft(
-    config: SFTConfig, *, resume: bool | str | None = None, log: Callable[[str], None] | None = None
-) -> Path:
-    """Run SFT to the end and return the final merged model folder."""
-    return SFTTrainer(config, resume=resume, log=log).run()
-
-
 def sft_samples_summary(samples: Sequence) -> dict[str, float]:
     """Token statistics of a sample set (for the CLI's header)."""
     lengths = [s.num_tokens for s in samples]
