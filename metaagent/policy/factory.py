@@ -55,6 +55,8 @@ BACKENDS: dict[str, tuple[Callable[..., Policy], str]] = {
     "openai": (_openai, "metaagent.policy.openai_backend:OpenAIPolicy"),
     "scripted": (_scripted, "metaagent.policy.scripted:ScriptedPolicy"),
 }
+#: the backends a run's config may name for a model (``scripted`` answers from a list or a function: tests, rules)
+MODEL_BACKENDS: tuple[str, ...] = tuple(name for name in BACKENDS if name != "scripted")
 #: options handled here rather than by a backend constructor (those of the BatchingPolicy in front)
 BATCHING_OPTIONS = ("batching", "batch_size", "max_wait_s", "max_in_flight")
 

@@ -12,11 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError, load_config, to_dict
+from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
 from metaagent.execution.isolation import ExecutionConfig
-from metaagent.rewards.coach import CoachConfig
-from metaagent.rollout.config import RolloutConfig
-from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
-from metaagent.policy.precision import DTYPES, resolve_dtype
 from metaagent.learn.optim import (  # noqa: F401
     DEFAULT_TIS_CAP,
     LOSS_AGG_MODES,
@@ -25,13 +22,16 @@ from metaagent.learn.optim import (  # noqa: F401
     OptimizerConfig,
     autocast_dtype,
 )
+from metaagent.policy.factory import MODEL_BACKENDS
+from metaagent.policy.precision import DTYPES, resolve_dtype
+from metaagent.rewards.coach import CoachConfig
+from metaagent.rollout.config import RolloutConfig
+from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
 
-BACKENDS = ("hf", "vllm", "openai")
+from .schedule import MODES
+
 WEIGHTS = ("shared", "separate")
 TRAIN_BACKENDS = ("local", "verl")
-SCHEDULE_MODES = ("stagewise", "coupled", "designer_only", "executor_only")
-EXECUTOR_GROUPS = ("question", "design")
-EXECUTOR_UNITS = ("call", "execution")
 EXECUTOR_BALANCES = ("auto", "member", "design")  # "auto": design under rollout.adaptive_budget, else member
 STAGE_SWITCHES = ("keep", "reset")
 # LOSS_AGG_MODES and POLICY_LOSSES are re-exported for older imports; their home is metaagent.learn.optim
@@ -69,7 +69,7 @@ class PolicyConfig(Checked):
     designer_model: str | None = None
     executor_model: str | None = None
     role_models: dict[str, str] = field(default_factory=dict)
-    backend: Literal[BACKENDS] = "hf"
+    backend: Literal[MODEL_BACKENDS] = "hf"
     device: str = "cpu"
     # the rollout's dtype (hf backend; the trained weights stay fp32): "auto" = bfloat16 where the device has bf16
     # matrix units (avx512_bf16 / amx_bf16 CPUs, CUDA), else float32; resolved when the config loads. The
@@ -184,7 +184,7 @@ class AlgoConfig(Checked):
 class ScheduleConfig(Checked):
     """Which role is trained at each step (paper Eq. 9): stagewise alternation every ``stage_len`` steps."""
 
-    mode: Literal[SCHEDULE_MODES] = "stagewise"
+    mode: Literal[MODES] = "stagewise"
     stage_len: PositiveInt = 30
 
 
