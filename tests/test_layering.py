@@ -18,6 +18,7 @@ LAYERS: list[set[str]] = [
     {""},
     {"execution"},
     {"policy"},
+    {"learn"},  # the training kit: samples, losses, optimizer, log-probs, checkpoints, metrics (train, sft, replay, eval)
     {"envs"},  # host-side planning environments: below data (plan tasks), workflow (env tools), rewards
     {"data"},
     {"workflow"},
@@ -25,7 +26,6 @@ LAYERS: list[set[str]] = [
     {"credit"},
     {"rollout"},
     {"eval"},
-    {"learn"},  # the training kit: samples, losses, optimizer, log-probs, checkpoints, metrics (train, sft, replay)
     {"train"},
     {"sft", "distill", "serve", "replay"},
     {"cli"},
