@@ -85,16 +85,9 @@ def build_teacher(cfg: TeacherConfig) -> Policy:
             "(or pass --api-key-env NAME for another variable)"
         )
     inner = build_policy(
-        "openai",
-        cfg.model,
-        base_url=cfg.base_url,
-        api_key_env=cfg.api_key_env,
-        max_concurrency=cfg.max_concurrency,
-        timeout_s=cfg.timeout_s,
-        max_retries=cfg.max_retries,
-        vllm_extras=False,
-        logprobs=False,
-    )
+        "openai", cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env, max_concurrency=cfg.max_concurrency,
+        timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, vllm_extras=False, logprobs=False,
+    )  # fmt: skip
     return RestoreStopTags(inner)
 
 
