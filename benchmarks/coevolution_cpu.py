@@ -88,7 +88,7 @@ def read_metrics(folder: Path) -> list[dict]:
 
 def checkpoint_step(folder: Path) -> int:
     """Steps done at the newest complete checkpoint of ``folder`` (0 when it has none)."""
-    from metaagent.train.checkpoint import latest_checkpoint
+    from metaagent.learn.checkpoint import latest_checkpoint
 
     newest = latest_checkpoint(folder)
     return 0 if newest is None else int(newest.name.rsplit("_", 1)[-1])
@@ -129,14 +129,14 @@ def train(args: argparse.Namespace, mode: str, until: int | None = None) -> bool
 def prune(folder: Path) -> None:
     """Keep only the newest complete checkpoint of a run (a full-weight checkpoint with AdamW moments of the
     embedded model is about 1.6 GB; four modes x eight chunks would not fit a small disk)."""
-    from metaagent.train.checkpoint import list_checkpoints
+    from metaagent.learn.checkpoint import list_checkpoints
 
     for old in list_checkpoints(folder)[:-1]:
         shutil.rmtree(old, ignore_errors=True)
 
 
 def final_model(folder: Path) -> Path | None:
-    from metaagent.train.checkpoint import latest_checkpoint, read_meta
+    from metaagent.learn.checkpoint import latest_checkpoint, read_meta
 
     ckpt = latest_checkpoint(folder)
     if ckpt is None:

@@ -15,9 +15,9 @@ import random
 
 import torch
 
+from metaagent.learn.samples import Sample
 from metaagent.policy.models import load_model_and_tokenizer
 from metaagent.records import DESIGNER, EXECUTOR
-from metaagent.train.samples import Sample
 from metaagent.train.update import PolicyUpdater
 
 

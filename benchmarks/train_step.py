@@ -98,7 +98,7 @@ def load_model(name: str):
 
 
 def make_samples(n: int, prompt_len: int, response_len: int, vocab: int, seed: int):
-    from metaagent.train.samples import Sample
+    from metaagent.learn.samples import Sample
 
     rng = random.Random(seed)
     return [

@@ -206,7 +206,7 @@ def stage_verl_engine(args) -> dict:
     import torch
     from transformers import AutoTokenizer
     from metaagent.policy import ChatRequest, SamplingParams
-    from metaagent.train.samples import Sample
+    from metaagent.learn.samples import Sample
     from metaagent.train.verl_backend.batch import build_update_batch
     from metaagent.train.verl_backend.workers import ModelGroup
 

@@ -53,9 +53,9 @@ def forced_generate(reply: Callable[[Any], str]) -> Callable[..., list]:
     def _generate(self, requests: list) -> list:
         import torch
 
+        from metaagent.learn.logprobs import response_logprobs
+        from metaagent.learn.samples import Sample, collate
         from metaagent.policy.base import Completion
-        from metaagent.train.logprobs import response_logprobs
-        from metaagent.train.samples import Sample, collate
 
         out = []
         for request in requests:
@@ -110,7 +110,7 @@ def tiny_llama(seed: int = 0, tie: bool = False):
 
 def random_samples(n: int, seed: int = 0, roles=("designer", "executor"), logprob=-2.0) -> list:
     """``n`` training samples with random prompts/responses over the tiny vocabulary, alternating roles."""
-    from metaagent.train.samples import Sample
+    from metaagent.learn.samples import Sample
 
     rng = random.Random(seed)
     out = []
@@ -210,7 +210,7 @@ def mixed_trees() -> list[RolloutTree]:
 def samples_of(trees, roles=("designer", "executor"), temperatures=None, estimator="hierarchical", **credit_options):
     """Credit through metaagent.credit, then build_samples of ``roles`` (the local backend's path)."""
     from metaagent.credit import assign_credit
-    from metaagent.train.samples import build_samples
+    from metaagent.learn.samples import build_samples
 
     credit = assign_credit(trees, estimator, **credit_options)
     return build_samples(

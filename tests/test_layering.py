@@ -18,6 +18,7 @@ LAYERS: list[set[str]] = [
     {""},
     {"execution"},
     {"policy"},
+    {"learn"},  # the training kit: samples, losses, optimizer, log-probs, checkpoints, metrics (train, sft, replay, eval)
     {"envs"},  # host-side planning environments: below data (plan tasks), workflow (env tools), rewards
     {"data"},
     {"workflow"},
@@ -106,6 +107,16 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 def test_imports_only_go_downward():
     upward = upward_imports(import_graph())
     assert not upward, "imports that do not go downward:\n" + "\n".join(sorted(upward))
+
+
+def test_programs_beside_train_import_only_the_kit():
+    """``sft``, ``distill``, ``serve`` and ``replay`` are peers of ``train``: what they share with it is the
+    training kit (``learn``), so none of them imports ``train`` (only ``cli`` sits above all of them)."""
+    peers = {"sft", "distill", "serve", "replay"}
+    found = sorted(
+        f"{mod} -> {t}" for mod, ts in import_graph().items() for t in ts if _room(mod) in peers and _room(t) == "train"
+    )
+    assert not found, "import the training kit (metaagent.learn) instead of train:\n" + "\n".join(found)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

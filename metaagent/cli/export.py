@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 def adapter_folder(path: Path, key: str | None) -> Path:
     """The adapter folder ``path`` names: itself, or ``models/<key>`` of a checkpoint."""
     if key is not None:
-        from metaagent.train.checkpoint import model_path
+        from metaagent.learn.checkpoint import model_path
 
         path = model_path(path, key)
     if not (path / "adapter_config.json").is_file():

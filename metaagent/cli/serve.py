@@ -43,7 +43,8 @@ ALIASES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from metaagent.serve.config import API_KEY_ENV, BACKENDS, ServeConfig
+    from metaagent.policy.factory import MODEL_BACKENDS
+    from metaagent.serve.config import API_KEY_ENV, ServeConfig
 
     p = Parser(prog="metaagent-serve", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         ServeConfig,
         aliases=ALIASES,
-        choices={"backend": BACKENDS, "dtype": ("float32", "bfloat16", "float16")},
+        choices={"backend": MODEL_BACKENDS, "dtype": ("float32", "bfloat16", "float16")},
         title=f"ServeConfig fields (api_key defaults to ${API_KEY_ENV})",
     )
     return p

@@ -95,10 +95,10 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
     """Train with the configured backend, showing progress; returns the exit code (0 done, 1 the run
     failed, 2 it could not start)."""
     from metaagent.cli.display import TrainDisplay
-    from metaagent.train.checkpoint import CheckpointError
+    from metaagent.learn.checkpoint import CheckpointError
     from metaagent.train.trainer import Trainer, TrainError
 
-    from metaagent.train.trackers import TrackerError
+    from metaagent.learn.trackers import TrackerError
 
     display = TrainDisplay(show_samples=config.trainer.show_samples and not quiet)
     start_errors: tuple[type[BaseException], ...] = (

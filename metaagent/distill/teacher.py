@@ -77,23 +77,17 @@ def _is_local(base_url: str) -> bool:
 
 def build_teacher(cfg: TeacherConfig) -> Policy:
     """The teacher policy. A remote endpoint without its API key is refused before any request."""
-    from metaagent.policy.openai_backend import OpenAIPolicy
+    from metaagent.policy.factory import build_policy
 
     if not os.environ.get(cfg.api_key_env) and not _is_local(cfg.base_url):
         raise TeacherError(
             f"the teacher at {cfg.base_url} needs an API key in ${cfg.api_key_env}: export {cfg.api_key_env}=... "
             "(or pass --api-key-env NAME for another variable)"
         )
-    inner = OpenAIPolicy(
-        cfg.base_url,
-        cfg.model,
-        api_key_env=cfg.api_key_env,
-        max_concurrency=cfg.max_concurrency,
-        timeout_s=cfg.timeout_s,
-        max_retries=cfg.max_retries,
-        vllm_extras=False,
-        logprobs=False,
-    )
+    inner = build_policy(
+        "openai", cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env, max_concurrency=cfg.max_concurrency,
+        timeout_s=cfg.timeout_s, max_retries=cfg.max_retries, vllm_extras=False, logprobs=False,
+    )  # fmt: skip
     return RestoreStopTags(inner)
 
 

@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, from_dict
+from metaagent.policy.factory import MODEL_BACKENDS
 
 from .errors import EvalError
 
-BACKENDS = ("hf", "vllm", "openai")
 
 #: fields that change the numbers of a task's samples: a results directory is only resumed with the same
 IDENTITY_FIELDS = (
@@ -54,7 +54,7 @@ class EvalConfig(Checked):
     role_models: dict[str, str] = field(default_factory=dict)
     # AT-GRPO Table 3 "w/ swapped policies": two role_models keys whose models are exchanged (default: no swap)
     swap_roles: list[str] = field(default_factory=list)
-    backend: Literal[BACKENDS] = "hf"  # policy backend for every model
+    backend: Literal[MODEL_BACKENDS] = "hf"  # policy backend for every model
     base_url: str | None = None  # openai backend: the endpoint root, e.g. http://127.0.0.1:8000/v1
     api_key_env: str = "OPENAI_API_KEY"  # openai backend: environment variable with the API key
     device: str = "cpu"  # hf/vllm: device (cpu, cuda, cuda:1)

@@ -35,6 +35,7 @@ from typing import Any
 
 from metaagent import __version__
 from metaagent.data.tasks import Task
+from metaagent.learn.checkpoint import checkpoint_model
 from metaagent.policy.base import Policy
 from metaagent.records import (
     RECORD_SUFFIX,
@@ -89,30 +90,6 @@ def record_path(out: Path, method: Method, designer: str, executor: str, bench: 
     that exists (committed results)."""
     cell = f"d={_safe(designer)}__e={_safe(executor)}" if method.uses_designer else f"e={_safe(executor)}"
     return record_file(out / ROLLOUTS_DIR / cell / _safe(bench) / f"{_safe(method.name)}{RECORD_SUFFIX}")
-
-
-def resolve_model(spec: str, role: str) -> str:
-    """A model argument as a policy model name: an alias or HF folder as is; a training checkpoint
-    (``RUN/checkpoints/step_*``, or a run directory: its latest) to the folder of the role's model in it
-    (``PATH#key`` picks a model key)."""
-    spec, _, key = spec.partition("#")
-    path = Path(spec)
-    ckpts = path / "checkpoints"
-    if ckpts.is_dir() and not (path / "config.json").is_file():
-        found = sorted(p for p in ckpts.glob("step_*") if (p / "meta.json").is_file())
-        if not found:
-            raise EvalError(f"{path} has a checkpoints/ folder but no complete checkpoint (no meta.json)")
-        path = found[-1]
-    if (path / "meta.json").is_file():
-        try:
-            models = json.loads((path / "meta.json").read_text())["models"]
-        except (OSError, ValueError, KeyError) as e:
-            raise EvalError(f"checkpoint {path}: unreadable meta.json ({e})") from None
-        key = key or (role if role in models else next(iter(models)) if len(models) == 1 else "")
-        if key not in models:
-            raise EvalError(f"checkpoint {path} holds models {sorted(models)}; pick one with {spec}#<key>")
-        return str(path / models[key])
-    return spec
 
 
 def probe_endpoint(base_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
@@ -234,7 +211,7 @@ class Evaluation:
         from metaagent.policy.cold_start import model_revision
 
         if not hasattr(self, "_revisions"):
-            names = {resolve_model(m, role) for d, e in self.cells for m, role in ((d, "designer"), (e, "executor")) if m}
+            names = {checkpoint_model(m, role) for d, e in self.cells for m, role in ((d, "designer"), (e, "executor")) if m}
             revs = {n: model_revision(n) for n in sorted(names)} if self.config.backend == "hf" else {}
             self._revisions = {n: r for n, r in revs.items() if r is not None}
         return self._revisions
@@ -244,7 +221,7 @@ class Evaluation:
         return any(
             record_path(self.out, method, d, e, bench.label).is_file()
             for d, e in self.cells
-            if model in (resolve_model(d, "designer") if d else None, resolve_model(e, "executor"))
+            if model in (checkpoint_model(d, "designer") if d else None, checkpoint_model(e, "executor"))
             for method in self.methods
             for bench in self.benchmarks
         )
@@ -253,7 +230,7 @@ class Evaluation:
         """The adapter revisions behind a task's record (``revisions: {designer, executor}``), when any."""
         revs = self.model_revisions()
         roles = {"designer": part.designer, "executor": part.executor}
-        found = {r: revs[resolve_model(m, r)] for r, m in roles.items() if m and resolve_model(m, r) in revs}
+        found = {r: revs[checkpoint_model(m, r)] for r, m in roles.items() if m and checkpoint_model(m, r) in revs}
         return {"revisions": found} if found else {}
 
     def _recorded_revisions(self) -> dict[str, str]:
@@ -268,7 +245,7 @@ class Evaluation:
         return "eval-" + time.strftime("%Y%m%d-%H%M%S")
 
     def _policy(self, name: str, role: str) -> Policy:
-        key = resolve_model(name, role)
+        key = checkpoint_model(name, role)
         if key not in self._policies:
             from metaagent.policy.factory import build_policy
 

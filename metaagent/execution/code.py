@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .code_runner import SANDBOX_COUNTERS, TEST_STATUSES, Limits, TestOutcome, run_test_case
+from .code_runner import SANDBOX_COUNTERS, TEST_STATUSES, CaseLimits, TestOutcome, run_test_case
 from .code_tests import TestSuite, normalize_tests
 
 DEFAULT_FENCE_LANGUAGES: tuple[str, ...] = ("python", "py", "python3", "")
@@ -162,7 +162,7 @@ def run_code_tests(
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     suite: TestSuite = normalize_tests(tests, fn_name=fn_name)
-    limits = Limits(time_limit_s, memory_mb, max_output_bytes, site_packages=site_packages)
+    limits = CaseLimits(time_limit_s, memory_mb, max_output_bytes, site_packages=site_packages)
     start = time.monotonic()
     failed = threading.Event()
     until = _DEADLINE.get()  # read here: the pool's threads do not see this context

@@ -70,7 +70,7 @@ CLEAN_ENV = {
 
 
 @dataclass(frozen=True)
-class Limits:
+class CaseLimits:
     """Per-test limits. ``time_limit_s`` is CPU seconds; the wall clock allows ``wall_factor`` times as much
     (at least 1 s more). ``max_output_bytes`` caps stdout (longer output is cut and fails the test)."""
 
@@ -141,7 +141,7 @@ def _read(path: Path, limit: int) -> tuple[str, bool]:
 
 
 def run_test_case(
-    program: str, suite: TestSuite, index: int, limits: Limits, *, deadline: float | None = None
+    program: str, suite: TestSuite, index: int, limits: CaseLimits, *, deadline: float | None = None
 ) -> TestOutcome:
     """Run ``program`` on ``suite.cases[index]`` and classify the outcome.
 
@@ -229,7 +229,7 @@ def run_test_case(
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _spec(workdir: Path, limits: Limits, iso: Any) -> dict[str, Any]:
+def _spec(workdir: Path, limits: CaseLimits, iso: Any) -> dict[str, Any]:
     """The harness spec both processes of a test share (mode and test data are added by the caller)."""
     return {
         "program": "program.py",
@@ -253,7 +253,7 @@ def _start(
     spec: dict[str, Any],
     program: str | None,
     stdin: str,
-    limits: Limits,
+    limits: CaseLimits,
     fds: tuple[int, ...] = (),
     slot: str | None = None,
 ) -> _Started:
@@ -385,7 +385,7 @@ def _status(outcome: TestOutcome, name: str, error: str = "") -> None:
 
 
 def _stopped_by_a_limit(
-    outcome: TestOutcome, limits: Limits, timed_out: bool, returncode: int, cpu_s: float, *results: Any
+    outcome: TestOutcome, limits: CaseLimits, timed_out: bool, returncode: int, cpu_s: float, *results: Any
 ) -> bool:
     """Set the status of a test the runner's limits stopped (wall clock, CPU, memory cgroup) and return
     True; raise RunnerError when a process could not be confined (``results``: the harness results)."""
@@ -413,7 +413,7 @@ def _ended_early(returncode: int, stderr: str) -> str:
 
 def _classify_assert(
     outcome: TestOutcome,
-    limits: Limits,
+    limits: CaseLimits,
     waited: list[tuple[bool, int, float]],
     result: dict[str, Any] | None,
     judged: dict[str, Any] | None,
@@ -453,7 +453,7 @@ def _classify(
     outcome: TestOutcome,
     suite: TestSuite,
     index: int,
-    limits: Limits,
+    limits: CaseLimits,
     timed_out: bool,
     returncode: int,
     result: dict[str, Any] | None,

@@ -27,7 +27,7 @@ from .errors import CheckTimeout, ExecutionError, WorkerCrashed
 from .process import kill_process
 
 
-class _Worker:
+class _HelperWorker:
     def __init__(self, argv: Sequence[str], env: dict[str, str] | None, startup_timeout_s: float) -> None:
         self.proc = subprocess.Popen(
             list(argv),
@@ -114,7 +114,7 @@ class WorkerPool:
         self.size = size
         self.env = env
         self.startup_timeout_s = startup_timeout_s
-        self._idle: list[_Worker] = []
+        self._idle: list[_HelperWorker] = []
         self._running = 0
         self._cond = threading.Condition()
         self._closed = False
@@ -132,7 +132,7 @@ class WorkerPool:
         self._release(worker)
         return answer
 
-    def _acquire(self) -> _Worker:
+    def _acquire(self) -> _HelperWorker:
         with self._cond:
             while True:
                 if self._closed:
@@ -144,7 +144,7 @@ class WorkerPool:
                     break
                 self._cond.wait()
         try:
-            worker = _Worker(self.argv, self.env, self.startup_timeout_s)
+            worker = _HelperWorker(self.argv, self.env, self.startup_timeout_s)
         except BaseException:
             self._forget(None, killed=False)
             raise
@@ -152,7 +152,7 @@ class WorkerPool:
             self.started += 1
         return worker
 
-    def _release(self, worker: _Worker) -> None:
+    def _release(self, worker: _HelperWorker) -> None:
         with self._cond:
             if self._closed:
                 worker.kill()
@@ -161,7 +161,7 @@ class WorkerPool:
                 self._idle.append(worker)
             self._cond.notify()
 
-    def _forget(self, worker: _Worker | None, *, killed: bool) -> None:
+    def _forget(self, worker: _HelperWorker | None, *, killed: bool) -> None:
         with self._cond:
             self._running -= 1
             if killed:
@@ -176,11 +176,6 @@ class WorkerPool:
             self._cond.notify_all()
         for worker in idle:
             worker.kill()
-
-    @property
-    def pids(self) -> list[int]:
-        with self._cond:
-            return [w.proc.pid for w in self._idle]
 
 
 _SHARED: dict[tuple[int, str], WorkerPool] = {}

@@ -19,7 +19,7 @@ from .base import (
     validate_messages,
 )
 from .batcher import BatcherStats, BatchingPolicy
-from .factory import BACKENDS, build_policy, build_registry
+from .factory import BACKENDS, MODEL_BACKENDS, build_policy, build_registry
 from .hf import HFPolicy
 from .models import cache_dir, load_model_and_tokenizer, load_tokenizer, resolve_model
 from .openai_backend import OpenAIPolicy
@@ -29,6 +29,7 @@ from .vllm_backend import VLLMPolicy
 
 __all__ = [
     "BACKENDS",
+    "MODEL_BACKENDS",
     "BatcherStats",
     "BatchingPolicy",
     "CapabilityError",

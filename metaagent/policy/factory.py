@@ -1,4 +1,10 @@
-"""Build policies (and role registries) from config values: ``build_policy("hf", "embedded")``."""
+"""The one builder of policies (and role registries) from config values: ``build_policy("hf", "embedded")``.
+
+Every physical model the package serves is built here: the trainer's rollout models (a loaded model object
+it trains in place, ``build_policy("hf", model, tokenizer=tok, batching=True, ...)``), the team server's, the
+evaluator's, the coach's, verl's CPU rollout, replay's and distillation's. Weights are read by
+:func:`metaagent.policy.models.load_model_and_tokenizer` (through :class:`~metaagent.policy.hf.HFPolicy`).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from .base import Policy
 from .registry import PolicyRegistry
 
 
-def _hf(model: str, **options: Any) -> Policy:
+def _hf(model: Any, **options: Any) -> Policy:
     from .hf import HFPolicy
 
     return HFPolicy(model, **options)
@@ -49,8 +55,10 @@ BACKENDS: dict[str, tuple[Callable[..., Policy], str]] = {
     "openai": (_openai, "metaagent.policy.openai_backend:OpenAIPolicy"),
     "scripted": (_scripted, "metaagent.policy.scripted:ScriptedPolicy"),
 }
-#: options handled here rather than by a backend constructor
-BATCHING_OPTIONS = ("batching", "max_wait_s", "max_in_flight")
+#: the backends a run's config may name for a model (``scripted`` answers from a list or a function: tests, rules)
+MODEL_BACKENDS: tuple[str, ...] = tuple(name for name in BACKENDS if name != "scripted")
+#: options handled here rather than by a backend constructor (those of the BatchingPolicy in front)
+BATCHING_OPTIONS = ("batching", "batch_size", "max_wait_s", "max_in_flight")
 
 
 def _accepted_options(target: str) -> list[str] | None:
@@ -65,23 +73,26 @@ def _accepted_options(target: str) -> list[str] | None:
     return [p.name for p in params if p.kind is not p.VAR_POSITIONAL]
 
 
-def build_policy(backend: str, model: str, **options: Any) -> Policy:
+def build_policy(backend: str, model: Any, **options: Any) -> Policy:
     """Build a policy backend by name.
 
     Args:
         backend: one of ``"hf"``, ``"vllm"``, ``"openai"``, ``"scripted"``.
-        model: model alias/path (hf, vllm), served model name (openai), or model id (scripted).
+        model: model alias/path (hf, vllm), served model name (openai), or model id (scripted); for ``hf`` also
+            a loaded ``PreTrainedModel`` (with ``tokenizer=``), which the policy serves as it is trained.
         options: passed to the backend's constructor, plus ``batching=True`` to wrap the backend in a
-            :class:`~metaagent.policy.batcher.BatchingPolicy` (``max_batch_size`` then also caps its
-            batches; ``max_wait_s`` and ``max_in_flight`` configure it).
+            :class:`~metaagent.policy.batcher.BatchingPolicy` (closing it closes the backend): ``batch_size``
+            caps the batcher's batches (default: the backend's ``max_batch_size`` when given), ``max_wait_s``
+            and ``max_in_flight`` configure it.
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown policy backend {backend!r}; valid backends: {sorted(BACKENDS)}")
     builder, target = BACKENDS[backend]
     batching = bool(options.pop("batching", False))
-    batch_options = {k: options.pop(k) for k in ("max_wait_s", "max_in_flight") if k in options}
-    if batch_options and not batching:
-        raise ValueError(f"{sorted(batch_options)} only apply with batching=True")
+    given = {k: options.pop(k) for k in BATCHING_OPTIONS[1:] if k in options}
+    if given and not batching:
+        raise ValueError(f"{sorted(given)} only apply with batching=True")
+    batch_options = {"max_batch_size" if k == "batch_size" else k: v for k, v in given.items()}
     accepted = _accepted_options(target)
     if accepted is not None:
         unknown = sorted(set(options) - set(accepted) - {"model"})
@@ -95,7 +106,7 @@ def build_policy(backend: str, model: str, **options: Any) -> Policy:
         from .batcher import BatchingPolicy
 
         if "max_batch_size" in options:
-            batch_options["max_batch_size"] = options["max_batch_size"]
+            batch_options.setdefault("max_batch_size", options["max_batch_size"])
         policy = BatchingPolicy(policy, close_backend=True, **batch_options)
     return policy
 

@@ -1,7 +1,7 @@
 """The project's one log-softmax: ``log p_v = z_v - logsumexp(z)``, accurate in fp32 on every device.
 
 Every token log-prob goes through here: the rollout's pi_old (:func:`metaagent.policy.hf.sample_next`), the
-trainer's pi_theta (:mod:`metaagent.train.logprobs`) and the tests' references. verl's actor computes its fp32
+trainer's pi_theta (:mod:`metaagent.learn.logprobs`) and the tests' references. verl's actor computes its fp32
 log-probs the same way (``verl.utils.torch_functional.logprobs_from_logits_v2``: ``gather - logsumexp``).
 
 Why not ``torch.log_softmax`` (or ``softmax`` / ``cross_entropy``): on CPU (torch 2.13) their fused kernel adds

@@ -14,7 +14,7 @@ rollout's bf16 copy of fp32 master weights.
 
 The log-probs the rollout records then come from the bf16 copy while the trainer recomputes them with the fp32
 master (under bf16 autocast): the mismatch the trainer measures (``train/mismatch_kl``) and corrects with
-truncated importance sampling (``optim.tis_cap``, :func:`metaagent.train.losses.tis_weights`).
+truncated importance sampling (``optim.tis_cap``, :func:`metaagent.learn.losses.tis_weights`).
 """
 
 from __future__ import annotations

@@ -120,39 +120,17 @@ def recorded_settings(
     return params, dict(rollout.limits), reward, notes
 
 
-def resolve_model(model: str, key: str | None = None) -> str:
-    """A model argument as a policy model name: an alias or HF folder as is; a training checkpoint
-    (``RUN/checkpoints/step_*``) or a run directory (its latest checkpoint) to the folder of its executor
-    model (or of ``key``)."""
-    path = Path(model)
-    if (path / "checkpoints").is_dir() and not (path / "config.json").is_file():
-        from metaagent.train.checkpoint import latest_checkpoint
-
-        latest = latest_checkpoint(path)
-        if latest is None:
-            raise ReplayError(f"{path} has a checkpoints/ folder but no complete checkpoint (no meta.json)")
-        path = latest
-    if (path / "meta.json").is_file():
-        from metaagent.train.checkpoint import CheckpointError, model_path, read_meta
-
-        try:
-            keys = sorted(read_meta(path)["models"])
-            if key is None:
-                key = "executor" if "executor" in keys else (keys[0] if len(keys) == 1 else None)
-            if key is None:
-                raise ReplayError(f"checkpoint {path} holds models {keys}; choose one with --model-key")
-            return str(model_path(path, key))
-        except CheckpointError as e:
-            raise ReplayError(str(e)) from None
-    return model
-
-
 def build_rerun_policy(model: str, backend: str = "hf", model_key: str | None = None) -> Policy:
     """The policy for ``--model``: errors (unknown backend, no model there) as :class:`ReplayError`."""
+    from metaagent.learn.checkpoint import CheckpointError, checkpoint_model
     from metaagent.policy.factory import build_policy
 
     try:
-        return build_policy(backend, resolve_model(model, model_key))
+        path = checkpoint_model(model, key=model_key)
+    except CheckpointError as e:
+        raise ReplayError(str(e)) from None
+    try:
+        return build_policy(backend, path)
     except (OSError, ValueError) as e:  # FileNotFoundError for a missing model, ValueError for bad options
         raise ReplayError(f"cannot build the {backend!r} policy for model {model!r}: {e}") from None
 

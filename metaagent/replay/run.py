@@ -333,7 +333,7 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
 
 
 def _read_metrics(path: Path, bad: list[BadLine]) -> list[dict[str, Any]]:
-    from metaagent.train.metrics import read_metrics
+    from metaagent.learn.metrics import read_metrics
 
     rows, bad_numbers = read_metrics(path)
     bad.extend(BadLine(str(path), n, "metrics line is not valid JSON") for n in bad_numbers)

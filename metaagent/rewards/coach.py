@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaagent.policy.base import Policy, SamplingParams
-from metaagent.policy.scripted import ScriptedPolicy
 from metaagent.records import Execution, RolloutTree, ToolCall, TurnReward
 
 from ..data.tasks import Task
@@ -267,29 +266,26 @@ class CoachConfig:
 
 
 def make_backend(config: CoachConfig) -> Policy:
-    """The coach's policy for ``config.backend``."""
+    """The coach's policy for ``config.backend``, built by the one builder (:func:`metaagent.policy.build_policy`)."""
+    from metaagent.policy.factory import build_policy
+
     if config.backend == "rule":
         rule = RULES[config.model]
         # the rule reads the rendered coach prompt (the first user message), as an LLM coach would
-        return ScriptedPolicy(
-            lambda req: rule(next(m["content"] for m in req.messages if m["role"] == "user")), model_id=f"rule:{config.model}"
-        )
-    if config.backend == "openai":
-        from metaagent.policy.openai_backend import OpenAIPolicy
-
-        return OpenAIPolicy(
-            config.base_url or "", config.model, api_key_env=config.api_key_env, max_concurrency=config.max_concurrency,
-            max_retries=config.max_retries, vllm_extras=False, logprobs=False,
+        return build_policy(
+            "scripted", f"rule:{config.model}",
+            replies=lambda req: rule(next(m["content"] for m in req.messages if m["role"] == "user")),
         )  # fmt: skip
-    if config.backend == "hf":
-        from metaagent.policy.batcher import BatchingPolicy
-        from metaagent.policy.hf import HFPolicy
-        from metaagent.policy.models import load_model_and_tokenizer
-
-        model, tok = load_model_and_tokenizer(config.model, dtype="float32", device=config.device)
-        model.eval().requires_grad_(False)
-        hf = HFPolicy(model, tok, device=config.device, model_id=f"coach:{config.model}")
-        return BatchingPolicy(hf, max_batch_size=config.max_concurrency, close_backend=True)
+    if config.backend == "openai":
+        return build_policy(
+            "openai", config.model, base_url=config.base_url or "", api_key_env=config.api_key_env,
+            max_concurrency=config.max_concurrency, max_retries=config.max_retries, vllm_extras=False, logprobs=False,
+        )  # fmt: skip
+    if config.backend == "hf":  # fp32, generation under inference mode (the coach is never trained)
+        return build_policy(
+            "hf", config.model, device=config.device, model_id=f"coach:{config.model}", batching=True,
+            batch_size=config.max_concurrency,
+        )  # fmt: skip
     raise CoachError(f"coach.backend {config.backend!r} has no backend to build (set coach.backend)")
 
 

@@ -15,10 +15,10 @@ Here the reward is per execution (every agent turn of it shares it, Eq. 7), so
 (``RewardRecord.total``, the amount kept in ``components["overlong"]``). An execution whose reward could
 not be computed stays uncomputed. The designer's reward is Eq. 4's mean of its executions, so the penalty is
 not applied to designs: truncated designer generations are handled by the overlong filter
-(``algo.overlong.filter``, :func:`metaagent.train.samples.mask_overlong`).
+(``algo.overlong.filter``, :func:`metaagent.learn.samples.mask_overlong`).
 
 The other half of DAPO's overlong handling, *overlong filtering* (truncated samples masked out of the loss),
-is :func:`metaagent.train.samples.mask_overlong`.
+is :func:`metaagent.learn.samples.mask_overlong`.
 """
 
 from __future__ import annotations

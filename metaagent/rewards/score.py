@@ -69,7 +69,6 @@ class RewardConfig(Checked):
     math_final_form: Literal[FINAL_FORMS] = "strict"
     answer_fallbacks: tuple[str, ...] = DEFAULT_FALLBACKS  # regexes with a named group (?P<answer>...)
     fence_languages: Annotated[tuple[str, ...], Field(min_length=1)] = DEFAULT_FENCE_LANGUAGES  # ("python", "py", "")
-    batch_workers: PositiveInt = 4  # executions scored at once by score_executions
     # R_format of an execution that never submitted: "zero" (no final solution, no format reward) or
     # "delivery" (keep the delivery share of its turns: half of delivery_format). R_correct is 0 either way.
     unsubmitted_format: Literal[UNSUBMITTED_FORMAT] = "zero"
@@ -253,11 +252,10 @@ def score_executions(
     items: Iterable[tuple[Task | Mapping[str, Any], Execution]],
     config: RewardConfig | None = None,
     *,
-    max_workers: int | None = None,
+    max_workers: int = 4,
 ) -> list[RewardRecord]:
-    """Score many ``(task, execution)`` pairs concurrently (at most ``max_workers`` or
-    ``config.batch_workers`` at once), in input order. An unexpected exception while scoring one pair
-    becomes an error record (``error_kind = "internal"``) instead of failing the batch."""
+    """Score many ``(task, execution)`` pairs concurrently (at most ``max_workers`` at once), in input order.
+    An unexpected exception while scoring one pair becomes an error record (``error_kind = "internal"``) instead of failing the batch."""
     cfg = config or RewardConfig()
     pairs = list(items)
 
@@ -273,16 +271,16 @@ def score_executions(
                 details={"error_kind": "internal"},
             )
 
-    workers = max(1, min(max_workers or cfg.batch_workers, len(pairs) or 1))
+    if not isinstance(max_workers, int) or max_workers < 1:
+        raise ValueError(f"max_workers must be a positive integer, got {max_workers!r}")
+    workers = min(max_workers, len(pairs) or 1)
     if workers == 1:
         return [one(p) for p in pairs]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reward") as pool:
         return list(pool.map(one, pairs))
 
 
-def score_tree(
-    tree: RolloutTree, config: RewardConfig | None = None, *, max_workers: int | None = None
-) -> list[RewardRecord]:
+def score_tree(tree: RolloutTree, config: RewardConfig | None = None, *, max_workers: int = 4) -> list[RewardRecord]:
     """Score every execution of ``tree`` against ``tree.task`` and store each record in ``execution.reward``."""
     executions = [e for _, e in tree.executions()]
     records = score_executions(((tree.task, e) for e in executions), config, max_workers=max_workers)

@@ -9,10 +9,10 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError
+from metaagent.policy.factory import MODEL_BACKENDS
 from metaagent.rollout.config import SamplingConfig
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
-BACKENDS = ("hf", "vllm", "openai")
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
 #: environment variable read for the API key when ``--api-key`` is not given (keeps it out of `ps`)
 API_KEY_ENV = "METAAGENT_SERVE_API_KEY"
@@ -93,7 +93,7 @@ class ServeConfig(Checked):
     field_label: ClassVar[Any] = staticmethod(flag)  # errors name the flag: --workers for sandbox_workers
 
     model: str = "embedded"
-    backend: Literal[BACKENDS] = "hf"
+    backend: Literal[MODEL_BACKENDS] = "hf"
     base_url: str | None = None
     designer_model: str | None = None
     executor_model: str | None = None

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.policy.base import Policy
-from metaagent.policy.batcher import BatchingPolicy
 
 from .config import ServeConfig
 
@@ -35,9 +34,8 @@ class ServeModels:
         }
 
 
-def _backend(config: ServeConfig, name: str) -> Policy:
-    from metaagent.policy.factory import build_policy
-
+def _options(config: ServeConfig) -> dict[str, Any]:
+    """The backend's options for ``config.backend``, and the batcher's in front of it."""
     if config.backend == "hf":
         options: dict[str, Any] = {
             "device": config.device,
@@ -49,24 +47,23 @@ def _backend(config: ServeConfig, name: str) -> Policy:
         options = {"base_url": config.base_url, "max_concurrency": max(config.backend_in_flight, 1)}
     else:  # vllm schedules its own batches; the engine's arguments keep their defaults
         options = {}
-    return build_policy(config.backend, name, **options)
+    return {
+        **options, "batching": True, "batch_size": config.max_batch_size, "max_wait_s": config.max_wait_ms / 1000.0,
+        "max_in_flight": config.backend_in_flight,
+    }  # fmt: skip
 
 
 def load_models(config: ServeConfig) -> ServeModels:
     """Load every distinct model of ``config`` and put a batcher in front of each (slow: weights load)."""
+    from metaagent.policy.factory import build_policy
+
     names = {"executor": config.executor_name}
     if config.designer_name is not None:
         names["designer"] = config.designer_name
     physical: dict[str, Policy] = {}
     try:
         for name in dict.fromkeys(names.values()):
-            physical[name] = BatchingPolicy(
-                _backend(config, name),
-                max_batch_size=config.max_batch_size,
-                max_wait_s=config.max_wait_ms / 1000.0,
-                max_in_flight=config.backend_in_flight,
-                close_backend=True,
-            )
+            physical[name] = build_policy(config.backend, name, **_options(config))
     except BaseException:
         for policy in physical.values():
             policy.close()

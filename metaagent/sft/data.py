@@ -9,7 +9,7 @@ content followed by the end-of-turn token (``<|im_end|>`` for ChatML models such
 
 so the loss covers exactly the assistant tokens the policy would sample, and nothing of the prompt.
 :func:`check_tokenization` verifies that ``prompt_ids + response_ids`` spell what the chat template makes
-of the whole conversation. Each example becomes a :class:`metaagent.train.samples.Sample`, so the SFT trainer
+of the whole conversation. Each example becomes a :class:`metaagent.learn.samples.Sample`, so the SFT trainer
 shares the RL trainer's micro-batching, collation and chunked log-prob code.
 """
 
@@ -25,9 +25,9 @@ from typing import Any
 
 from metaagent.data.chat import ExampleError, validate_example
 from metaagent.errors import MetaAgentError
+from metaagent.learn.samples import Sample, SampleSet
 from metaagent.policy.chat import chat_prompt_ids
 from metaagent.records import EXECUTOR, ROLES
-from metaagent.train.samples import Sample, SampleSet
 
 #: end-of-turn tokens, in order of preference, that close an assistant reply
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")

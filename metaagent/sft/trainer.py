@@ -12,12 +12,12 @@ where ``c_i`` is the example's prompt through the chat template and ``o_i`` its 
 end-of-turn token (:mod:`metaagent.sft.data`). The step's examples are split into micro-batches by a
 padded-token budget (``micro_batch_tokens``) and each micro-batch's summed NLL is divided by the *step's* token
 count before ``backward()``, so the accumulated gradient is the gradient of ``L`` however the split falls.
-Log-probs come from the RL trainer's :func:`metaagent.train.logprobs.response_logprobs` at temperature 1
+Log-probs come from the RL trainer's :func:`metaagent.learn.logprobs.response_logprobs` at temperature 1
 (chunked LM head: never the B x T x V logits). AdamW, global grad-norm clipping, linear warmup then cosine
 (or constant) learning rate, ``epochs`` passes.
 
 Full fine-tuning, or LoRA (``lora_rank > 0``, peft's ``LoraConfig`` on all linear layers by default). Every
-checkpoint (``save_every`` steps and at exit; :mod:`metaagent.train.checkpoint`) holds
+checkpoint (``save_every`` steps and at exit; :mod:`metaagent.learn.checkpoint`) holds
 
     models/policy/    the full model (LoRA merged in) + tokenizer: a valid ``--model`` for train-metaagent,
                       metaagent-serve and HFPolicy
@@ -61,10 +61,10 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 
 from metaagent.config import ConfigError
 from metaagent.errors import MetaAgentError
+from metaagent.learn.optim import SCHEDULES, OptimizerConfig, autocast, lr_at, make_adamw
 from metaagent.records import DESIGNER
 from metaagent.records import ROLES as KINDS  # an example trains the designer or an executor call
 from metaagent.rollout.prompts import designer_prompt_of_examples, write_designer_prompt
-from metaagent.train.optim import SCHEDULES, OptimizerConfig, autocast, lr_at, make_adamw
 
 __all__ = ["SFTConfig", "SFTError", "SFTTrainer", "epoch_order", "lr_at"]
 
@@ -77,7 +77,7 @@ RESUME_MUTABLE = ("out", "save_every", "threads", "tensorboard", "resume", "keep
 class SFTConfig(OptimizerConfig):
     """One SFT run. Defaults suit LoRA on the embedded model on a CPU. The optimizer fields (lr, betas,
     weight_decay, grad_clip, schedule, warmup_steps, min_lr_ratio, micro_batch_tokens, logprob_chunk, ...)
-    are the one :class:`~metaagent.train.optim.OptimizerConfig` of the RL trainer, with SFT's defaults.
+    are the one :class:`~metaagent.learn.optim.OptimizerConfig` of the RL trainer, with SFT's defaults.
 
     Attributes:
         data: chat-messages JSONL files (``metaagent-distill`` output or any TRL-style conversational data).
@@ -223,7 +223,7 @@ class SFTTrainer:
     def _resume(self, resume: bool | str) -> None:
         from peft.utils import set_peft_model_state_dict
 
-        from metaagent.train.checkpoint import latest_checkpoint, load_checkpoint, model_path
+        from metaagent.learn.checkpoint import latest_checkpoint, load_checkpoint, model_path
 
         path = latest_checkpoint(self.run_dir) if resume is True else Path(str(resume))
         if path is None:
@@ -273,8 +273,8 @@ class SFTTrainer:
         """Forward/backward the step's micro-batches (token-mean NLL), clip, AdamW step. Returns metrics."""
         import torch
 
-        from metaagent.train.logprobs import response_logprobs
-        from metaagent.train.samples import collate, micro_batches
+        from metaagent.learn.logprobs import response_logprobs
+        from metaagent.learn.samples import collate, micro_batches
 
         t0 = time.perf_counter()
         batch = self.batch_of(step)
@@ -328,7 +328,7 @@ class SFTTrainer:
 
         Returns the folder of the final merged model (a valid ``--model``).
         """
-        from metaagent.train.metrics import MetricsLogger
+        from metaagent.learn.metrics import MetricsLogger
 
         cfg = self.config
         logger = MetricsLogger(
@@ -364,7 +364,7 @@ class SFTTrainer:
 
     def save(self) -> Path:
         """Write checkpoint ``step`` and point ``OUT/model`` (and ``OUT/adapter``) at it."""
-        from metaagent.train.checkpoint import save_checkpoint
+        from metaagent.learn.checkpoint import save_checkpoint
 
         models: dict[str, Any] = {POLICY_KEY: self.merged_model()}
         if self.config.lora_rank > 0:
@@ -437,13 +437,6 @@ def _link(link: Path, target: Path) -> None:
         tmp.unlink()
     os.symlink(os.path.relpath(target, link.parent), tmp)
     os.replace(tmp, link)
-
-
-def train_sft(
-    config: SFTConfig, *, resume: bool | str | None = None, log: Callable[[str], None] | None = None
-) -> Path:
-    """Run SFT to the end and return the final merged model folder."""
-    return SFTTrainer(config, resume=resume, log=log).run()
 
 
 def sft_samples_summary(samples: Sequence) -> dict[str, float]:

@@ -12,12 +12,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError, load_config, to_dict
+from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
 from metaagent.execution.isolation import ExecutionConfig
-from metaagent.rewards.coach import CoachConfig
-from metaagent.rollout.config import RolloutConfig
-from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
-from metaagent.policy.precision import DTYPES, resolve_dtype
-from metaagent.train.optim import (  # noqa: F401
+from metaagent.learn.optim import (  # noqa: F401
     DEFAULT_TIS_CAP,
     LOSS_AGG_MODES,
     POLICY_LOSSES,
@@ -25,16 +22,19 @@ from metaagent.train.optim import (  # noqa: F401
     OptimizerConfig,
     autocast_dtype,
 )
+from metaagent.policy.factory import MODEL_BACKENDS
+from metaagent.policy.precision import DTYPES, resolve_dtype
+from metaagent.rewards.coach import CoachConfig
+from metaagent.rollout.config import RolloutConfig
+from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
 
-BACKENDS = ("hf", "vllm", "openai")
+from .schedule import MODES
+
 WEIGHTS = ("shared", "separate")
 TRAIN_BACKENDS = ("local", "verl")
-SCHEDULE_MODES = ("stagewise", "coupled", "designer_only", "executor_only")
-EXECUTOR_GROUPS = ("question", "design")
-EXECUTOR_UNITS = ("call", "execution")
 EXECUTOR_BALANCES = ("auto", "member", "design")  # "auto": design under rollout.adaptive_budget, else member
 STAGE_SWITCHES = ("keep", "reset")
-# LOSS_AGG_MODES and POLICY_LOSSES are re-exported for older imports; their home is metaagent.train.optim
+# LOSS_AGG_MODES and POLICY_LOSSES are re-exported for older imports; their home is metaagent.learn.optim
 
 
 @dataclass
@@ -69,7 +69,7 @@ class PolicyConfig(Checked):
     designer_model: str | None = None
     executor_model: str | None = None
     role_models: dict[str, str] = field(default_factory=dict)
-    backend: Literal[BACKENDS] = "hf"
+    backend: Literal[MODEL_BACKENDS] = "hf"
     device: str = "cpu"
     # the rollout's dtype (hf backend; the trained weights stay fp32): "auto" = bfloat16 where the device has bf16
     # matrix units (avx512_bf16 / amx_bf16 CPUs, CUDA), else float32; resolved when the config loads. The
@@ -141,7 +141,7 @@ class DynamicSamplingConfig(Checked):
 class OverlongConfig(Checked):
     """DAPO's overlong handling (Yu et al. 2025, §3.4), both off by default. ``filter``: samples of
     ``filter_roles`` whose generation ended at a length limit are masked out of the loss
-    (:func:`metaagent.train.samples.mask_overlong`). ``buffer`` > 0: the soft overlong punishment of Eq. 13
+    (:func:`metaagent.learn.samples.mask_overlong`). ``buffer`` > 0: the soft overlong punishment of Eq. 13
     with ``L_max = rollout.executor.max_tokens`` and ``L_cache = buffer`` on every executor turn, added to its
     execution's reward (:mod:`metaagent.rewards.overlong`; verl's ``reward.overlong_buffer``)."""
 
@@ -184,15 +184,15 @@ class AlgoConfig(Checked):
 class ScheduleConfig(Checked):
     """Which role is trained at each step (paper Eq. 9): stagewise alternation every ``stage_len`` steps."""
 
-    mode: Literal[SCHEDULE_MODES] = "stagewise"
+    mode: Literal[MODES] = "stagewise"
     stage_len: PositiveInt = 30
 
 
 @dataclass
 class OptimConfig(LossConfig, OptimizerConfig):
-    """The ``optim`` section: the one optimizer config (:class:`~metaagent.train.optim.OptimizerConfig`:
+    """The ``optim`` section: the one optimizer config (:class:`~metaagent.learn.optim.OptimizerConfig`:
     AdamW, grad clip, micro-batches, LR schedule) and the one loss config
-    (:class:`~metaagent.train.optim.LossConfig`: PPO-clip / GRPO, paper Eq. 2-3), plus what only RL training
+    (:class:`~metaagent.learn.optim.LossConfig`: PPO-clip / GRPO, paper Eq. 2-3), plus what only RL training
     needs. Every field is a flat YAML key (``optim.lr``, ``optim.clip_low``, ...)."""
 
     # bf16 autocast of the update's forwards (fp32 master weights): "auto" = where the device has bf16 matrix units
@@ -235,7 +235,7 @@ class TrainerConfig(Checked):
     val_repeats: int = 1
     val_greedy: bool = True
     tensorboard: bool = True  # false drops tensorboard from loggers
-    # metric destinations (metaagent.train.trackers): jsonl (required), tensorboard, wandb, mlflow (verl's
+    # metric destinations (metaagent.learn.trackers): jsonl (required), tensorboard, wandb, mlflow (verl's
     # trainer.logger, OpenRLHF's --use_wandb / --use_tensorboard); wandb and mlflow need their pip extras
     loggers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
     tracker_project: str = "metaagent"  # wandb project and MLflow experiment name
@@ -243,7 +243,7 @@ class TrainerConfig(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from metaagent.train.trackers import LOGGERS
+        from metaagent.learn.trackers import LOGGERS
 
         bad = [n for n in self.loggers if n not in LOGGERS]
         if bad or "jsonl" not in self.loggers:

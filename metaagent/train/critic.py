@@ -12,7 +12,7 @@ Per step, for the samples routed to its model::
     values(samples)   V_t of every response token, read at the position that predicts the token (as verl's
                       ``no_padding_2_padding``: the hidden state of the context before token t), before any
                       update: the V_old of the clipped value loss and the V of GAE
-    update(samples)   one AdamW step on verl's clipped value loss (metaagent.train.losses.value_loss) towards
+    update(samples)   one AdamW step on verl's clipped value loss (metaagent.learn.losses.value_loss) towards
                       Sample.returns, micro-batched, normalised over the whole batch
 
 Metrics are ``train/critic/*``.
@@ -28,10 +28,9 @@ from typing import Any
 import torch
 
 from metaagent.errors import MetaAgentError
-
-from .losses import VALUE_SUMMED_METRICS, GlobalBatch, value_loss
-from .optim import OptimizerConfig, make_adamw
-from .samples import Sample, collate, micro_batches
+from metaagent.learn.losses import VALUE_SUMMED_METRICS, GlobalBatch, value_loss
+from metaagent.learn.optim import OptimizerConfig, make_adamw
+from metaagent.learn.samples import Sample, collate, micro_batches
 
 
 class CriticError(MetaAgentError, ValueError):

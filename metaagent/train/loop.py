@@ -36,8 +36,8 @@ from metaagent.rollout.engine import RolloutEngine, RolloutObserver
 from metaagent.rollout.metrics import rollout_metrics
 from metaagent.seeding import derive_seed
 from metaagent.train.config import TrainConfig
-from metaagent.train.metrics import MetricsLogger, cuda_peak_mib
-from metaagent.train.trackers import step_samples
+from metaagent.learn.metrics import MetricsLogger, cuda_peak_mib
+from metaagent.learn.trackers import step_samples
 
 ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
 
@@ -100,7 +100,7 @@ class TrainLoop:
         from metaagent.data import MixtureSampler
         from metaagent.train.schedule import StageSchedule
 
-        from metaagent.train.trackers import check_available
+        from metaagent.learn.trackers import check_available
 
         self.config = cfg = config
         check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
@@ -195,7 +195,7 @@ class TrainLoop:
         }
 
     def _find_checkpoint(self, resume: str | bool | None) -> Path | None:
-        from metaagent.train.checkpoint import latest_checkpoint
+        from metaagent.learn.checkpoint import latest_checkpoint
 
         if not resume:
             return None
@@ -381,7 +381,7 @@ class TrainLoop:
         from metaagent.credit import assign_credit
         from metaagent.train.models import temperatures
         from metaagent.train.token_stage import apply_token_stage
-        from metaagent.train.samples import build_pair_samples, build_samples, mask_overlong
+        from metaagent.learn.samples import build_pair_samples, build_samples, mask_overlong
 
         cfg = self.config
         t_start = time.perf_counter()

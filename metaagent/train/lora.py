@@ -167,7 +167,7 @@ class AdapterSet:
 
 
 class AdapterHandle:
-    """What :func:`metaagent.train.checkpoint.save_checkpoint` saves for a LoRA key: ``save_pretrained`` writes
+    """What :func:`metaagent.learn.checkpoint.save_checkpoint` saves for a LoRA key: ``save_pretrained`` writes
     the adapter folder."""
 
     def __init__(self, adapters: AdapterSet, key: str) -> None:

@@ -5,7 +5,7 @@
     policy.role_models         + {"role0": R, ...}                 executor:<pattern>  -> R
 
 Each physical model is loaded once (fp32 master weights), served for rollout through an ``HFPolicy``
-behind a ``BatchingPolicy``, and trained by its own ``PolicyUpdater`` (own optimizer). The rollout
+behind a ``BatchingPolicy`` (both built by :func:`metaagent.policy.factory.build_policy`), and trained by its own ``PolicyUpdater`` (own optimizer). The rollout
 reads the very weights the updater changes (``policy.dtype: float32``), or a bf16 copy of them that the
 policy refreshes when they changed (``bfloat16``, :class:`metaagent.policy.precision.DecodeCopy`), so no
 sync step is needed on the local backend.
@@ -36,7 +36,7 @@ class ModelSet:
     tokenizers: dict[str, Any]
     paths: dict[str, str]  # key -> the path or alias it was loaded from
     policies: dict[str, Policy]  # key -> batching policy over the model
-    role_to_key: dict[str, str]  # patterns for metaagent.train.samples.route_samples
+    role_to_key: dict[str, str]  # patterns for metaagent.learn.samples.route_samples
     designer_key: str
     executor_keys: dict[str, str] = field(default_factory=dict)  # registry pattern -> key
     # policy.lora: key -> the AdapterSet holding its adapter (keys on one base share one set); empty otherwise
@@ -160,8 +160,7 @@ def model_plan(cfg: PolicyConfig) -> tuple[dict[str, str], dict[str, str], str, 
 
 def load_models(cfg: PolicyConfig) -> ModelSet:
     """Load every physical model of ``cfg`` and wrap each in a batching rollout policy."""
-    from metaagent.policy.batcher import BatchingPolicy
-    from metaagent.policy.hf import HFPolicy
+    from metaagent.policy.factory import build_policy
     from metaagent.policy.models import load_model_and_tokenizer
 
     if cfg.backend != "hf":
@@ -188,9 +187,10 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
         else:
             model, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
         models[key], tokenizers[key] = model, tok
-        hf = HFPolicy(
+        policies[key] = build_policy(
+            "hf",
             model,
-            tok,
+            tokenizer=tok,
             device=cfg.device,
             # a bf16 rollout generates from a refreshed bf16 copy; LoRA adapters switch on the model itself
             dtype=None if cfg.lora.enabled else cfg.dtype,
@@ -200,15 +200,12 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             prefix_cache_mb=cfg.prefix_cache_mb,
             chat_template_kwargs=cfg.chat_template_kwargs,
             model_context=context,
-        )
-        policies[key] = BatchingPolicy(
-            hf,
+            batching=True,
             # continuous: every request is its own backend call, admitted into the running batch as it arrives and
             # returned as soon as it is done; static: requests that arrive together form one batch
-            max_batch_size=1 if cfg.continuous else cfg.max_batch_size,
+            batch_size=1 if cfg.continuous else cfg.max_batch_size,
             max_wait_s=cfg.max_wait_s,
             max_in_flight=CONTINUOUS_IN_FLIGHT * cfg.max_batch_size if cfg.continuous else 1,
-            close_backend=True,
         )
     return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys, adapters)
 
@@ -258,7 +255,7 @@ def make_critics(models: ModelSet, critic: Any, optim: OptimConfig) -> dict[str,
     model from ``critic.model`` or else the same weights as the policy it pairs with; AdamW at ``critic.lr``
     with the policy's betas, epsilon and micro-batch budget."""
     from metaagent.train.critic import Critic, load_value_model
-    from metaagent.train.optim import OptimizerConfig
+    from metaagent.learn.optim import OptimizerConfig
 
     base = optim.optimizer()
     settings = {f: getattr(base, f) for f in OptimizerConfig.__dataclass_fields__}
@@ -275,7 +272,7 @@ def make_critics(models: ModelSet, critic: Any, optim: OptimConfig) -> dict[str,
 
 def critic_values(critics: Mapping[str, Any], samples: Any, role_to_key: Mapping[str, str]) -> list[list[float]]:
     """``V_t`` of every response token of ``samples`` under the critic of its own model, in input order."""
-    from metaagent.train.samples import route_samples
+    from metaagent.learn.samples import route_samples
 
     out: dict[int, list[float]] = {}
     index = {id(s): n for n, s in enumerate(samples)}
@@ -290,7 +287,7 @@ def critic_values(critics: Mapping[str, Any], samples: Any, role_to_key: Mapping
 def update_critics(critics: Mapping[str, Any], samples: Any, role_to_key: Mapping[str, str]) -> dict[str, float]:
     """One value-loss step of every critic on its model's samples; ``train/critic/*`` (one model) or
     ``train/critic/<key>/*`` (several)."""
-    from metaagent.train.samples import route_samples
+    from metaagent.learn.samples import route_samples
 
     routed = route_samples(samples, role_to_key)
     metrics: dict[str, float] = {}

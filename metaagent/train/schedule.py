@@ -11,7 +11,6 @@ The ablations of §4.3 are the other modes: ``coupled`` (both roles every step),
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,17 +34,6 @@ DEFAULT_STAGE_LEN = 30  # paper §4.1: K = 30
 
 class ScheduleError(MetaAgentError, ValueError):
     """The schedule is misconfigured; the message says what to change."""
-
-
-def active_role_set(active_roles: Iterable[str], error: type[Exception] = ScheduleError) -> frozenset[str]:
-    """The Eq. 9 mask as a set: the roles whose samples enter the loss. Samples of the other roles are never
-    built (:func:`metaagent.train.samples.build_samples`) nor forwarded (:class:`PolicyUpdater`), so they
-    contribute exactly zero gradient. Raises ``error`` for a name that is not a role."""
-    active = frozenset(active_roles)
-    unknown = active - set(ROLES)
-    if unknown:
-        raise error(f"unknown role(s) {sorted(unknown)} in active_roles; roles are {ROLES}")
-    return active
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,8 @@ import numpy as np
 
 from metaagent.credit import TokenCredit, TokenStage
 from metaagent.credit.mappa import Action
+from metaagent.learn.samples import Sample, SampleError, SampleSet
 from metaagent.records import EXECUTOR
-
-from .samples import Sample, SampleError, SampleSet
 
 RefLogprobs = Callable[[Sequence[Sample]], list[list[float]]]
 Values = Callable[[Sequence[Sample]], list[list[float]]]

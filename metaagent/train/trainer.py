@@ -51,7 +51,7 @@ class Trainer(TrainLoop):
         return self.models.model_ids()
 
     def _restore(self, path: Path) -> int:
-        from metaagent.train.checkpoint import load_checkpoint, model_path
+        from metaagent.learn.checkpoint import load_checkpoint, model_path
 
         adapters = self.models.adapters  # LoRA keys: their folders hold adapters, loaded into the shared bases
         full = {k: m for k, m in self.models.models.items() if k not in adapters}
@@ -62,8 +62,8 @@ class Trainer(TrainLoop):
         return self._load_loop_state(state, path)
 
     def save(self, next_step: int) -> Path:
+        from metaagent.learn.checkpoint import model_path, save_checkpoint
         from metaagent.rollout.prompts import write_designer_prompt
-        from metaagent.train.checkpoint import model_path, save_checkpoint
 
         path = save_checkpoint(
             self.run_dir,
@@ -88,7 +88,7 @@ class Trainer(TrainLoop):
         return ref_logprobs_routed(self.updaters, samples, self.models.role_to_key)
 
     def _model_key(self, sample: Any) -> str:
-        from metaagent.train.samples import model_key
+        from metaagent.learn.samples import model_key
 
         return model_key(sample, self.models.role_to_key)
 

@@ -8,16 +8,16 @@
 2. each role's samples form its own group G^r (Eq. 2): ``L = L_D + L_E``, each aggregated over its own
    role's batch (in ``coupled`` mode both terms are present; otherwise one);
 3. a role's samples are split into micro-batches by a padded-token budget
-   (:func:`~metaagent.train.samples.micro_batches`); each micro-batch: chunked log-probs
-   (:mod:`~metaagent.train.logprobs`), verl's policy loss normalised over the role's *whole* batch
-   (:mod:`~metaagent.train.losses`), ``backward()``; the accumulated gradient therefore equals the gradient
+   (:func:`~metaagent.learn.samples.micro_batches`); each micro-batch: chunked log-probs
+   (:mod:`~metaagent.learn.logprobs`), verl's policy loss normalised over the role's *whole* batch
+   (:mod:`~metaagent.learn.losses`), ``backward()``; the accumulated gradient therefore equals the gradient
    of the big-batch loss;
 4. grad-norm clipping (1.0), AdamW step on fp32 master weights. The step is skipped when the grad norm is
    not finite, and when no sample has a non-zero advantage: such a step has no policy gradient, and an
    AdamW step would still move the weights through momentum and weight decay.
 
 Shared or separate designer/executor weights: hold one updater per physical model and route samples with
-:func:`~metaagent.train.samples.route_samples`.
+:func:`~metaagent.learn.samples.route_samples`.
 """
 
 from __future__ import annotations
@@ -33,12 +33,19 @@ import torch
 
 from metaagent.config import Checked
 from metaagent.errors import MetaAgentError
-
-from .logprobs import naive_response_logprobs, response_logprobs
-from .losses import SUMMED_METRICS, GlobalBatch, dpo_loss, policy_loss
-from .optim import LossConfig, OptimizerConfig, autocast, lr_at, make_adamw
-from .samples import PairSample, RoleToModel, Sample, collate, micro_batches, route_samples
-from .schedule import ROLES, active_role_set
+from metaagent.learn.logprobs import naive_response_logprobs, response_logprobs
+from metaagent.learn.losses import SUMMED_METRICS, GlobalBatch, dpo_loss, policy_loss
+from metaagent.learn.optim import LossConfig, OptimizerConfig, autocast, lr_at, make_adamw
+from metaagent.learn.samples import (
+    PairSample,
+    RoleToModel,
+    Sample,
+    active_role_set,
+    collate,
+    micro_batches,
+    route_samples,
+)
+from metaagent.records import ROLES
 
 LOGPROB_IMPLS = ("chunked", "naive")  # "naive": the full-logits reference, for tests and benchmarks only
 
@@ -78,7 +85,7 @@ def _check_fp32(model: torch.nn.Module, name: str) -> None:
 
 
 class PolicyUpdater:
-    """AdamW PPO-clip updates of ``model`` from :class:`~metaagent.train.samples.Sample` lists.
+    """AdamW PPO-clip updates of ``model`` from :class:`~metaagent.learn.samples.Sample` lists.
 
     Args:
         model: a Hugging Face causal LM with fp32 parameters.
@@ -86,11 +93,11 @@ class PolicyUpdater:
         ref_context: instead of ``ref_model``: the reference is ``model`` itself inside this context (LoRA:
             :meth:`metaagent.train.lora.AdapterSet.reference`, the shared frozen base with every adapter off),
             so no copy is held. Reference forwards run under ``no_grad`` with the same chunking either way.
-        optim: the :class:`~metaagent.train.optim.OptimizerConfig` (AdamW, clipping, micro-batches, schedule).
-        loss: the :class:`~metaagent.train.optim.LossConfig` (Eq. 2-3 PPO-clip, KL, entropy).
+        optim: the :class:`~metaagent.learn.optim.OptimizerConfig` (AdamW, clipping, micro-batches, schedule).
+        loss: the :class:`~metaagent.learn.optim.LossConfig` (Eq. 2-3 PPO-clip, KL, entropy).
         options: :class:`UpdateOptions` (log-prob implementation, pad id, checkpointing).
         total_steps: the run's optimizer steps, for a cosine ``optim.schedule`` (the learning rate of step
-            ``s`` is :func:`~metaagent.train.optim.lr_at`, ``s`` counting this updater's optimizer steps).
+            ``s`` is :func:`~metaagent.learn.optim.lr_at`, ``s`` counting this updater's optimizer steps).
         params: the parameters to optimise (default: every parameter of ``model`` that requires grad); LoRA
             passes one adapter's (:mod:`metaagent.train.lora`).
         model_context: entered around every forward of ``model`` (LoRA: makes this updater's adapter the
@@ -313,7 +320,7 @@ class PolicyUpdater:
         return [out[n] for n in range(len(samples))]
 
     def accumulate_pairs(self, pairs: Sequence[PairSample], *, beta: float = 0.1) -> dict[str, float]:
-        """Forward and backward the DPO loss of ``pairs`` (:func:`metaagent.train.losses.dpo_loss`) against
+        """Forward and backward the DPO loss of ``pairs`` (:func:`metaagent.learn.losses.dpo_loss`) against
         the reference, adding to the accumulated gradient; :meth:`step` applies it."""
         if not self.has_reference:
             raise UpdateError("the DPO loss needs ref_model (a frozen copy of the initial policy)")

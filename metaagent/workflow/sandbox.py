@@ -104,7 +104,7 @@ def task_text(task: Task | Mapping[str, Any] | str) -> str:
     return Task.coerce(task).question
 
 
-class _Worker:
+class _SandboxWorker:
     """A worker process and the host's end of its channel."""
 
     def __init__(self, python: str, drop_privileges: bool, startup_timeout_s: float) -> None:
@@ -198,7 +198,7 @@ class _Worker:
         return out
 
 
-def _kill_all(workers: list[_Worker]) -> None:
+def _kill_all(workers: list[_SandboxWorker]) -> None:
     for w in list(workers):
         try:
             w.kill()
@@ -244,15 +244,15 @@ class SandboxPool:
         self.python = python or sys.executable
         self.startup_timeout_s = startup_timeout_s
         self._cond = threading.Condition()
-        self._idle: list[_Worker] = []
-        self._all: list[_Worker] = []
+        self._idle: list[_SandboxWorker] = []
+        self._all: list[_SandboxWorker] = []
         self._starting = 0
         self._closed = False
         self.counters = {"started": 0, "replaced": 0, "executions": 0}
         self._finalizer = weakref.finalize(self, _kill_all, self._all)
 
     # ---- workers ------------------------------------------------------------------------------------------
-    def _acquire(self) -> _Worker:
+    def _acquire(self) -> _SandboxWorker:
         with self._cond:
             while True:
                 if self._closed:
@@ -269,10 +269,10 @@ class SandboxPool:
                 self._cond.wait()
         return self._spawn_reserved()
 
-    def _spawn_reserved(self) -> _Worker:
+    def _spawn_reserved(self) -> _SandboxWorker:
         """Start a worker for a slot already reserved in ``_starting``."""
         try:
-            worker = _Worker(self.python, self.drop_privileges, self.startup_timeout_s)
+            worker = _SandboxWorker(self.python, self.drop_privileges, self.startup_timeout_s)
         except BaseException:
             with self._cond:
                 self._starting -= 1
@@ -284,7 +284,7 @@ class SandboxPool:
             self.counters["started"] += 1
         return worker
 
-    def _release(self, worker: _Worker, healthy: bool) -> None:
+    def _release(self, worker: _SandboxWorker, healthy: bool) -> None:
         worker.jobs += 1
         keep = healthy and not self._closed and worker.jobs < self.max_jobs_per_worker and worker.alive()
         if not keep:

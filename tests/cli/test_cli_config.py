@@ -145,9 +145,9 @@ def test_declared_ranges_are_checked_on_load(name, overrides, message):
 def test_declared_ranges_are_checked_on_construction(tmp_path):
     from metaagent.config import ConfigError
     from metaagent.eval.config import EvalConfig
+    from metaagent.learn.optim import LossConfig, OptimizerConfig
     from metaagent.serve.config import ServeConfig
     from metaagent.sft.trainer import SFTConfig
-    from metaagent.train.optim import LossConfig, OptimizerConfig
 
     cases = [
         (lambda: OptimizerConfig(warmup_steps=-2), "warmup_steps = -2: Input should be greater than or equal to 0"),
@@ -169,9 +169,9 @@ def test_one_optimizer_config_for_rl_and_sft():
     for the micro-batch budget (the 8192 vs 4096 drift is gone)."""
     import dataclasses
 
+    from metaagent.learn.optim import LossConfig, OptimizerConfig
     from metaagent.sft.trainer import SFTConfig
     from metaagent.train.config import OptimConfig
-    from metaagent.train.optim import LossConfig, OptimizerConfig
 
     names = {f.name for f in dataclasses.fields(OptimizerConfig)}
     assert names <= {f.name for f in dataclasses.fields(OptimConfig)}

@@ -264,7 +264,7 @@ def test_protocol_metrics_read_the_records():
 def test_dpo_loss_of_weighted_pairs_by_hand():
     import torch
 
-    from metaagent.train.losses import dpo_loss
+    from metaagent.learn.losses import dpo_loss
 
     # pair 1: policy prefers y+ by 1 nat more than the reference; pair 2: by -2 nats; weights 2 and 1
     chosen, rejected = torch.tensor([-3.0, -5.0]), torch.tensor([-4.0, -4.0])
@@ -283,7 +283,7 @@ def test_one_pairs_weight_scales_its_loss_and_gradient():
     cancel it for a single pair (and shrink every pair's gradient when confident pairs join a batch)."""
     import torch
 
-    from metaagent.train.losses import dpo_loss
+    from metaagent.learn.losses import dpo_loss
 
     def run(w):
         chosen = torch.tensor([-3.0], requires_grad=True)

@@ -253,15 +253,15 @@ def test_co_evolution_grid_crosses_designers_and_executors(tmp_path, pool):
 
 
 def test_checkpoint_folders_resolve_to_the_role_model(tmp_path):
-    from metaagent.eval.runner import resolve_model
+    from metaagent.learn.checkpoint import checkpoint_model
 
     ckpt = tmp_path / "run" / "checkpoints" / "step_00000030"
     (ckpt / "models" / "designer").mkdir(parents=True)
     (ckpt / "meta.json").write_text(json.dumps({"models": {"designer": "models/designer", "executor": "models/executor"}}))
-    assert resolve_model(str(tmp_path / "run"), "designer") == str(ckpt / "models/designer")
-    assert resolve_model(str(ckpt), "executor") == str(ckpt / "models/executor")
-    assert resolve_model(str(ckpt) + "#designer", "executor") == str(ckpt / "models/designer")
-    assert resolve_model("embedded", "designer") == "embedded"
+    assert checkpoint_model(str(tmp_path / "run"), "designer") == str(ckpt / "models/designer")
+    assert checkpoint_model(str(ckpt), "executor") == str(ckpt / "models/executor")
+    assert checkpoint_model(str(ckpt) + "#designer", "executor") == str(ckpt / "models/designer")
+    assert checkpoint_model("embedded", "designer") == "embedded"
 
 
 def test_benchmark_specs_split_domain_limit_and_task_ids():

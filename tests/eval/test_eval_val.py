@@ -7,11 +7,11 @@ import pytest
 from test_eval_run import MATH, reply
 
 from metaagent.eval import Evaluation, make_config
+from metaagent.learn.metrics import MetricsLogger
 from metaagent.policy import ScriptedPolicy
 from metaagent.rollout.engine import RolloutEngine, derive_seed
 from metaagent.train.config import TrainConfig
 from metaagent.train.loop import TrainLoop
-from metaagent.train.metrics import MetricsLogger
 from metaagent.workflow import SandboxPool
 
 

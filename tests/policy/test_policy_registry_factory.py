@@ -77,6 +77,22 @@ def test_build_policy_backends(tiny_policy):
     openai.close()
 
 
+def test_build_policy_serves_a_loaded_model_behind_its_own_batch_size(tiny_policy):
+    """The trainer's form: a model object it trains in place, with its tokenizer, and a batcher whose batch
+    size differs from the backend's (continuous batching: one request a backend call)."""
+    model, tok = tiny_policy.model, tiny_policy.tokenizer
+    batched = build_policy(
+        "hf", model, tokenizer=tok, max_batch_size=8, continuous=True, model_id="mine", batching=True,
+        batch_size=1, max_in_flight=32,
+    )  # fmt: skip
+    assert isinstance(batched, BatchingPolicy) and batched.max_batch_size == 1
+    assert batched.backend.max_batch_size == 8 and batched.backend.model is model and batched.model_id == "mine"
+    assert batched.continuous
+    batched.close()
+    with pytest.raises(ValueError, match=r"\['batch_size'\] only apply with batching=True"):
+        build_policy("scripted", "s", replies=["a"], batch_size=2)
+
+
 def test_unknown_backend_lists_valid_ones():
     with pytest.raises(
         ValueError, match=r"unknown policy backend 'tgi'.*\['hf', 'openai', 'scripted', 'vllm'\]"

@@ -23,13 +23,13 @@ import yaml
 from metaagent.config import to_dict
 from metaagent.credit import assign_credit
 from metaagent.data import Task, load_bundled
+from metaagent.learn.metrics import MetricsLogger
 from metaagent.policy import ChatRequest, ScriptedPolicy
 from metaagent.records import write_trees
 from metaagent.rollout.config import RolloutConfig, SamplingConfig
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine
 from metaagent.rollout.metrics import rollout_metrics
 from metaagent.train.config import ScheduleConfig, TrainConfig, TrainerConfig
-from metaagent.train.metrics import MetricsLogger
 from metaagent.train.schedule import StageSchedule
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 

@@ -6,7 +6,7 @@ import pytest
 from replay_helpers import answering_policy, scripted_tasks
 
 from metaagent.replay import ReplayError, load_run, rerun
-from metaagent.replay.reexecute import resolve_model
+from metaagent.learn.checkpoint import CheckpointError, checkpoint_model
 
 
 def _fixed_math_task(run):
@@ -70,12 +70,12 @@ def test_rerun_explains_what_cannot_be_rerun(tiny_runs, tiny_policy, sandbox_poo
 @pytest.mark.slow
 def test_rerun_from_a_training_checkpoint(tiny_runs, tiny_policy, sandbox_pool, tmp_path):
     """A run directory as --model: its latest checkpoint's executor weights (here: the tiny model's)."""
-    from metaagent.train.checkpoint import save_checkpoint
+    from metaagent.learn.checkpoint import save_checkpoint
 
     save_checkpoint(
         tmp_path, 2, models={"executor": tiny_policy.model}, tokenizers={"executor": tiny_policy.tokenizer}
     )
-    assert resolve_model(str(tmp_path)) == str(
+    assert checkpoint_model(str(tmp_path)) == str(
         tmp_path / "checkpoints" / "step_00000002" / "models" / "executor"
     )
     run = load_run(tiny_runs["a"])
@@ -110,8 +110,11 @@ def test_rerun_names_a_model_or_backend_that_cannot_be_built(scripted_runs):
         rerun(a, task, "tiny", backend="nope")
 
 
-def test_resolve_model_passes_names_through_and_rejects_broken_checkpoints(tmp_path):
-    assert resolve_model("tiny") == "tiny"
+def test_checkpoint_model_passes_names_through_and_rejects_broken_checkpoints(scripted_runs, tmp_path):
+    assert checkpoint_model("tiny") == "tiny"
     (tmp_path / "checkpoints").mkdir()
-    with pytest.raises(ReplayError, match="no complete checkpoint"):
-        resolve_model(str(tmp_path))
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        checkpoint_model(str(tmp_path))
+    a, _, expected = scripted_runs
+    with pytest.raises(ReplayError, match="no complete checkpoint"):  # rerun names it as replay's own error
+        rerun(a, next(iter(expected)), str(tmp_path))

@@ -20,7 +20,7 @@ from metaagent.rewards.coach import (
     coach_metrics,
     parse_process_score,
 )
-from metaagent.train.samples import build_samples
+from metaagent.learn.samples import build_samples
 
 GOLD = "4242"
 TASK = {"id": "t0", "domain": "math", "question": "What is 4000 + 242?", "answer": GOLD}

@@ -190,7 +190,7 @@ def test_malformed_tests_are_an_error_record():
 def test_runner_failure_is_an_error_record(monkeypatch):
     from metaagent.execution import code_runner
 
-    monkeypatch.setattr(code_runner.Limits, "__init__", _broken_python_limits(code_runner.Limits.__init__))
+    monkeypatch.setattr(code_runner.CaseLimits, "__init__", _broken_python_limits(code_runner.CaseLimits.__init__))
     record = score_execution(CODE, execution(GOOD_PROGRAM))
     assert record.total is None and record.details["error_kind"] == "code_runner"
 
@@ -216,12 +216,16 @@ def _broken_python_limits(original):
         ({"math_rel_tol": 0}, "math_rel_tol"),
         ({"answer_fallbacks": ["(unclosed"]}, "not a valid regex"),
         ({"answer_fallbacks": [r"answer: (\d+)"]}, "named group"),
-        ({"batch_workers": 0}, "batch_workers"),
     ],
 )
 def test_config_validation_names_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RewardConfig(**kwargs)
+
+
+def test_score_executions_names_a_bad_worker_count():
+    with pytest.raises(ValueError, match="max_workers must be a positive integer"):
+        score_executions([(MATH, execution("\\boxed{4}"))], max_workers=0)
 
 
 def test_config_from_dict():

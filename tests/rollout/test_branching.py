@@ -7,6 +7,7 @@ import pytest
 
 from metaagent.credit import assign_credit
 from metaagent.data import Task
+from metaagent.learn.samples import build_samples
 from metaagent.policy import ChatRequest, ScriptedPolicy
 from metaagent.records import AgentTurn, RolloutTree, TurnReward
 from metaagent.rewards.turn import register_turn_reward
@@ -14,7 +15,6 @@ from metaagent.rollout.branching import BranchingConfig
 from metaagent.rollout.config import RolloutConfig, SamplingConfig
 from metaagent.rollout.engine import RolloutEngine
 from metaagent.seeding import branch_seed, call_seed
-from metaagent.train.samples import build_samples
 from metaagent.workflow import SandboxPool
 
 TWO_AGENTS = """

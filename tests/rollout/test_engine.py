@@ -55,8 +55,8 @@ def tiny():
 
 def _forward_logprobs(model, prompt_ids, response_ids, temperature):
     """A fresh forward pass of the trainer's model over one (prompt, response) pair."""
-    from metaagent.train.logprobs import response_logprobs
-    from metaagent.train.samples import Sample, collate
+    from metaagent.learn.logprobs import response_logprobs
+    from metaagent.learn.samples import Sample, collate
 
     s = Sample("executor", list(prompt_ids), list(response_ids), [0.0] * len(response_ids), 0.0, temperature)
     with torch.no_grad():
@@ -122,7 +122,7 @@ def test_seeds_are_derived_and_rollouts_reproduce(pool, tiny):
 
 
 def test_fixed_mas_runs_frozen_design_without_designer_samples(pool):
-    from metaagent.train.samples import build_samples
+    from metaagent.learn.samples import build_samples
 
     cfg = RolloutConfig(m_designs=4, n_executions=3, frozen_designer="reflection")
     engine = RolloutEngine(None, ScriptedPolicy(agent_reply), cfg, pool=pool)

@@ -132,8 +132,8 @@ def test_loss_is_the_assistant_tokens_nll_only(tmp_path, data):
         ref_num += float(out.loss) * len(s.response_ids)
         ref_den += len(s.response_ids)
     # the LM head only ever sees the hidden states that predict reply tokens (the trainer's forward pass)
-    from metaagent.train.logprobs import response_logprobs
-    from metaagent.train.samples import collate
+    from metaagent.learn.logprobs import response_logprobs
+    from metaagent.learn.samples import collate
 
     rows: list[int] = []
     hook = trainer.model.get_output_embeddings().register_forward_hook(
@@ -156,8 +156,8 @@ def test_prompt_tokens_get_no_gradient_as_targets(tmp_path, data, tiny_tok):
     s = min(trainer.samples, key=lambda x: x.num_tokens)
 
     def grad_for(sample) -> torch.Tensor:
-        from metaagent.train.logprobs import response_logprobs
-        from metaagent.train.samples import collate
+        from metaagent.learn.logprobs import response_logprobs
+        from metaagent.learn.samples import collate
 
         trainer.model.zero_grad(set_to_none=True)
         data_ = collate([sample], trainer.pad_id)
@@ -173,8 +173,8 @@ def test_prompt_tokens_get_no_gradient_as_targets(tmp_path, data, tiny_tok):
     # ... while the same reply after the same prompt, batched next to a longer sample (so padded), does not
     longer = max(trainer.samples, key=lambda x: x.num_tokens)
     assert longer.num_tokens > s.num_tokens
-    from metaagent.train.logprobs import response_logprobs
-    from metaagent.train.samples import collate
+    from metaagent.learn.logprobs import response_logprobs
+    from metaagent.learn.samples import collate
 
     trainer.model.zero_grad(set_to_none=True)
     both = collate([s, longer], trainer.pad_id)

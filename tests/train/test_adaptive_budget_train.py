@@ -12,8 +12,8 @@ from metaagent.train.config import TrainConfig
 
 @pytest.mark.slow
 def test_a_training_step_with_the_adaptive_budget(tmp_path):
+    from metaagent.learn.metrics import read_metrics
     from metaagent.records import read_trees
-    from metaagent.train.metrics import read_metrics
     from metaagent.train.trainer import Trainer
 
     tiny = Path(__file__).parents[2] / "metaagent" / "configs" / "tiny.yaml"

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from metaagent.learn.metrics import read_metrics
 from metaagent.records import read_trees
 from metaagent.train.config import TrainConfig
-from metaagent.train.metrics import read_metrics
 from metaagent.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import types
 
-from metaagent.train.metrics import cuda_peak_mib
+from metaagent.learn.metrics import cuda_peak_mib
 
 
 def fake_torch(initialised: bool):

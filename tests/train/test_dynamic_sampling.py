@@ -152,8 +152,8 @@ def test_the_trainer_draws_extra_tasks_and_records_only_the_kept_trees(tmp_path)
     cap, keeps nothing, records no tree, and still completes its (empty) update."""
     from pathlib import Path
 
+    from metaagent.learn.metrics import read_metrics
     from metaagent.records import read_trees
-    from metaagent.train.metrics import read_metrics
     from metaagent.train.trainer import Trainer
 
     tiny = Path(__file__).parents[2] / "metaagent" / "configs" / "tiny.yaml"

@@ -12,11 +12,11 @@ import pytest
 import torch
 from builders import random_samples
 
+from metaagent.learn.logprobs import response_logprobs
+from metaagent.learn.samples import PairSample, collate
 from metaagent.policy.models import load_model_and_tokenizer
 from metaagent.train.config import LoraSettings, OptimConfig, PolicyConfig
-from metaagent.train.logprobs import response_logprobs
 from metaagent.train.models import load_models, make_updaters
-from metaagent.train.samples import PairSample, collate
 from metaagent.train.update import PolicyUpdater, UpdateError, ref_logprobs_routed, update_routed
 
 LORA = LoraSettings(enabled=True, rank=4, alpha=8.0)
@@ -123,7 +123,7 @@ def test_lora_kl_reference_is_the_shared_base_and_equals_a_loaded_base():
 
 
 def test_lora_dpo_uses_the_shared_base_as_reference():
-    from metaagent.train.losses import dpo_loss
+    from metaagent.learn.losses import dpo_loss
 
     with _models(lora=True) as models:
         before = _live_parameters()

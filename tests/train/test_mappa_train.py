@@ -11,8 +11,8 @@ import torch
 
 from metaagent.credit import get_token_stage
 from metaagent.credit.mappa import Action, reinforce_pp_advantages
-from metaagent.train.logprobs import response_logprobs
-from metaagent.train.samples import SampleSet, collate
+from metaagent.learn.logprobs import response_logprobs
+from metaagent.learn.samples import SampleSet, collate
 from metaagent.train.token_stage import apply_token_stage
 from metaagent.train.update import PolicyUpdater, UpdateError
 

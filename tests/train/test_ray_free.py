@@ -1,7 +1,7 @@
 """The local backend needs neither Ray nor verl: a training step runs in a process where both are absent.
 
 Every ``verl.*`` import pulls Ray (``verl/__init__`` -> ``verl.protocol`` -> ``import ray``), so the local
-losses are a port of verl's functions (``metaagent.train.core_algos``). The child process installs a
+losses are a port of verl's functions (``metaagent.learn.core_algos``). The child process installs a
 meta-path hook that refuses ``ray`` and ``verl`` as an uninstalled package would, then runs
 ``train-metaagent`` for one step of the tiny model with a frozen template designer (so executor samples
 exist and the loss is computed).

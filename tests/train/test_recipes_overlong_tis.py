@@ -11,12 +11,12 @@ from builders import make_tree
 
 from metaagent.config import ConfigError
 from metaagent.credit import assign_credit
+from metaagent.learn.losses import GlobalBatch, LossError, policy_loss, tis_weights
+from metaagent.learn.optim import LossConfig
+from metaagent.learn.samples import build_samples, mask_overlong
 from metaagent.rewards.errors import RewardError
 from metaagent.rewards.overlong import apply_overlong_penalty, overlong_penalty
 from metaagent.train.config import TrainConfig
-from metaagent.train.losses import GlobalBatch, LossError, policy_loss, tis_weights
-from metaagent.train.optim import LossConfig
-from metaagent.train.samples import build_samples, mask_overlong
 
 TEMPS = {"designer": 1.0, "executor": 1.0}
 
@@ -148,7 +148,7 @@ def test_policy_loss_with_tis_by_hand():
 def test_tiny_run_counts_overlong_samples_and_reports_tis(tmp_path):
     """On the local fp32 backend the rollout and the trainer compute the same log-probs: TIS clips nothing and the
     mismatch KL is float noise. The tiny model's designs all run to max_tokens: counted, masked only when asked."""
-    from metaagent.train.metrics import read_metrics
+    from metaagent.learn.metrics import read_metrics
     from metaagent.train.trainer import Trainer
 
     cfg = TrainConfig.load(
@@ -169,7 +169,7 @@ def test_tiny_run_counts_overlong_samples_and_reports_tis(tmp_path):
 def test_a_bf16_rollout_reports_its_mismatch_and_turns_tis_on(tmp_path):
     """A bf16 rollout copy beside fp32 master weights: the config's auto TIS cap is verl's C = 2, and the distance
     between the rollout's and the trainer's log-probs is measured (bf16 rounding: far above fp32 noise)."""
-    from metaagent.train.metrics import read_metrics
+    from metaagent.learn.metrics import read_metrics
     from metaagent.train.trainer import Trainer
 
     cfg = TrainConfig.load(
@@ -210,7 +210,7 @@ def test_a_bf16_rollout_under_lora_is_refused():
 
 
 def test_the_mismatch_is_reported_without_tis_too():
-    from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss
+    from metaagent.learn.losses import GlobalBatch, LossConfig, policy_loss
 
     rollout = torch.tensor([[-1.0, -2.0, -0.5]])
     train = rollout + torch.tensor([[0.1, -0.2, 0.0]])

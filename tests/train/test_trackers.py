@@ -13,9 +13,9 @@ from wandb_offline import config as wandb_config
 from wandb_offline import history as wandb_history
 
 from metaagent.errors import MetaAgentError
+from metaagent.learn.metrics import MetricsLogger, read_metrics
+from metaagent.learn.trackers import TrackerError, mlflow_key, scalars
 from metaagent.train.config import TrainConfig
-from metaagent.train.metrics import MetricsLogger, read_metrics
-from metaagent.train.trackers import TrackerError, mlflow_key, scalars
 
 TINY = Path(__file__).parents[2] / "metaagent" / "configs" / "tiny.yaml"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from metaagent.train.checkpoint import (
+from metaagent.learn.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     list_checkpoints,

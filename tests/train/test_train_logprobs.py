@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from metaagent.train.logprobs import LogprobError, naive_response_logprobs, response_logprobs
-from metaagent.train.samples import collate
+from metaagent.learn.logprobs import LogprobError, naive_response_logprobs, response_logprobs
+from metaagent.learn.samples import collate
 
 TOL = {"atol": 1e-5, "rtol": 1e-5}
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from metaagent.config import ConfigError
-from metaagent.train.losses import GlobalBatch, LossConfig, LossError, policy_loss
+from metaagent.learn.losses import GlobalBatch, LossConfig, LossError, policy_loss
 
 
 def one_token(ratio: float, adv: float, cfg: LossConfig | None = None):
@@ -146,7 +146,7 @@ def test_misconfiguration_is_refused():
 
 def test_role_advantage_scales_turn_one_aggregation_into_the_sum_of_role_losses():
     """verl takes one batch: scaling each role's advantages by total/size_r gives L_D + L_E exactly."""
-    from metaagent.train.losses import role_advantage_scales
+    from metaagent.learn.losses import role_advantage_scales
 
     lp = torch.zeros(3, 2)
     old = torch.zeros(3, 2) - 0.1
@@ -170,7 +170,7 @@ def test_role_advantage_scales_turn_one_aggregation_into_the_sum_of_role_losses(
 
 def test_dpo_loss_against_hand_computed_values():
     """Two pairs, beta 0.5: margins 0.5*((-1+2)-(-3+2)) = 1.0 and 0.5*((-2+2)-(-1+1)) = 0.0."""
-    from metaagent.train.losses import dpo_loss
+    from metaagent.learn.losses import dpo_loss
 
     chosen, rejected = torch.tensor([-1.0, -2.0]), torch.tensor([-3.0, -1.0])
     ref_c, ref_r = torch.tensor([-2.0, -2.0]), torch.tensor([-2.0, -1.0])

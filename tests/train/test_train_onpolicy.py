@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from metaagent.learn.logprobs import naive_response_logprobs, response_logprobs
+from metaagent.learn.losses import GlobalBatch, LossConfig, policy_loss
+from metaagent.learn.samples import Sample, collate
 from metaagent.policy.base import ChatRequest, SamplingParams
-from metaagent.train.logprobs import naive_response_logprobs, response_logprobs
-from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss
-from metaagent.train.samples import Sample, collate
 
 pytestmark = pytest.mark.slow
 

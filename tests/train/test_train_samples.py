@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from metaagent.credit import assign_credit
-from metaagent.train.samples import (
+from metaagent.learn.samples import (
     SampleError,
     build_samples,
     collate,

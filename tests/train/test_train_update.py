@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from metaagent.credit import assign_credit
-from metaagent.train.logprobs import naive_response_logprobs, response_logprobs
-from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss
-from metaagent.train.samples import build_samples, collate
+from metaagent.learn.logprobs import naive_response_logprobs, response_logprobs
+from metaagent.learn.losses import GlobalBatch, LossConfig, policy_loss
+from metaagent.learn.samples import build_samples, collate
 from metaagent.train.schedule import StageSchedule
 from metaagent.config import ConfigError
 from metaagent.train.update import PolicyUpdater, UpdateError
@@ -274,8 +274,8 @@ def test_reset_moments_clears_adam_state(make_model, make_samples):
 
 
 def test_dpo_pairs_through_the_updater_match_the_loss_on_naive_log_probs(make_model):
-    from metaagent.train.losses import dpo_loss
-    from metaagent.train.samples import PairSample
+    from metaagent.learn.losses import dpo_loss
+    from metaagent.learn.samples import PairSample
 
     model, ref = make_model(), make_model()
     pairs = [PairSample("executor", [1, 2, 3], [4, 5], [6, 7, 8], weight=2.0), PairSample("executor", [9, 3], [2], [5, 5])]

@@ -21,9 +21,9 @@ import torch
 from builders import forced_generate, seed_of
 from warm_tiny import SCRIPT, TAGGED, TRAIN_SPEC, UNTAGGED
 
+from metaagent.learn.metrics import read_metrics
 from metaagent.policy.hf import HFPolicy
 from metaagent.train.config import TrainConfig
-from metaagent.train.metrics import read_metrics
 from metaagent.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -163,9 +163,9 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, lora):
 def _check_update_direction(out: Path, policy: HFPolicy, weights: dict[str, torch.Tensor]) -> None:
     """One gradient step on L = -mean A * ratio (+ a small entropy bonus) raises sum_i A_i * (mean log-prob
     change of turn i) to first order (the same check as tests/verl/test_verl_cpu.py)."""
+    from metaagent.learn.logprobs import response_logprobs
+    from metaagent.learn.samples import Sample, collate
     from metaagent.records import read_trees
-    from metaagent.train.logprobs import response_logprobs
-    from metaagent.train.samples import Sample, collate
 
     trees, bad = read_trees(out / "rollouts" / "step_000000.jsonl")
     assert not bad

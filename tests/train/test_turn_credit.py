@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from metaagent.credit import TreeCredit, assign_credit, register_estimator
+from metaagent.learn.samples import build_samples, collate
 from metaagent.records import AgentTurn, TurnGroup
-from metaagent.train.samples import build_samples, collate
 
 TEMPS = {"designer": 1.0, "executor": 1.0}
 
@@ -121,8 +121,8 @@ def test_a_tiny_run_trains_end_to_end_with_a_per_turn_estimator(tmp_path):
 
 
 def test_preference_pairs_in_the_records_become_dpo_pairs_routed_to_their_model(make_model, make_token_tree):
+    from metaagent.learn.samples import build_pair_samples
     from metaagent.records import PreferencePair
-    from metaagent.train.samples import build_pair_samples
     from metaagent.train.update import PolicyUpdater, update_routed
 
     tree = make_token_tree([[1.0, 0.0]], seed=6)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from metaagent.train.checkpoint import load_checkpoint, save_checkpoint
+from metaagent.learn.checkpoint import load_checkpoint, save_checkpoint
+from metaagent.learn.losses import GlobalBatch, value_loss
+from metaagent.learn.optim import OptimizerConfig
+from metaagent.learn.samples import Sample
 from metaagent.train.config import TrainConfig
 from metaagent.train.critic import Critic, load_value_model
-from metaagent.train.losses import GlobalBatch, value_loss
-from metaagent.train.optim import OptimizerConfig
-from metaagent.train.samples import Sample
 
 
 def test_value_loss_is_half_the_mean_of_the_larger_of_clipped_and_unclipped_squared_errors():

@@ -1,4 +1,4 @@
-"""The ported loss functions (metaagent.train.core_algos) equal verl 0.9.1's own: values, metrics, gradients.
+"""The ported loss functions (metaagent.learn.core_algos) equal verl 0.9.1's own: values, metrics, gradients.
 
 Random (B, R) tensors with ragged response masks (one row fully masked), every registered policy loss under
 every aggregation mode, with and without importance weights; every KL estimator; the value loss; the
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from metaagent.train import core_algos
-from metaagent.train.optim import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSSES
+from metaagent.learn import core_algos
+from metaagent.learn.optim import KL_TYPES, LOSS_AGG_MODES, POLICY_LOSSES
 
 pytest.importorskip("verl")
 pytest.importorskip("ray")  # every verl import pulls ray (verl/__init__ -> verl.protocol)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from builders import PAD, samples_of
 
-from metaagent.train.samples import Sample
+from metaagent.learn.samples import Sample
 from metaagent.train.verl_backend.batch import build_update_batch, padded_size, update_tensordict
 from metaagent.train.verl_backend.errors import VerlBackendError
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from builders import VOCAB, tiny_llama
 
-from metaagent.train.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
+from metaagent.learn.checkpoint import CheckpointError, latest_checkpoint, save_checkpoint
 from metaagent.train.verl_backend.checkpoint import (
     load_verl_checkpoint,
     save_verl_checkpoint,

@@ -12,7 +12,7 @@ import torch
 from builders import PAD, samples_of
 
 from metaagent.config import ConfigError
-from metaagent.train.checkpoint import CheckpointError
+from metaagent.learn.checkpoint import CheckpointError
 from metaagent.train.config import TrainConfig
 from metaagent.train.verl_backend.batch import build_update_batch, critic_tensordict
 from metaagent.train.verl_backend.checkpoint import load_verl_checkpoint, save_verl_checkpoint

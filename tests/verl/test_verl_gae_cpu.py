@@ -58,10 +58,10 @@ def critic_shard(ckpt: Path, like: str):
 
 
 def test_verl_critic_values_are_the_local_critics_on_the_same_weights(probe):
+    from metaagent.learn.optim import OptimizerConfig
+    from metaagent.learn.samples import Sample
     from metaagent.policy.models import resolve_model
     from metaagent.train.critic import Critic
-    from metaagent.train.optim import OptimizerConfig
-    from metaagent.train.samples import Sample
 
     data, run = probe
     samples = data["samples"]

@@ -112,9 +112,9 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from verl.workers.engine_workers import ActorRolloutRefWorker
 
+    from metaagent.learn.samples import Sample
     from metaagent.policy.logsoftmax import log_softmax
     from metaagent.policy.models import resolve_model
-    from metaagent.train.samples import Sample
     from metaagent.train.verl_backend.batch import build_update_batch
 
     path = resolve_model("tiny")

@@ -3,7 +3,7 @@
 Both sides use a tiny random Llama on CPU and the same rollout records:
 
 - local: ``PolicyUpdater.accumulate`` (metaagent's collate layout, chunked log-probs, micro-batches,
-  ``metaagent.train.losses.policy_loss``);
+  ``metaagent.learn.losses.policy_loss``);
 - verl: ``build_update_batch`` -> ``update_tensordict`` (what ``update_actor`` receives) -> verl's DP dispatch
   split (``chunk_tensordict``) -> verl's dynamic micro-batching (``rearrange_micro_batches``) -> log-probs
   computed like verl's FSDP engine without remove-padding (nested -> padded forward -> next-token
@@ -17,9 +17,9 @@ import pytest
 import torch
 from builders import PAD, mixed_trees, samples_of, tiny_llama
 
-from metaagent.train.logprobs import response_logprobs
-from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss, verl_actor_config
-from metaagent.train.samples import collate
+from metaagent.learn.logprobs import response_logprobs
+from metaagent.learn.losses import GlobalBatch, LossConfig, policy_loss, verl_actor_config
+from metaagent.learn.samples import collate
 from metaagent.train.update import PolicyUpdater
 from metaagent.train.verl_backend.batch import build_update_batch, update_tensordict
 

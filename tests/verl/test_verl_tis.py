@@ -13,9 +13,9 @@ from builders import PAD, samples_of
 from omegaconf import OmegaConf
 
 from metaagent.config import ConfigError
+from metaagent.learn.losses import GlobalBatch, LossConfig, policy_loss, tis_metrics, tis_weights
+from metaagent.learn.samples import Sample
 from metaagent.train.config import TrainConfig
-from metaagent.train.losses import GlobalBatch, LossConfig, policy_loss, tis_metrics, tis_weights
-from metaagent.train.samples import Sample
 from metaagent.train.verl_backend.batch import add_rollout_correction, build_update_batch, update_tensordict
 from metaagent.train.verl_backend.errors import VerlBackendError
 from metaagent.train.verl_backend.plan import resolve_plan

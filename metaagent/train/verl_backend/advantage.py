@@ -37,8 +37,8 @@ import torch
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn, register_adv_est
 
 from metaagent.credit import DEFAULT_EPS, design_reward, flat_credit, hierarchical_credit, reward_matrix
+from metaagent.learn.samples import Sample
 from metaagent.records import RolloutTree
-from metaagent.train.samples import Sample
 from metaagent.train.schedule import DESIGNER, EXECUTOR
 
 from .errors import VerlBackendError

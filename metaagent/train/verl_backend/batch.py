@@ -1,7 +1,7 @@
 """Training samples -> verl ``DataProto`` for ``update_actor``: layout, masks, advantages, DP padding, balance.
 
-Pure CPU code between generation and the update; :mod:`metaagent.train.samples` already turned the records
-into :class:`~metaagent.train.samples.Sample` objects of the active role only (the inactive role's samples
+Pure CPU code between generation and the update; :mod:`metaagent.learn.samples` already turned the records
+into :class:`~metaagent.learn.samples.Sample` objects of the active role only (the inactive role's samples
 are never built, so they are not in the batch at all). This module lays them out as verl's actor expects::
 
     prompts        (B, P)     left-padded with pad_id        (P = longest prompt of the batch)
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from metaagent.train.samples import Sample
+from metaagent.learn.samples import Sample
 
 from .config import ADVANTAGE_PLACEMENTS
 from .errors import VerlBackendError
@@ -126,10 +126,10 @@ def build_update_batch(
 
     With ``loss_agg_mode`` and samples of both roles (``coupled``), each role's advantages are scaled so
     verl's one aggregation equals ``L_D + L_E`` as the local trainer computes it
-    (:func:`metaagent.train.losses.role_advantage_scales`)."""
+    (:func:`metaagent.learn.losses.role_advantage_scales`)."""
     from verl import DataProto
 
-    from metaagent.train.losses import role_advantage_scales
+    from metaagent.learn.losses import role_advantage_scales
 
     _check(samples, dp_size, advantage_placement)
     real = list(samples)

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from metaagent.train.checkpoint import (
+from metaagent.learn.checkpoint import (
     CheckpointError,
     read_meta,
     read_state,

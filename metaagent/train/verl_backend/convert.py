@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from metaagent.train.checkpoint import CheckpointError
+from metaagent.learn.checkpoint import CheckpointError
 
 from .checkpoint import verl_model_dirs
 

@@ -70,23 +70,20 @@ class HFRollout:
         self, group: Any, chat_template_kwargs: dict[str, Any] | None = None, *, max_batch_size: int = 32,
         device: str = "cpu",
     ) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        from metaagent.policy import HFPolicy
+        from metaagent.policy.factory import build_policy
 
         self.group = group
         self.colocated = group.plan.colocated
         path = group.plan.path
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa")
-        self.model.to(device).eval()
+        # fp32 weights read from the plan's path (the one builder's loader), served with the group's tokenizer
+        self.policy = build_policy(
+            "hf", path, tokenizer=group.tokenizer, device=device, model_id=path,
+            chat_template_kwargs=chat_template_kwargs, max_batch_size=max_batch_size,
+        )  # fmt: skip
+        self.model = self.policy.model
         self.tied = {k for k in self.model.state_dict() if k.endswith("lm_head.weight")} if getattr(
             self.model.config, "tie_word_embeddings", False
         ) else set()
-        self.policy = HFPolicy(
-            self.model, group.tokenizer, device=device, model_id=path, chat_template_kwargs=chat_template_kwargs,
-            max_batch_size=max_batch_size,
-        )
         self.sync = None
         if self.colocated:
             from verl.checkpoint_engine import CheckpointEngineManager

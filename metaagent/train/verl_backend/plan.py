@@ -36,7 +36,7 @@ class ModelPlan:
 
     key: str
     path: str
-    roles: tuple[str, ...]  # route patterns of metaagent.train.samples.route_samples trained by this model
+    roles: tuple[str, ...]  # route patterns of metaagent.learn.samples.route_samples trained by this model
     gpus: int  # FSDP actor GPUs
     rollout_gpus: int  # standalone vLLM GPUs (0 = colocated on the actor GPUs)
     dp_size: int  # data-parallel ranks of the actor (gpus / ulysses_sp)

@@ -188,14 +188,14 @@ class VerlTrainer(TrainLoop):
         }
 
     def _model_key(self, sample: Any) -> str:
-        from metaagent.train.samples import model_key
+        from metaagent.learn.samples import model_key
 
         return model_key(sample, self.plan.route)
 
     def _values(self, samples: Any) -> list[list[float]]:
         """The critic pre-pass of GAE: ``V_t`` of every response token of ``samples`` from the critic worker
         group of the sample's own model (verl ``infer_batch`` on the value model), in input order."""
-        from metaagent.train.samples import route_samples
+        from metaagent.learn.samples import route_samples
 
         from .batch import build_update_batch
 
@@ -242,7 +242,7 @@ class VerlTrainer(TrainLoop):
                 "the DPO loss on preference pairs (optim.dpo) runs on the local backend only for now; "
                 "set optim.dpo=false or trainer.backend=local"
             )
-        from metaagent.train.samples import route_samples
+        from metaagent.learn.samples import route_samples
         from metaagent.train.schedule import ROLES
 
         from .batch import build_update_batch
@@ -299,7 +299,7 @@ class VerlTrainer(TrainLoop):
     def _tis_metrics(self, key: str, update: dict[str, Any], single: bool) -> dict[str, float]:
         """``optim.tis_cap``: the local backend's ``train/tis_*`` / ``train/mismatch_*`` metrics (``train/<key>/...``
         with several models) from verl's ``rollout_corr/*`` of this model's update."""
-        from metaagent.train.losses import tis_metrics
+        from metaagent.learn.losses import tis_metrics
 
         prefix = f"verl/{key}/rollout_corr/"
         if self.config.optim.tis_cap is None or f"{prefix}rollout_is_mean" not in update:

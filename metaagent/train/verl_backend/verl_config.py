@@ -99,7 +99,7 @@ def metaagent_settings(
         f"{ar}.actor.optim.betas": list(o.betas),
         f"{ar}.actor.optim.weight_decay": o.weight_decay,
         f"{ar}.actor.optim.clip_grad": o.grad_clip,
-        # the one optimizer config (metaagent.train.optim): verl's warmup starts at 0, ours at lr / warmup_steps
+        # the one optimizer config (metaagent.learn.optim): verl's warmup starts at 0, ours at lr / warmup_steps
         f"{ar}.actor.optim.lr_scheduler_type": o.schedule,
         f"{ar}.actor.optim.lr_warmup_steps": o.warmup_steps,
         f"{ar}.actor.optim.lr_warmup_steps_ratio": 0.0,

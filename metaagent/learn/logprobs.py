@@ -15,7 +15,7 @@ materialises logits for every position of every sequence (B x L x V floats, plus
    chunks of ``chunk_size`` rows; each chunk runs under ``torch.utils.checkpoint`` so the backward pass
    recomputes one chunk's logits at a time instead of keeping all of them. Peak extra memory: ``chunk_size x V`` floats (a few of them).
 
-The batch is the dict of :func:`metaagent.train.samples.collate` (right padding): ``input_ids``,
+The batch is the dict of :func:`metaagent.learn.samples.collate` (right padding): ``input_ids``,
 ``attention_mask``, ``position_ids`` (B, L); ``response_index``, ``responses``, ``response_mask`` (B, R);
 ``temperatures`` (B,). ``response_index[b, t]`` is the position whose hidden state predicts
 ``responses[b, t]`` (the position just before that token).
@@ -71,7 +71,7 @@ def _parts(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module, fl
 def _check_batch(batch: Mapping[str, torch.Tensor]) -> None:
     missing = [k for k in BATCH_KEYS if k not in batch]
     if missing:
-        raise LogprobError(f"batch is missing {missing}; build it with metaagent.train.samples.collate")
+        raise LogprobError(f"batch is missing {missing}; build it with metaagent.learn.samples.collate")
     if (batch["temperatures"] <= 0).any():
         raise LogprobError(
             "temperatures must be > 0 (use 1.0 for greedy samples: their log-probs are of softmax(logits))"

@@ -10,7 +10,7 @@ importable; the verl backend keeps calling verl itself, and ``tests/verl/test_ve
 update equals the local one.
 
 Shapes: ``(B, R)`` is (responses, response tokens); every loss returns a scalar and its metrics (plain
-names; :mod:`metaagent.train.losses` maps them to ``train/...``). Where verl reads its ``ActorConfig`` these
+names; :mod:`metaagent.learn.losses` maps them to ``train/...``). Where verl reads its ``ActorConfig`` these
 functions read :class:`LossSettings`.
 """
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from metaagent.errors import MetaAgentError
+from metaagent.records import EXECUTOR
 
 FORMAT_VERSION = 1
 CHECKPOINTS_DIR = "checkpoints"
@@ -248,6 +249,27 @@ def model_path(path: str | os.PathLike[str], key: str) -> Path:
     if key not in meta["models"]:
         raise CheckpointError(f"checkpoint {path} has no model {key!r}; it has {sorted(meta['models'])}")
     return Path(path) / meta["models"][key]
+
+
+def checkpoint_model(spec: str, role: str = EXECUTOR, key: str | None = None) -> str:
+    """A model argument as a policy model name: an alias or HF folder as is; a training checkpoint
+    (``RUN/checkpoints/step_*``, or a run directory: its latest) to the folder of one of its models: ``key``
+    (or ``PATH#key``), else ``role``'s model where the checkpoint has one, else its only model."""
+    spec, _, named = spec.partition("#")
+    key = key or named or None
+    path = Path(spec)
+    if (path / CHECKPOINTS_DIR).is_dir() and not (path / "config.json").is_file():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError(f"{path} has a checkpoints/ folder but no complete checkpoint (no meta.json)")
+        path = latest
+    if not (path / "meta.json").is_file():
+        return spec
+    models = sorted(read_meta(path)["models"])
+    key = key or (role if role in models else models[0] if len(models) == 1 else None)
+    if key is None:
+        raise CheckpointError(f"checkpoint {path} holds models {models}; pick one with {spec}#<key>")
+    return str(model_path(path, key))
 
 
 def load_model_weights(model: torch.nn.Module, folder: str | os.PathLike[str]) -> None:

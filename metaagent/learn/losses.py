@@ -31,7 +31,7 @@ pre-update weights, and each token's policy-gradient term is multiplied by the t
 
 The arithmetic is verl 0.9.1's own functions (``compute_policy_loss_vanilla`` and the rest of its
 policy-loss registry, ``agg_loss``, ``kl_penalty``, ``compute_value_loss``, the rollout-correction weights),
-ported to :mod:`metaagent.train.core_algos` so that this path needs neither verl nor Ray, and checked against
+ported to :mod:`metaagent.learn.core_algos` so that this path needs neither verl nor Ray, and checked against
 verl's functions wherever verl is installed (``tests/verl/test_core_algos_parity.py``).
 """
 
@@ -141,7 +141,7 @@ def tis_weights(
 
     detached (the weights change the measure, not the objective) and 0 on padding. verl's
     ``compute_rollout_correction_weights`` and ``compute_offpolicy_metrics`` do the arithmetic (ported:
-    :func:`metaagent.train.core_algos.rollout_is_weights`, :func:`~metaagent.train.core_algos.mismatch_kl`).
+    :func:`metaagent.learn.core_algos.rollout_is_weights`, :func:`~metaagent.learn.core_algos.mismatch_kl`).
 
     Args:
         train_log_probs: (B, R) the trainer's log-probs at the pre-update weights (pi_old recomputed).

@@ -1,5 +1,5 @@
 """Per-step metrics to ``metrics.jsonl`` (one object per step) and the configured trackers
-(TensorBoard, wandb, MLflow: :mod:`metaagent.train.trackers`)."""
+(TensorBoard, wandb, MLflow: :mod:`metaagent.learn.trackers`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from metaagent.train.trackers import Tracker, open_trackers, scalars
+from metaagent.learn.trackers import Tracker, open_trackers, scalars
 
 
 def cuda_peak_mib() -> float | None:

@@ -3,7 +3,7 @@ loss config (PPO-clip, aggregation, KL and entropy terms), with the name lists t
 
 :class:`OptimizerConfig` is shared by every program that takes gradient steps: the RL trainer's ``optim``
 section (:class:`metaagent.train.config.OptimConfig` adds the loss knobs of
-:class:`metaagent.train.losses.LossConfig`), which the local backend hands to each
+:class:`metaagent.learn.losses.LossConfig`), which the local backend hands to each
 :class:`~metaagent.train.update.PolicyUpdater` and the verl backend maps onto
 ``actor_rollout_ref.actor.optim.*``; and SFT (:class:`metaagent.sft.trainer.SFTConfig`). Each program
 keeps its own defaults where the papers differ (SFT: no weight decay, cosine schedule).
@@ -34,7 +34,7 @@ SCHEDULES = ("constant", "cosine")
 POLICY_LOSSES = (
     "vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo",
 )  # fmt: skip
-#: verl's agg_loss modes (see metaagent.train.losses)
+#: verl's agg_loss modes (see metaagent.learn.losses)
 LOSS_AGG_MODES = (
     "token-mean",
     "token-sum",
@@ -71,7 +71,7 @@ class OptimizerConfig(Checked):
 
 @dataclass
 class LossConfig(Checked):
-    """PPO-clip settings (paper Eq. 2-3; :mod:`metaagent.train.losses`). ``clip_low``/``clip_high`` are the
+    """PPO-clip settings (paper Eq. 2-3; :mod:`metaagent.learn.losses`). ``clip_low``/``clip_high`` are the
     ``eps`` of Eq. 2 below/above 1; the paper does not state eps, 0.2 is this project's choice (PPO's and
     verl's default)."""
 
@@ -86,7 +86,7 @@ class LossConfig(Checked):
     entropy_coef: NonNegativeFloat = 0.0  # entropy bonus (verl: entropy_coeff); 0 as in the paper
     # rollout/training mismatch correction, truncated importance sampling (Yao et al. 2025; verl's
     # algorithm.rollout_correction.rollout_is_threshold): each token's loss is weighted by
-    # min(pi_train / pi_rollout, tis_cap) (metaagent.train.losses.tis_weights); None = off
+    # min(pi_train / pi_rollout, tis_cap) (metaagent.learn.losses.tis_weights); None = off
     tis_cap: Annotated[float, Field(gt=0)] | None = None
     tis_level: Literal["token", "sequence"] = "token"  # per-token ratio, or the whole response's product
 

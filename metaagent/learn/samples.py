@@ -27,13 +27,22 @@ import torch
 
 from metaagent.errors import MetaAgentError
 from metaagent.policy.registry import resolve_role
-from metaagent.records import RolloutTree
-
-from .schedule import DESIGNER, EXECUTOR, ROLES, active_role_set
+from metaagent.records import DESIGNER, EXECUTOR, ROLES, RolloutTree
 
 
 class SampleError(MetaAgentError, ValueError):
     """Records cannot be turned into training samples; the message names the record and the fix."""
+
+
+def active_role_set(active_roles: Iterable[str], error: type[Exception] = SampleError) -> frozenset[str]:
+    """The Eq. 9 mask as a set: the roles whose samples enter the loss. Samples of the other roles are never
+    built (:func:`build_samples`) nor forwarded (:class:`metaagent.train.update.PolicyUpdater`), so they
+    contribute exactly zero gradient. Raises ``error`` for a name that is not a role."""
+    active = frozenset(active_roles)
+    unknown = active - set(ROLES)
+    if unknown:
+        raise error(f"unknown role(s) {sorted(unknown)} in active_roles; roles are {ROLES}")
+    return active
 
 
 @dataclass
