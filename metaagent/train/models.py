@@ -106,8 +106,9 @@ def _mallopt() -> Any:
 
 @contextlib.contextmanager
 def update_heap() -> Iterator[None]:
-    """During an update, blocks of 256 KiB and more get pages of their own (``mmap``) that go back to the OS the
-    moment they are freed (glibc; elsewhere a no-op).
+    """During an update, blocks of 256 KiB and more that the heap's free space cannot serve get pages of their own
+    (``mmap``) that go back to the OS the moment they are freed, instead of growing the heap (glibc; elsewhere a
+    no-op).
 
     Why: backward frees activations while it allocates gradients of other sizes; from the heap, the holes left
     behind do not fit the next requests, and the peak resident memory of the default step grew by ~0.6 GB over the
