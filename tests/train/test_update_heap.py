@@ -8,7 +8,7 @@ import ctypes.util
 
 import pytest
 
-from metaagent.train.models import UPDATE_MMAP_THRESHOLD, update_heap
+from metaagent.train.local.models import UPDATE_MMAP_THRESHOLD, update_heap
 
 LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 
