@@ -1,7 +1,8 @@
 """The local backend's physical models (the role -> model map is :mod:`metaagent.train.roles`).
 
 Each physical model is loaded once (fp32 master weights), served for rollout through an ``HFPolicy``
-behind a ``BatchingPolicy`` (both built by :func:`metaagent.policy.factory.build_policy`), and trained by its own ``PolicyUpdater`` (own optimizer). The rollout
+behind a ``BatchingPolicy`` (both built by :func:`metaagent.policy.factory.build_policy`), and trained by its
+own ``PolicyUpdater`` (own optimizer). The rollout
 reads the very weights the updater changes (``policy.dtype: float32``), or a bf16 copy of them that the
 policy refreshes when they changed (``bfloat16``, :class:`metaagent.policy.precision.DecodeCopy`), so no
 sync step is needed on the local backend.
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.policy.base import Policy
-from metaagent.records import DESIGNER, EXECUTOR
+from metaagent.records import DESIGNER
 from metaagent.train.config import OptimConfig, PolicyConfig
 from metaagent.train.roles import executor_policy, model_plan
 
