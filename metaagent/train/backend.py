@@ -3,7 +3,7 @@
 :class:`metaagent.train.loop.TrainLoop` owns the schedule, the data, the rollout, credit, samples and the run
 directory; a backend owns the physical models. Two implement this protocol as peers:
 :class:`metaagent.train.local.LocalBackend` (one process, CPU or one GPU) and
-:class:`metaagent.train.verl_backend.VerlBackend` (verl worker groups, GPUs or CPU workers).
+:class:`metaagent.train.verl_backend.backend.VerlBackend` (verl worker groups, GPUs or CPU workers).
 
 The loop calls, in this order::
 

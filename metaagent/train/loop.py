@@ -2,7 +2,7 @@
 
 One step is :meth:`TrainLoop.train_step` (its docstring lists the stages). The loop composes a backend
 (:class:`metaagent.train.backend.Backend`: :class:`metaagent.train.local.LocalBackend` for CPU / one GPU,
-:class:`metaagent.train.verl_backend.VerlBackend` for clusters), which owns the models: the rollout policies,
+:class:`metaagent.train.verl_backend.backend.VerlBackend` for clusters), which owns the models: the rollout policies,
 the update, the token stage's pre-passes, checkpoints. Everything a step
 produces is written to the run directory, identical for both backends::
 
@@ -98,7 +98,8 @@ class TrainLoop:
 
     Args:
         config: the resolved run configuration.
-        backend: the models (:class:`metaagent.train.local.LocalBackend`, :class:`metaagent.train.verl_backend.VerlBackend`).
+        backend: the models (:class:`metaagent.train.local.LocalBackend`,
+            :class:`metaagent.train.verl_backend.backend.VerlBackend`).
         resume: a checkpoint folder, or True for the newest checkpoint of ``config.trainer.out``.
         observer: rollout progress hooks (the CLI's display).
 
@@ -161,7 +162,9 @@ class TrainLoop:
                 "with a KL term in the reward runs on the local backend (or set its beta to 0)"
             )
         if cfg.optim.stage_switch == "reset" and not can.reset_moments:
-            raise TrainError(f"the {name} backend does not support optim.stage_switch=reset; use keep or trainer.backend=local")
+            raise TrainError(
+                f"the {name} backend does not support optim.stage_switch=reset; use keep or trainer.backend=local"
+            )
         if cfg.optim.dpo and not can.preference_pairs:
             raise TrainError(
                 f"the DPO loss on preference pairs (optim.dpo) runs on the local backend only for now; "

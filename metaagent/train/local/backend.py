@@ -44,7 +44,9 @@ class LocalBackend:
 
         cfg = self.config
         self.models = load_models(cfg.policy)
-        self.updaters = make_updaters(self.models, cfg.optim, total_steps=cfg.trainer.steps, need_ref=needs.ref_logprobs)
+        self.updaters = make_updaters(
+            self.models, cfg.optim, total_steps=cfg.trainer.steps, need_ref=needs.ref_logprobs
+        )
         # GAE (unity mode: gae): one value model per physical model, as the authors' critic per LLM
         self.critics = make_critics(self.models, cfg.critic, cfg.optim) if needs.values else {}
 

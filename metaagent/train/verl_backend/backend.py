@@ -59,7 +59,9 @@ class VerlBackend:
     # worker group per model (critic.enable, plan.critic). The plan refuses the rest (resolve_plan).
     capabilities = Capabilities(token_advantages=True, critic=True)
 
-    def __init__(self, config: TrainConfig, *, plan: Plan | None = None, groups: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, config: TrainConfig, *, plan: Plan | None = None, groups: Mapping[str, Any] | None = None
+    ) -> None:
         self.config = config
         self._owns_ray = False
         self.plan = plan or resolve_plan(config)
@@ -235,7 +237,9 @@ class VerlBackend:
         raise VerlBackendError("the verl backend has no reference pre-pass (capabilities.ref_logprobs is false)")
 
     def reset_optimizer_moments(self) -> None:
-        raise VerlBackendError("the verl backend cannot reset its optimizer moments (capabilities.reset_moments is false)")
+        raise VerlBackendError(
+            "the verl backend cannot reset its optimizer moments (capabilities.reset_moments is false)"
+        )
 
     def update(self, samples: Any, step: int, active: frozenset[str], pairs: Sequence[Any]) -> dict[str, Any]:
         if pairs:
