@@ -169,7 +169,8 @@ def main() -> None:
     from metaagent.rollout.adaptive import adaptive_metrics
     from metaagent.seeding import derive_seed
     from metaagent.train.config import TrainConfig
-    from metaagent.train.trainer import Trainer
+    from metaagent.train.local import LocalBackend
+    from metaagent.train.loop import TrainLoop
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -195,7 +196,7 @@ def main() -> None:
         flush=True,
     )
     rows: list[dict] = []
-    with Trainer(cfg) as trainer:
+    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
         engine = trainer.engine
         for step in range(args.steps):
             tasks = trainer.sampler.next_batch()

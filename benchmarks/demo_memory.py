@@ -1,6 +1,6 @@
 """`make demo`'s peak resident memory with the update's heap mode and without it, side by side.
 
-The update's heap mode (:func:`metaagent.train.models.update_heap`) hands the update's blocks of 256 KiB and more
+The update's heap mode (:func:`metaagent.train.local.models.update_heap`) hands the update's blocks of 256 KiB and more
 to ``mmap`` so that backward's freed activations go back to the OS instead of leaving holes in the heap. This
 script runs the demo's command (``train-metaagent --config default --stage-len 1 --steps 3 --data.batch-size 2``)
 in fresh subprocesses, alternating ``heap`` (the code as it is) and ``no-heap`` (the mode replaced by a no-op),
@@ -28,7 +28,7 @@ DEMO = ["--config", "default", "--stage-len", "1", "--steps", "3", "--data.batch
 RUNNER = {
     "heap": "from metaagent.cli.train import main; raise SystemExit(main())",
     "no-heap": (
-        "import contextlib, metaagent.train.models as m; m.update_heap = contextlib.nullcontext\n"
+        "import contextlib, metaagent.train.local.models as m; m.update_heap = contextlib.nullcontext\n"
         "from metaagent.cli.train import main; raise SystemExit(main())"
     ),
 }

@@ -3,7 +3,7 @@ the same tokens on the same device.
 
     python benchmarks/gpu_step.py --device cuda [--config tiny] [--model DIR] [--set key=value ...] [--json OUT]
 
-1. ``Trainer.train_step(0)`` of ``--config`` with ``policy.device``: the metrics' phase times (designer
+1. ``TrainLoop.train_step(0)`` of ``--config`` with ``policy.device``: the metrics' phase times (designer
    generation, executions with their agent calls and sandbox, update) and peak device memory per phase.
 2. "The limit": the step's designer and agent-call tokens generated again by the bare model
    (``transformers`` forward passes with its KV cache, no metaagent code): prompts left-padded into batches of
@@ -74,12 +74,13 @@ def raw_generate(model, pairs: list[tuple[list[int], list[int]]], *, batch_size:
 
 
 def step_vs_raw(cfg) -> dict:
-    """Run ``Trainer.train_step(0)`` of ``cfg``, then the raw generate of its tokens; the numbers as a dict."""
+    """Run ``TrainLoop.train_step(0)`` of ``cfg``, then the raw generate of its tokens; the numbers as a dict."""
     from metaagent.policy.models import load_model_and_tokenizer
-    from metaagent.train.trainer import Trainer
+    from metaagent.train.local import LocalBackend
+    from metaagent.train.loop import TrainLoop
 
     device = cfg.policy.device
-    with Trainer(cfg) as trainer:
+    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
         synchronize(device)
         result = trainer.train_step(0)
         synchronize(device)

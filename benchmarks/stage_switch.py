@@ -18,7 +18,7 @@ import torch
 from metaagent.learn.samples import Sample
 from metaagent.policy.models import load_model_and_tokenizer
 from metaagent.records import DESIGNER, EXECUTOR
-from metaagent.train.update import PolicyUpdater
+from metaagent.train.local.update import PolicyUpdater
 
 
 def samples(role: str, n: int, seed: int, vocab: int) -> list[Sample]:

@@ -11,7 +11,7 @@ phase beside its limit, and the designer's generation with and without prefix re
    generation minus the same prompts' prefill alone (a 1-token budget). Reported: decode tokens/s and the decode's
    achieved GFLOP/s (2 x the model's matmul weights per token, plus attention: 4 x layers x heads x head_dim x
    context), next to the peak of its dtype.
-3. step: ``Trainer.train_step`` of ``configs/default.yaml`` (``--steps`` steps after one warm-up generate, each
+3. step: ``TrainLoop.train_step`` of ``configs/default.yaml`` (``--steps`` steps after one warm-up generate, each
    variant in a fresh subprocess with the same seed, so the same tasks), per step: seconds, generated tokens
    (designs + agent replies), samples (designs + agent calls), trained samples, mismatch KL; tokens/s and
    samples/s; and the peak RSS of the subprocess and its children (the sandbox workers), sampled every 0.2 s.
@@ -176,24 +176,25 @@ def designer_comparison(cfg, tasks, repeats: int = 3) -> None:
 
 
 def step_vs_limit(cfg) -> None:
-    from metaagent.train.trainer import Trainer
+    from metaagent.train.local import LocalBackend
+    from metaagent.train.loop import TrainLoop
 
     captured: dict = {}
-    with Trainer(cfg) as trainer:
-        update = trainer._update
+    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+        update = trainer.backend.update
 
         def spy(samples, step, active, pairs=()):
             captured.update(samples=samples, step=step, active=active, pairs=pairs)
             return update(samples, step, active, pairs)
 
-        trainer._update = spy
-        warm_up(trainer.models.designer)
+        trainer.backend.update = spy
+        warm_up(trainer.backend.models.designer)
         c0 = time.process_time()
         result = in_thread(lambda: trainer.train_step(0))
         step_cpu = time.process_time() - c0
         m = result.metrics
         trees = result.trees
-        hf = trainer.models.policies[trainer.models.designer_key].backend
+        hf = trainer.backend.models.policies[trainer.backend.models.designer_key].backend
         bs = cfg.policy.max_batch_size
         designer_pairs = [(d.sample.prompt_ids, d.sample.response_ids) for t in trees for d in t.designs if d.sample]
         turns = [turn for t in trees for _, e in t.executions() for turn in e.turns if not turn.synthetic]
@@ -318,11 +319,12 @@ def run_decode(cfg, variant: str, rows_list: list[int], max_tokens: int) -> dict
 
 def run_steps(cfg, steps: int) -> dict:
     """In a variant's subprocess: ``steps`` training steps after a warm-up generate (module docstring)."""
-    from metaagent.train.trainer import Trainer
+    from metaagent.train.local import LocalBackend
+    from metaagent.train.loop import TrainLoop
 
     out = []
-    with Trainer(cfg) as trainer:
-        warm_up(trainer.models.designer)
+    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+        warm_up(trainer.backend.models.designer)
         for step in range(steps):
             load = os.getloadavg()[0]
             c0 = time.process_time()

@@ -117,7 +117,7 @@ def make_samples(n: int, prompt_len: int, response_len: int, vocab: int, seed: i
 def worker(args: argparse.Namespace) -> dict:
     import torch
 
-    from metaagent.train.update import PolicyUpdater
+    from metaagent.train.local.update import PolicyUpdater
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -128,7 +128,7 @@ def worker(args: argparse.Namespace) -> dict:
         import functools
 
         from metaagent.train.config import LoraSettings
-        from metaagent.train.lora import AdapterSet
+        from metaagent.train.local.lora import AdapterSet
 
         settings = LoraSettings(enabled=True, rank=args.lora_rank, alpha=2.0 * args.lora_rank)
         aset = AdapterSet(model, ["policy"], settings, base=args.model)

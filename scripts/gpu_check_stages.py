@@ -87,7 +87,7 @@ def stage_env(args) -> dict:
         }  # fmt: skip
     t0 = time.perf_counter()
     import metaagent.cli.train  # noqa: F401  the local training path
-    import metaagent.train.trainer  # noqa: F401
+    import metaagent.train.local  # noqa: F401
 
     details = {
         "python": platform.python_version(), "platform": platform.platform(), "nvidia_smi": driver, "gpu": gpu,

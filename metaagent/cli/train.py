@@ -96,7 +96,7 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
     failed, 2 it could not start)."""
     from metaagent.cli.display import TrainDisplay
     from metaagent.learn.checkpoint import CheckpointError
-    from metaagent.train.trainer import Trainer, TrainError
+    from metaagent.train.loop import TrainError, TrainLoop
 
     from metaagent.learn.trackers import TrackerError
 
@@ -107,15 +107,18 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
     run_errors: tuple[type[BaseException], ...] = (TrainError, CheckpointError)
     try:
         if plan is None:
-            trainer = Trainer(config, resume=resume, observer=display)
+            from metaagent.train.local import LocalBackend
+
+            backend = LocalBackend(config)
         else:
             from metaagent.train.verl_backend import VerlBackendError
-            from metaagent.train.verl_backend.trainer import VerlTrainer, require_gpus
+            from metaagent.train.verl_backend.backend import VerlBackend, require_gpus
 
             start_errors += (VerlBackendError,)
             run_errors += (VerlBackendError,)
             require_gpus(plan)
-            trainer = VerlTrainer(config, plan=plan, resume=resume, observer=display)
+            backend = VerlBackend(config, plan=plan)
+        trainer = TrainLoop(config, backend, resume=resume, observer=display)
     except start_errors as e:
         print(f"train-metaagent: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ Each role invocation (an :class:`~metaagent.records.AgentTurn`) is one sample; i
   batch of response tokens (:func:`whiten_tokens`). The critic's values only exist in the trainer, so this
   mode finishes in the registered token stage :func:`gae_token_stage`: the record-level estimator passes each
   invocation's raw reward on (``AgentTurn.advantage`` holds ``r``, as MAPPA's does), the local backend's
-  critic (:mod:`metaagent.train.critic`) gives ``V_t`` of every response token, the stage gives the
+  critic (:mod:`metaagent.train.local.critic`) gives ``V_t`` of every response token, the stage gives the
   whitened advantages and the value targets ``A + V`` the critic is trained towards.
 - ``whiten`` (critic-free, a labelled deviation for CPU runs): ``V = 0``, so ``A_t = r`` on every token of
   the invocation, whitened over the model's batch. Token-weighted by default, exactly what verl's

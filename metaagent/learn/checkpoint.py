@@ -169,7 +169,7 @@ def save_checkpoint(
         optimizers: key -> ``PolicyUpdater`` / ``torch.optim.Optimizer`` (anything with ``state_dict``).
         state: JSON-serialisable training state; RNG states are added under ``"rng"``.
         keep_last: delete all but the newest ``keep_last`` checkpoints afterwards (None keeps all).
-        critics: key -> :class:`~metaagent.train.critic.Critic` (value model in ``critics/<key>/``, optimizer in
+        critics: key -> :class:`~metaagent.train.local.critic.Critic` (value model in ``critics/<key>/``, optimizer in
             ``optim/critic-<key>.pt``).
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -311,7 +311,7 @@ def load_checkpoint(
         models: key -> model to load the saved weights into (or build fresh ones from :func:`model_path`).
         optimizers: key -> object with ``load_state_dict`` (``PolicyUpdater`` or optimizer).
         restore_rng: restore python/numpy/torch RNG states.
-        critics: key -> :class:`~metaagent.train.critic.Critic` to load the saved value model and optimizer into.
+        critics: key -> :class:`~metaagent.train.local.critic.Critic` to load the saved value model and optimizer into.
     """
     path = Path(path)
     meta = read_meta(path)

@@ -4,7 +4,7 @@ loss config (PPO-clip, aggregation, KL and entropy terms), with the name lists t
 :class:`OptimizerConfig` is shared by every program that takes gradient steps: the RL trainer's ``optim``
 section (:class:`metaagent.train.config.OptimConfig` adds the loss knobs of
 :class:`metaagent.learn.losses.LossConfig`), which the local backend hands to each
-:class:`~metaagent.train.update.PolicyUpdater` and the verl backend maps onto
+:class:`~metaagent.train.local.update.PolicyUpdater` and the verl backend maps onto
 ``actor_rollout_ref.actor.optim.*``; and SFT (:class:`metaagent.sft.trainer.SFTConfig`). Each program
 keeps its own defaults where the papers differ (SFT: no weight decay, cosine schedule).
 

@@ -36,7 +36,7 @@ class SampleError(MetaAgentError, ValueError):
 
 def active_role_set(active_roles: Iterable[str], error: type[Exception] = SampleError) -> frozenset[str]:
     """The Eq. 9 mask as a set: the roles whose samples enter the loss. Samples of the other roles are never
-    built (:func:`build_samples`) nor forwarded (:class:`metaagent.train.update.PolicyUpdater`), so they
+    built (:func:`build_samples`) nor forwarded (:class:`metaagent.train.local.update.PolicyUpdater`), so they
     contribute exactly zero gradient. Raises ``error`` for a name that is not a role."""
     active = frozenset(active_roles)
     unknown = active - set(ROLES)

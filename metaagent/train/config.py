@@ -39,7 +39,7 @@ STAGE_SWITCHES = ("keep", "reset")
 
 @dataclass
 class LoraSettings(Checked):
-    """LoRA RL (``policy.lora``, :mod:`metaagent.train.lora`): the base weights stay frozen and each physical
+    """LoRA RL (``policy.lora``, :mod:`metaagent.train.local.lora`): the base weights stay frozen and each physical
     model key of the run becomes one LoRA adapter (peft) on it. ``weights: shared``: one adapter trained by both
     roles; ``weights: separate`` (and ``role_models``): one adapter per role on ONE shared base when the roles
     name the same model (AT-GRPO's per-role "L2" level at the memory of one model). The optimizer holds only
@@ -284,7 +284,7 @@ class TurnRewardConfig:
 @dataclass
 class CriticConfig(Checked):
     """The value model of estimators whose token stage needs one (``unity`` with ``algo.options.mode: gae``,
-    UnityMAS-O Eq. 20-21; :mod:`metaagent.train.critic`). One critic per trained physical model, as the authors'
+    UnityMAS-O Eq. 20-21; :mod:`metaagent.train.local.critic`). One critic per trained physical model, as the authors'
     code (one verl critic worker group per LLM); the defaults are verl's ``critic`` section's."""
 
     model: str | None = None  # None: each critic starts from the weights of the model it pairs with (authors' code)

@@ -1,16 +1,9 @@
 """The training loop both backends share (paper §3): schedule, data, rollout, credit, samples, run directory.
 
-One step::
-
-    active  = schedule.active_roles(t)                      Eq. 9: executor stage first, K steps each
-    tasks   = sampler.next_batch()                          half math, half code
-    trees   = engine.rollout(tasks, step=t)                 M designs x N executions per task (records)
-    credit  = assign_credit(trees, "hierarchical")          Eq. 4-7, advantages written into the trees
-    samples = build_samples(trees, active_roles=active)     inactive role: not even built
-    update(samples)                                         the backend's part: Eq. 2-3 PPO-clip per model
-
-A backend (:class:`metaagent.train.trainer.Trainer` for CPU / one GPU, the verl trainer for clusters)
-supplies the models: the rollout policies, ``_update``, ``save`` and ``_restore``. Everything a step
+One step is :meth:`TrainLoop.train_step` (its docstring lists the stages). The loop composes a backend
+(:class:`metaagent.train.backend.Backend`: :class:`metaagent.train.local.LocalBackend` for CPU / one GPU,
+:class:`metaagent.train.verl_backend.backend.VerlBackend` for clusters), which owns the models: the rollout policies,
+the update, the token stage's pre-passes, checkpoints. Everything a step
 produces is written to the run directory, identical for both backends::
 
     RUN/config.yaml  run.json  metrics.jsonl  rollouts/step_000000.jsonl  checkpoints/step_00000030/
@@ -35,6 +28,7 @@ from metaagent.records import DESIGNER, EXECUTOR, RolloutTree, TreeWriter
 from metaagent.rollout.engine import RolloutEngine, RolloutObserver
 from metaagent.rollout.metrics import rollout_metrics
 from metaagent.seeding import derive_seed
+from metaagent.train.backend import Backend, Needs
 from metaagent.train.config import TrainConfig
 from metaagent.learn.metrics import MetricsLogger, cuda_peak_mib
 from metaagent.learn.trackers import step_samples
@@ -79,30 +73,111 @@ def config_hash(cfg: TrainConfig) -> str:
     return record_hash(d)
 
 
-class TrainLoop:
-    """Schedule, data, rollout, credit and the run directory; subclasses own the models.
+def credit_options(cfg: TrainConfig) -> dict[str, Any]:
+    """The estimator's keyword options: the ``algo`` fields it takes, then ``algo.options``."""
+    from metaagent.credit import estimator_options
 
-    A subclass calls :meth:`_init_data` first (a fresh run in a folder that holds an earlier run moves the
-    earlier run aside to ``OUT.<its run id>``), loads its models, then :meth:`_open_run` with the rollout
-    policies, and implements ``_update(samples, step, active)``, ``save(next_step)``, ``_restore(path)``.
+    a = cfg.algo
+    known = estimator_options(a.estimator)
+    common = {
+        "eps": a.eps,
+        "norm_by_std": a.norm_by_std,
+        "filter_zero_var": a.filter_zero_var,
+        "executor_group": a.executor_group,
+        "executor_unit": a.executor_unit,
+        "executor_balance": cfg.executor_balance(),
+    }
+    if "role_models" in known and cfg.policy.role_models:
+        common["role_models"] = dict(cfg.policy.role_models)  # per-model normalisation
+    return {**{k: v for k, v in common.items() if k in known}, **dict(a.options)}
+
+
+class TrainLoop:
+    """Schedule, data, rollout, credit and the run directory, over a :class:`~metaagent.train.backend.Backend`
+    that owns the models.
+
+    Args:
+        config: the resolved run configuration.
+        backend: the models (:class:`metaagent.train.local.LocalBackend`,
+            :class:`metaagent.train.verl_backend.backend.VerlBackend`).
+        resume: a checkpoint folder, or True for the newest checkpoint of ``config.trainer.out``.
+        observer: rollout progress hooks (the CLI's display).
+
+    Set-up, in order: the configuration is checked against the backend's capabilities; the data and the run
+    directory are prepared (a fresh run in a folder that holds an earlier run moves the earlier run aside to
+    ``OUT.<its run id>``); the backend loads its models; the checkpoint is restored (or run.json and
+    config.yaml written); the rollout engine and the metrics log start. The loop closes the backend.
     """
 
-    backend = "local"
-    supports_token_advantages = False  # the update trains on Sample.token_advantages (token-stage estimators)
-    supports_critic = False  # the backend trains a value model per model (GAE token stages: unity mode gae)
     config: TrainConfig
     engine: RolloutEngine
     logger: MetricsLogger
 
+    def __init__(
+        self,
+        config: TrainConfig,
+        backend: Backend,
+        *,
+        resume: str | bool | None = None,
+        observer: RolloutObserver | None = None,
+    ) -> None:
+        from metaagent.credit import get_token_stage
+
+        self.config, self.backend = config, backend
+        try:
+            self.credit_options = credit_options(config)
+            self.token_stage = get_token_stage(config.algo.estimator, self.credit_options)
+            self._check_capabilities()
+            self._init_data(resume)
+            checkpoint = self._find_checkpoint(resume)  # before the models load: a bad --resume fails fast
+            stage, options = self.token_stage, self.credit_options
+            backend.start(Needs(
+                ref_logprobs=stage is not None and stage.needs_ref(options),
+                values=stage is not None and stage.needs_values(options),
+            ))  # fmt: skip
+            self._open_run(checkpoint, observer)
+        except BaseException:
+            self.close()
+            raise
+
     # ---- set-up ---------------------------------------------------------------------------------------------
 
-    def _init_data(self, config: TrainConfig, resume: str | bool | None) -> None:
+    def _check_capabilities(self) -> None:
+        """Refuse, in one line, a configuration that needs what the backend cannot train."""
+        cfg, stage, can = self.config, self.token_stage, self.backend.capabilities
+        name = self.backend.name
+        if stage is not None and stage.needs_values(self.credit_options) and not can.critic:
+            raise TrainError(
+                f"algo.estimator={cfg.algo.estimator} with these options needs a critic per model, which the "
+                f"{name} backend does not train; use trainer.backend=local or verl"
+            )
+        if stage is not None and not can.token_advantages:
+            raise TrainError(
+                f"algo.estimator={cfg.algo.estimator} computes per-token advantages, which the {name} backend "
+                "does not train on yet; use trainer.backend=local"
+            )
+        if stage is not None and stage.needs_ref(self.credit_options) and not can.ref_logprobs:
+            raise TrainError(
+                f"the {name} backend has no reference pre-pass: algo.estimator={cfg.algo.estimator} "
+                "with a KL term in the reward runs on the local backend (or set its beta to 0)"
+            )
+        if cfg.optim.stage_switch == "reset" and not can.reset_moments:
+            raise TrainError(
+                f"the {name} backend does not support optim.stage_switch=reset; use keep or trainer.backend=local"
+            )
+        if cfg.optim.dpo and not can.preference_pairs:
+            raise TrainError(
+                f"the DPO loss on preference pairs (optim.dpo) runs on the local backend only for now; "
+                "set optim.dpo=false or trainer.backend=local"
+            )
+
+    def _init_data(self, resume: str | bool | None) -> None:
         from metaagent.data import MixtureSampler
         from metaagent.train.schedule import StageSchedule
 
         from metaagent.learn.trackers import check_available
 
-        self.config = cfg = config
+        cfg = self.config
         check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
         self.run_dir = Path(cfg.trainer.out)
         if not resume and (self.run_dir / "run.json").is_file():
@@ -134,25 +209,12 @@ class TrainLoop:
             self.run_dir, old_id, backup,
         )  # fmt: skip
 
-    def _open_run(
-        self, checkpoint: Path | None, *, designer: Any, executor: Any, observer: RolloutObserver | None
-    ) -> None:
+    def _open_run(self, checkpoint: Path | None, observer: RolloutObserver | None) -> None:
         """Restore ``checkpoint`` (or write run.json and config.yaml), then start the engine and the log."""
         cfg = self.config
-        stage = self._token_stage()
-        if stage is not None and stage.needs_values(self._credit_options()) and not self.supports_critic:
-            raise TrainError(
-                f"algo.estimator={cfg.algo.estimator} with these options needs a critic per model, which the "
-                f"{self.backend} backend does not train; use trainer.backend=local or verl"
-            )
-        if stage is not None and not self.supports_token_advantages:
-            raise TrainError(
-                f"algo.estimator={cfg.algo.estimator} computes per-token advantages, which the {self.backend} backend "
-                "does not train on yet; use trainer.backend=local"
-            )
         self.start_step = 0
         if checkpoint is not None:
-            self.start_step = self._restore(checkpoint)
+            self.start_step = self._load_loop_state(self.backend.restore(checkpoint), checkpoint)
             run_info = json.loads((self.run_dir / "run.json").read_text())
         else:
             run_info = self._run_info()
@@ -164,6 +226,7 @@ class TrainLoop:
             from metaagent.rewards.coach import Coach
 
             self.coach = Coach(cfg.coach)
+        designer, executor = self.backend.policies(self.start_step)
         self.engine = RolloutEngine(
             designer=designer,
             executor=executor,
@@ -184,14 +247,16 @@ class TrainLoop:
         )
 
     def _run_info(self) -> dict[str, Any]:
+        extra = dict(self.backend.run_info())
         return {
             "run_id": f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
             "seed": self.config.trainer.seed,
-            "models": self._model_ids(),
+            "models": extra.pop("models"),
             "metaagent_version": __version__,
             "created_at": time.time(),
-            "backend": self.backend,
+            "backend": self.backend.name,
             "isolation": self.isolation.describe(),
+            **extra,
         }
 
     def _find_checkpoint(self, resume: str | bool | None) -> Path | None:
@@ -226,76 +291,13 @@ class TrainLoop:
             log.warning("resuming %s with a different config than it was saved with", path)
         return int(state["next_step"])
 
-    # ---- backend hooks -------------------------------------------------------------------------------------
-
-    def _model_ids(self) -> dict[str, str]:
-        raise NotImplementedError
-
-    def _restore(self, path: Path) -> int:
-        raise NotImplementedError
-
     def save(self, next_step: int) -> Path:
-        raise NotImplementedError
-
-    def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def _reset_optimizer_moments(self) -> None:
-        """``optim.stage_switch: reset``: forget the optimizer moments at a stage boundary (backend-specific)."""
-        raise NotImplementedError(f"{type(self).__name__} does not support optim.stage_switch=reset")
-
-    def _ref_logprobs(self, samples: Any) -> list[list[float]]:
-        """Reference log-probs of every response token of ``samples`` (the pre-pass of token stages)."""
-        raise TrainError(
-            f"the {self.backend} backend has no reference pre-pass: algo.estimator={self.config.algo.estimator} "
-            "with a KL term in the reward runs on the local backend (or set its beta to 0)"
+        """Checkpoint ``next_step``: the backend's models and optimizers, and the loop's state beside them."""
+        return self.backend.save(
+            self.run_dir, next_step, state=self._loop_state(next_step), designer_prompt=self.engine.designer_prompt
         )
 
-    def _model_key(self, sample: Any) -> str:
-        """The physical model that trains ``sample`` (per-model normalisation of token stages)."""
-        return "policy"
-
-    def _values(self, samples: Any) -> list[list[float]]:
-        """The critic's values ``V_t`` of every response token of ``samples`` (GAE token stages)."""
-        raise TrainError(f"the {self.backend} backend has no critic; GAE estimators run on trainer.backend=local or verl")
-
-    def _token_stage(self) -> Any:
-        """The estimator's token stage when it is active for the configured options, else None."""
-        from metaagent.credit import get_token_stage
-
-        return get_token_stage(self.config.algo.estimator, self._credit_options())
-
-    def _token_stage_needs_ref(self) -> bool:
-        stage = self._token_stage()
-        return stage is not None and stage.needs_ref(self._credit_options())
-
-    def _token_stage_needs_values(self) -> bool:
-        stage = self._token_stage()
-        return stage is not None and stage.needs_values(self._credit_options())
-
-    def _check_samples(self, trees: list[RolloutTree], samples: Any) -> dict[str, Any]:
-        """Extra consistency metrics of a backend (default none)."""
-        return {}
-
     # ---- the loop ------------------------------------------------------------------------------------------
-
-    def _credit_options(self) -> dict[str, Any]:
-        """The estimator's keyword options: the ``algo`` fields it takes, then ``algo.options``."""
-        from metaagent.credit import estimator_options
-
-        a = self.config.algo
-        known = estimator_options(a.estimator)
-        common = {
-            "eps": a.eps,
-            "norm_by_std": a.norm_by_std,
-            "filter_zero_var": a.filter_zero_var,
-            "executor_group": a.executor_group,
-            "executor_unit": a.executor_unit,
-            "executor_balance": self.config.executor_balance(),
-        }
-        if "role_models" in known and self.config.policy.role_models:
-            common["role_models"] = dict(self.config.policy.role_models)  # per-model normalisation
-        return {**{k: v for k, v in common.items() if k in known}, **dict(a.options)}
 
     def _post_rollout(self, trees: list[RolloutTree]) -> dict[str, Any]:
         """Work the estimator needs written into the records before it runs (a pure function over them):
@@ -313,9 +315,9 @@ class TrainLoop:
 
                 reference = build_policy(self.config.policy.backend, self.config.policy.model_for(EXECUTOR))
             stage = self._eval_aligned_stage = EvalAlignedStage(
-                self.engine, self.config.eval_aligned, self._credit_options(), reference=reference
+                self.engine, self.config.eval_aligned, self.credit_options, reference=reference
             )
-        return {**stage.annotate(trees), **protocol_metrics(trees, **self._credit_options())}
+        return {**stage.annotate(trees), **protocol_metrics(trees, **self.credit_options)}
 
     def _dynamic_sampling(self, trees: list[RolloutTree], step: int, active: frozenset[str]):
         """DAPO's dynamic sampling per role (:mod:`metaagent.train.dynamic_sampling`): the kept trees and
@@ -378,61 +380,46 @@ class TrainLoop:
         return adaptive_metrics(trees, r.n_executions, r.adaptive_budget.first_n)
 
     def train_step(self, step: int) -> StepResult:
+        """One step; each line is one stage below, in this order::
+
+            active  = schedule.active_roles(t)                  Eq. 9: executor stage first, K steps each
+            tasks   = sampler.next_batch()                      the data mixture's batch
+            trees   = rollout(tasks)                            M designs x N executions per task (records);
+                                                                algo.dynamic_sampling draws more tasks
+            annotate(trees)                                     eval-aligned re-runs, coach, turn rewards, overlong
+            credit  = assign_credit(trees, algo.estimator)      Eq. 4-7, advantages written into the trees
+            write rollouts/step_t.jsonl
+            samples = samples(trees, active, credit)            inactive role: not even built; then the token
+                                                                stage (backend's reference / critic pre-pass)
+            checks  = backend.check_samples(trees, samples)
+            backend.update(samples, active, pairs)              Eq. 2-3 PPO-clip per model (the backend's part)
+            log the metrics of every stage
+        """
         from metaagent.credit import assign_credit
-        from metaagent.train.models import temperatures
-        from metaagent.train.token_stage import apply_token_stage
-        from metaagent.learn.samples import build_pair_samples, build_samples, mask_overlong
 
         cfg = self.config
         t_start = time.perf_counter()
         cuda_peak_mib()  # the step's peaks start here
         active = self.schedule.active_roles(step)
-        stage = self.schedule.stage(step)
         tasks = self.sampler.next_batch()
-
-        trees = self.engine.rollout(tasks, step=step, seed=derive_seed(cfg.trainer.seed, step, "rollout"))
-        sampling_metrics: dict[str, Any] = {}
-        if cfg.algo.dynamic_sampling.enabled:
-            trees, sampling_metrics = self._dynamic_sampling(trees, step, active)
+        trees, sampling_metrics = self._rollout(tasks, step, active)
         t_rollout = time.perf_counter() - t_start
         memory = {"memory/cuda_peak_rollout_mib": cuda_peak_mib()}
         annotation_metrics = self._annotate(trees)
-        credit = assign_credit(trees, cfg.algo.estimator, **self._credit_options())
+        credit = assign_credit(trees, cfg.algo.estimator, **self.credit_options)
         with TreeWriter(self._rollout_path(step), truncate=True) as w:
             for tree in trees:
                 w.write(tree)
-        samples = build_samples(
-            trees,
-            active_roles=active,
-            temperatures=temperatures(cfg.rollout),
-            turn_advantages=credit.turn_advantages,
-            max_prompt_len=cfg.optim.max_prompt_tokens,
-            max_response_len=cfg.optim.max_response_tokens,
-        )
-        if cfg.algo.overlong.filter:  # DAPO's overlong filtering: truncated generations out of the loss
-            samples = mask_overlong(samples, cfg.algo.overlong.filter_roles)
-        token_stage = self._token_stage()
-        if token_stage is not None:  # per-token advantages after a reference / critic pre-pass over the whole batch
-            samples = apply_token_stage(
-                samples, token_stage, self._credit_options(), ref_logprobs=self._ref_logprobs, group_of=self._model_key,
-                values=self._values,
-            )  # fmt: skip
-        checks = self._check_samples(trees, samples)
+        samples = self._samples(trees, active, credit.turn_advantages)
+        checks = self.backend.check_samples(trees, samples, self.credit_options)
         t_update = time.perf_counter()
-        switched = step > 0 and self.schedule.stage(step - 1).index != stage.index
-        if switched and cfg.optim.stage_switch == "reset":
-            self._reset_optimizer_moments()
-        pairs = build_pair_samples(trees, active_roles=active)
-        if pairs and not cfg.optim.dpo:
-            samples.metrics["samples/preference_pairs_unused"] = float(len(pairs))  # optim.dpo=true trains on them
-            pairs = []
-        update_metrics = self._update(samples, step, active, pairs)
+        update_metrics, switched = self._update(trees, samples, step, active)
         t_end = time.perf_counter()
         memory["memory/cuda_peak_update_mib"] = cuda_peak_mib()  # credit, samples and the update
 
         metrics: dict[str, Any] = {
             "schedule/active": active_name(active),
-            "schedule/stage": stage.index,
+            "schedule/stage": self.schedule.stage(step).index,
             "schedule/switched": float(switched),
             **rollout_metrics(trees),
             **self._adaptive_metrics(trees),
@@ -453,6 +440,56 @@ class TrainLoop:
         self.logger.log(step, metrics)
         self.logger.log_samples(step, step_samples(trees))
         return StepResult(step, metrics, trees)
+
+    def _rollout(self, tasks: list[Any], step: int, active: frozenset[str]) -> tuple[list[RolloutTree], dict[str, Any]]:
+        """The step's trees (a seed per step), with DAPO's dynamic sampling when it is on."""
+        trees = self.engine.rollout(tasks, step=step, seed=derive_seed(self.config.trainer.seed, step, "rollout"))
+        if not self.config.algo.dynamic_sampling.enabled:
+            return trees, {}
+        return self._dynamic_sampling(trees, step, active)
+
+    def _samples(self, trees: list[RolloutTree], active: frozenset[str], turn_advantages: Any) -> Any:
+        """The active roles' samples: built, overlong-filtered (DAPO), then the token stage's per-token advantages
+        after the backend's reference / critic pre-pass over the whole batch (estimators with a token stage)."""
+        from metaagent.learn.samples import build_samples, mask_overlong
+        from metaagent.train.roles import temperatures
+        from metaagent.train.token_stage import apply_token_stage
+
+        cfg = self.config
+        samples = build_samples(
+            trees,
+            active_roles=active,
+            temperatures=temperatures(cfg.rollout),
+            turn_advantages=turn_advantages,
+            max_prompt_len=cfg.optim.max_prompt_tokens,
+            max_response_len=cfg.optim.max_response_tokens,
+        )
+        if cfg.algo.overlong.filter:  # DAPO's overlong filtering: truncated generations out of the loss
+            samples = mask_overlong(samples, cfg.algo.overlong.filter_roles)
+        if self.token_stage is None:
+            return samples
+        return apply_token_stage(
+            samples, self.token_stage, self.credit_options, ref_logprobs=self.backend.ref_logprobs,
+            group_of=self.backend.model_key, values=self.backend.values,
+        )  # fmt: skip
+
+    def _update(
+        self, trees: list[RolloutTree], samples: Any, step: int, active: frozenset[str]
+    ) -> tuple[dict[str, Any], bool]:
+        """The backend's update on ``samples`` (and, with ``optim.dpo``, the records' preference pairs), after
+        forgetting the optimizer moments at a stage boundary (``optim.stage_switch: reset``); the update's
+        metrics and whether this step starts a new stage."""
+        from metaagent.learn.samples import build_pair_samples
+
+        cfg = self.config
+        switched = step > 0 and self.schedule.stage(step - 1).index != self.schedule.stage(step).index
+        if switched and cfg.optim.stage_switch == "reset":
+            self.backend.reset_optimizer_moments()
+        pairs = build_pair_samples(trees, active_roles=active)
+        if pairs and not cfg.optim.dpo:
+            samples.metrics["samples/preference_pairs_unused"] = float(len(pairs))  # optim.dpo=true trains on them
+            pairs = []
+        return self.backend.update(samples, step, active, pairs), switched
 
     def validate(self, step: int) -> dict[str, Any]:
         """``val_repeats`` samples per task (greedy by default) by :mod:`metaagent.eval`'s ``auto`` method,
@@ -504,12 +541,11 @@ class TrainLoop:
         return results
 
     def close(self) -> None:
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            engine.close()
-        coach = getattr(self, "coach", None)
-        if coach is not None:
-            coach.close()
+        """Close the engine, the coach and the backend (also after a set-up that failed half way)."""
+        for part in ("engine", "coach", "backend"):
+            obj = getattr(self, part, None)
+            if obj is not None:
+                obj.close()
 
     def __enter__(self):
         return self

@@ -7,8 +7,8 @@ executor turn's *action reward* in the sample's scalar ``advantage``. After the 
    counted);
 2. when the stage needs them (``needs_ref(options)``, e.g. MAPPA's beta > 0), gets ``log pi_ref`` of every
    response token of the whole batch from the backend's reference pre-pass
-   (:meth:`metaagent.train.update.PolicyUpdater.ref_logprobs`), before any loss is computed; likewise the
-   critic's values ``V_t`` (``needs_values(options)``: UnityMAS-O's GAE, :mod:`metaagent.train.critic`);
+   (:meth:`metaagent.train.local.update.PolicyUpdater.ref_logprobs`), before any loss is computed; likewise the
+   critic's values ``V_t`` (``needs_values(options)``: UnityMAS-O's GAE, :mod:`metaagent.train.local.critic`);
 3. calls the stage on all executor samples at once (the batch-wide normalisation needs them all) and stores
    the result in ``Sample.token_advantages`` (and, for a critic, ``Sample.values`` / ``Sample.returns``).
 

@@ -53,7 +53,8 @@ def one_thread():
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     from metaagent.train.config import TrainConfig
-    from metaagent.train.trainer import Trainer
+    from metaagent.train.local import LocalBackend
+    from metaagent.train.loop import TrainLoop
 
     root = tmp_path_factory.mktemp("eval_aligned")
     (root / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in TASKS))
@@ -84,7 +85,7 @@ def run(tmp_path_factory):
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(HFPolicy, "_generate", forced_generate(scripted))
-        with Trainer(cfg) as trainer:
+        with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
             (result,) = trainer.train()
     return root / "run", result
 

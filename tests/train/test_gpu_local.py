@@ -61,7 +61,7 @@ def test_recorded_logprobs_on_cuda_are_a_full_forwards_on_cuda_and_cpu():
 
 
 def test_an_update_on_cuda_equals_the_same_update_on_cpu():
-    from metaagent.train.update import PolicyUpdater
+    from metaagent.train.local.update import PolicyUpdater
 
     samples = samples_of(mixed_trees())
     results = {}

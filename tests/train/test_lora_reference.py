@@ -16,8 +16,8 @@ from metaagent.learn.logprobs import response_logprobs
 from metaagent.learn.samples import PairSample, collate
 from metaagent.policy.models import load_model_and_tokenizer
 from metaagent.train.config import LoraSettings, OptimConfig, PolicyConfig
-from metaagent.train.models import load_models, make_updaters
-from metaagent.train.update import PolicyUpdater, UpdateError, ref_logprobs_routed, update_routed
+from metaagent.train.local.models import load_models, make_updaters
+from metaagent.train.local.update import PolicyUpdater, UpdateError, ref_logprobs_routed, update_routed
 
 LORA = LoraSettings(enabled=True, rank=4, alpha=8.0)
 

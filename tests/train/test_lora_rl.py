@@ -16,9 +16,9 @@ from builders import random_samples
 from metaagent.config import ConfigError
 from metaagent.policy.base import ChatRequest, SamplingParams
 from metaagent.train.config import LoraSettings, OptimConfig, PolicyConfig, TrainConfig
-from metaagent.train.models import load_models, make_updaters
-from metaagent.train.lora import LoraError
-from metaagent.train.update import update_routed
+from metaagent.train.local.models import load_models, make_updaters
+from metaagent.train.local.lora import LoraError
+from metaagent.train.local.update import update_routed
 
 LORA = LoraSettings(enabled=True, rank=4, alpha=8.0)
 
@@ -69,7 +69,7 @@ def test_executor_stage_changes_only_the_executor_adapter():
 
 
 def test_shared_weights_train_one_adapter_and_verl_mapping():
-    from metaagent.train.models import model_plan
+    from metaagent.train.roles import model_plan
 
     cfg = PolicyConfig(model="tiny", lora=LORA)
     assert list(model_plan(cfg)[0]) == ["policy"]

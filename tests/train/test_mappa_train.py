@@ -14,7 +14,7 @@ from metaagent.credit.mappa import Action, reinforce_pp_advantages
 from metaagent.learn.logprobs import response_logprobs
 from metaagent.learn.samples import SampleSet, collate
 from metaagent.train.token_stage import apply_token_stage
-from metaagent.train.update import PolicyUpdater, UpdateError
+from metaagent.train.local.update import PolicyUpdater, UpdateError
 
 
 def test_the_reference_pre_pass_gives_each_samples_ref_logprobs_in_order_across_micro_batches(make_model, make_samples):
@@ -78,7 +78,8 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, monke
 
     from metaagent.policy.hf import HFPolicy
     from metaagent.train.config import TrainConfig
-    from metaagent.train.trainer import Trainer
+    from metaagent.train.local import LocalBackend
+    from metaagent.train.loop import TrainLoop
 
     torch.set_num_threads(1)
     # the tiny model with scripted replies (builders.forced_generate), tagged and boxed, tagged only or untagged
@@ -101,11 +102,11 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, monke
             ),
         ],
     )
-    with Trainer(cfg) as trainer:
-        before = {n: p.detach().clone() for n, p in trainer.models.models["policy"].named_parameters()}
+    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+        before = {n: p.detach().clone() for n, p in trainer.backend.models.models["policy"].named_parameters()}
         (result,) = trainer.train()
-        after = dict(trainer.models.models["policy"].named_parameters())
-        assert trainer.updaters["policy"].ref_model is not None  # loaded for the KL in the reward
+        after = dict(trainer.backend.models.models["policy"].named_parameters())
+        assert trainer.backend.updaters["policy"].ref_model is not None  # loaded for the KL in the reward
     m = result.metrics
     assert m["judge/calls"] == 6 and m["judge/errors"] == 0  # 2 executions x 3 agents (no program: no rounds)
     assert {f"judge/score_mean/{r}" for r in ("ProblemSolver", "CodeExecutor", "Verifier")} <= set(m)
@@ -120,7 +121,7 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, monke
         # (truncated replies kept here: which replies hit max_tokens depends on how the batcher grouped them)
         assert m["train/role0/samples/executor"] == 2.0 and m["train/policy/samples/executor"] == 4.0
         assert m["train/role0/tokens"] > 0  # the Verifier samples went through the Verifier model
-        assert trainer.updaters["role0"].ref_model is not None
+        assert trainer.backend.updaters["role0"].ref_model is not None
     assert any(not torch.equal(before[n], after[n].detach()) for n in before)
     rows = [r for r in result.trees[0].designs[0].executions[0].turns]
     assert [t.role for t in rows] == ["ProblemSolver", "CodeExecutor", "Verifier"]

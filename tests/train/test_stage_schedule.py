@@ -95,11 +95,12 @@ def test_the_loop_resets_the_optimizer_moments_at_each_stage_boundary(tmp_path, 
     boundaries before steps 1 and 2, so the executor's step-2 update starts AdamW afresh (step count 1);
     ``keep`` carries the step-0 moments on (count 2)."""
     from metaagent.train.config import TrainConfig
-    from metaagent.train.trainer import Trainer
+    from metaagent.train.local import LocalBackend
+    from metaagent.train.loop import TrainLoop
 
     calls: list[int] = []
-    real = Trainer._reset_optimizer_moments
-    monkeypatch.setattr(Trainer, "_reset_optimizer_moments", lambda self: (calls.append(1), real(self))[-1])
+    real = LocalBackend.reset_optimizer_moments
+    monkeypatch.setattr(LocalBackend, "reset_optimizer_moments", lambda self: (calls.append(1), real(self))[-1])
     cfg = TrainConfig.load("tiny", [
         f"trainer.out={tmp_path / 'run'}", "trainer.steps=3", "trainer.save_every=0", "schedule.stage_len=1",
         "rollout.frozen_designer=single_math", "rollout.m_designs=1", "rollout.n_executions=1", "data.batch_size=1",
@@ -107,8 +108,8 @@ def test_the_loop_resets_the_optimizer_moments_at_each_stage_boundary(tmp_path, 
         "rollout.executor.max_tokens=4", "algo.estimator=ones_for_stage_switch_tests", f"optim.stage_switch={switch}",
     ])  # fmt: skip
     per_step: list[tuple[str, int, float]] = []
-    with Trainer(cfg) as trainer:
-        (updater,) = trainer.updaters.values()
+    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+        (updater,) = trainer.backend.updaters.values()
 
         def seen(result) -> None:
             steps = {int(s["step"]) for s in updater.optimizer.state.values()}

@@ -18,7 +18,7 @@ from metaagent.learn.checkpoint import (
     save_checkpoint,
 )
 from metaagent.train.schedule import StageSchedule
-from metaagent.train.update import PolicyUpdater
+from metaagent.train.local.update import PolicyUpdater
 
 
 def test_save_and_resume(tmp_path, make_model, make_samples):

@@ -14,7 +14,7 @@ from metaagent.learn.losses import GlobalBatch, LossConfig, policy_loss
 from metaagent.learn.samples import build_samples, collate
 from metaagent.train.schedule import StageSchedule
 from metaagent.config import ConfigError
-from metaagent.train.update import PolicyUpdater, UpdateError
+from metaagent.train.local.update import PolicyUpdater, UpdateError
 
 TEMPS = {"designer": 1.0, "executor": 1.0}
 
@@ -218,7 +218,7 @@ def test_naive_reference_implementation_gives_the_same_gradient(make_model, make
 
 
 def test_update_routed_separate_models(make_model, make_samples):
-    from metaagent.train.update import update_routed
+    from metaagent.train.local.update import update_routed
 
     samples = make_samples(6, seed=16)
     d_model, e_model = make_model(seed=1), make_model(seed=2)

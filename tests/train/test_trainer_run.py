@@ -24,7 +24,8 @@ from warm_tiny import SCRIPT, TAGGED, TRAIN_SPEC, UNTAGGED
 from metaagent.learn.metrics import read_metrics
 from metaagent.policy.hf import HFPolicy
 from metaagent.train.config import TrainConfig
-from metaagent.train.trainer import Trainer
+from metaagent.train.local import LocalBackend
+from metaagent.train.loop import TrainLoop
 
 pytestmark = pytest.mark.slow
 
@@ -80,8 +81,9 @@ def _config(out: Path, *extra: str) -> TrainConfig:
     )
 
 
-def _params(trainer: Trainer) -> dict[str, torch.Tensor]:
-    return {f"{k}.{n}": p.detach().clone() for k, m in trainer.models.models.items() for n, p in m.named_parameters()}
+def _params(trainer: TrainLoop) -> dict[str, torch.Tensor]:
+    models = trainer.backend.models.models
+    return {f"{k}.{n}": p.detach().clone() for k, m in models.items() for n, p in m.named_parameters()}
 
 
 def _strip(row: dict) -> dict:
@@ -104,13 +106,14 @@ LORA = ("policy.lora.enabled=true", "policy.lora.rank=4", "policy.lora.alpha=8",
 def test_four_steps_two_stages_then_exact_resume(tmp_path, lora):
     out = tmp_path / "run"
     extra = (*RESUME, *(LORA if lora else ()))
-    with Trainer(_config(out, *extra)) as trainer:
+    cfg = _config(out, *extra)
+    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
         if lora:
-            assert all(u.ref_model is None and u.has_reference for u in trainer.updaters.values())
+            assert all(u.ref_model is None and u.has_reference for u in trainer.backend.updaters.values())
         before = _params(trainer)
         after: dict[int, dict[str, torch.Tensor]] = {}
         trainer.train(on_step=lambda r: after.__setitem__(r.step, _params(trainer)))
-        executor = trainer.models.policies["executor"].backend
+        executor = trainer.backend.models.policies["executor"].backend
     rows = [r for r in read_metrics(out / "metrics.jsonl")[0] if r["step"] >= 0]
     assert [r["schedule/active"] for r in rows] == ["executor", "executor", "designer", "designer"]
     for r in rows:  # every step updates its stage's model: its groups held both rewards
@@ -144,7 +147,8 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, lora):
     # resume from the step-2 checkpoint in a copy of the run directory: steps 3-4 again, bit for bit
     copy = tmp_path / "resumed"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("step_00000004"))
-    with Trainer(_config(copy, *extra), resume=str(copy / "checkpoints" / "step_00000002")) as trainer:
+    cfg = _config(copy, *extra)
+    with TrainLoop(cfg, LocalBackend(cfg), resume=str(copy / "checkpoints" / "step_00000002")) as trainer:
         assert trainer.start_step == 2
         trainer.train()
         resumed = _params(trainer)
@@ -191,7 +195,7 @@ def test_a_fresh_run_moves_an_earlier_run_aside(tmp_path):
     (out / "run.json").write_text(json.dumps({"run_id": "old-1"}))
     (out / "metrics.jsonl").write_text('{"step": 0}\n')
     cfg = TrainConfig.load(str(Path(__file__).parents[2] / "configs" / "tiny.yaml"), [f"trainer.out={out}"])
-    with Trainer(cfg):
+    with TrainLoop(cfg, LocalBackend(cfg)):
         pass
     assert (tmp_path / "run.old-1" / "metrics.jsonl").read_text() == '{"step": 0}\n'  # kept, not appended to
     info = json.loads((out / "run.json").read_text())
@@ -207,7 +211,7 @@ def test_continuous_batching_option_reaches_the_rollout_policy():
 
     from metaagent.policy import ChatRequest, SamplingParams
     from metaagent.train.config import PolicyConfig
-    from metaagent.train.models import load_models
+    from metaagent.train.local.models import load_models
 
     models = load_models(PolicyConfig(model="tiny", continuous=True, max_batch_size=4))
     try:

@@ -82,7 +82,8 @@ def test_a_tiny_run_trains_end_to_end_with_a_per_turn_estimator(tmp_path):
     from warm_tiny import SCRIPT, TRAIN_SPEC
 
     from metaagent.train.config import TrainConfig
-    from metaagent.train.trainer import Trainer
+    from metaagent.train.local import LocalBackend
+    from metaagent.train.loop import TrainLoop
 
     script = tmp_path / "solver.py"
     script.write_text(SCRIPT)
@@ -108,10 +109,10 @@ def test_a_tiny_run_trains_end_to_end_with_a_per_turn_estimator(tmp_path):
             f"trainer.out={tmp_path / 'run'}",
         ],
     )
-    with Trainer(cfg) as trainer:
-        before = {n: p.detach().clone() for n, p in trainer.models.models[next(iter(trainer.models.models))].named_parameters()}
+    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+        before = {n: p.detach().clone() for n, p in trainer.backend.models.models[next(iter(trainer.backend.models.models))].named_parameters()}
         results = trainer.train()
-        after = dict(trainer.models.models[next(iter(trainer.models.models))].named_parameters())
+        after = dict(trainer.backend.models.models[next(iter(trainer.backend.models.models))].named_parameters())
     assert all(r.metrics["credit/turn_advantages"] > 0 for r in results)
     assert results[-1].metrics["train/samples"] > 0 and results[-1].metrics["train/skipped_step"] == 0.0
     assert any(not torch.equal(before[n], after[n].detach()) for n in before)
@@ -123,7 +124,7 @@ def test_a_tiny_run_trains_end_to_end_with_a_per_turn_estimator(tmp_path):
 def test_preference_pairs_in_the_records_become_dpo_pairs_routed_to_their_model(make_model, make_token_tree):
     from metaagent.learn.samples import build_pair_samples
     from metaagent.records import PreferencePair
-    from metaagent.train.update import PolicyUpdater, update_routed
+    from metaagent.train.local.update import PolicyUpdater, update_routed
 
     tree = make_token_tree([[1.0, 0.0]], seed=6)
     e = tree.designs[0].executions[1]

@@ -12,7 +12,7 @@ from metaagent.learn.losses import GlobalBatch, value_loss
 from metaagent.learn.optim import OptimizerConfig
 from metaagent.learn.samples import Sample
 from metaagent.train.config import TrainConfig
-from metaagent.train.critic import Critic, load_value_model
+from metaagent.train.local.critic import Critic, load_value_model
 
 
 def test_value_loss_is_half_the_mean_of_the_larger_of_clipped_and_unclipped_squared_errors():
@@ -108,13 +108,14 @@ GAE_RUN = [
 
 def test_unity_code_under_gae_trains_a_critic_and_resumes_it(tmp_path, one_thread):
     from metaagent.records import read_trees
-    from metaagent.train.trainer import Trainer
+    from metaagent.train.local import LocalBackend
+    from metaagent.train.loop import TrainLoop
 
     out = tmp_path / "run"
     cfg = TrainConfig.load("unity_code", [*GAE_RUN, "trainer.steps=1", f"trainer.out={out}"])
-    with Trainer(cfg) as trainer:
+    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
         metrics = trainer.train()[0].metrics
-        critic = trainer.critics["policy"]
+        critic = trainer.backend.critics["policy"]
         saved = {n: p.detach().clone() for n, p in critic.model.named_parameters()}
     # the random tiny model fails every node: r = -1 on each of the 16 invocations, yet A = r - V differs per
     # token (the fresh critic's values differ), so the actor gets a gradient and the critic a target of -1
@@ -126,17 +127,18 @@ def test_unity_code_under_gae_trains_a_critic_and_resumes_it(tmp_path, one_threa
     assert {t.advantage for t in trees[0].designs[0].executions[0].turns} == {-1.0}  # raw r in the records
     # resume: the critic comes back with the trained weights and one optimizer step
     cfg2 = TrainConfig.load("unity_code", [*GAE_RUN, "trainer.steps=2", f"trainer.out={out}"])
-    with Trainer(cfg2, resume=True) as resumed:
-        assert resumed.start_step == 1 and resumed.critics["policy"].steps == 1
-        for n, p in resumed.critics["policy"].model.named_parameters():
+    with TrainLoop(cfg2, LocalBackend(cfg2), resume=True) as resumed:
+        assert resumed.start_step == 1 and resumed.backend.critics["policy"].steps == 1
+        for n, p in resumed.backend.critics["policy"].model.named_parameters():
             assert torch.equal(p, saved[n]), n
 
 
 def test_gae_on_the_verl_backend_plans_a_critic_worker_group_per_model():
     """The verl side of the same estimator (tests/verl/test_verl_critic.py, test_verl_gae_cpu.py run it)."""
     from metaagent.train.verl_backend.plan import resolve_plan
-    from metaagent.train.verl_backend.trainer import VerlTrainer
+    from metaagent.train.loop import TrainLoop
+    from metaagent.train.verl_backend.backend import VerlBackend
 
     assert resolve_plan(TrainConfig.load("unity_code", ["algo.options={mode: gae}", "trainer.backend=verl"])).critic
     assert not resolve_plan(TrainConfig.load("unity_code", ["trainer.backend=verl"])).critic  # whiten: no critic
-    assert VerlTrainer.supports_critic and VerlTrainer.supports_token_advantages
+    assert VerlBackend.capabilities.critic and VerlBackend.capabilities.token_advantages

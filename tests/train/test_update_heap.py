@@ -15,7 +15,7 @@ import pytest
 
 PROBE = """
 import ctypes, ctypes.util
-from metaagent.train.models import UPDATE_MMAP_THRESHOLD, update_heap
+from metaagent.train.local.models import UPDATE_MMAP_THRESHOLD, update_heap
 
 libc = ctypes.CDLL(ctypes.util.find_library("c"))
 class MallInfo2(ctypes.Structure):

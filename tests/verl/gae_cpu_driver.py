@@ -37,15 +37,16 @@ def main(out: Path, overrides: list[str]) -> None:
     from metaagent.train.config import TrainConfig
     from metaagent.train.verl_backend.batch import build_update_batch
     from metaagent.train.verl_backend.checkpoint import load_verl_checkpoint
-    from metaagent.train.verl_backend.trainer import VerlTrainer
+    from metaagent.train.loop import TrainLoop
+    from metaagent.train.verl_backend.backend import VerlBackend
 
     cfg = TrainConfig.load("unity_code", [*overrides, f"trainer.out={out / 'run'}"])
     probe: dict = {}
     trained: list = []
-    with VerlTrainer(cfg) as trainer:
-        group = trainer.groups["policy"]
+    with TrainLoop(cfg, VerlBackend(cfg)) as trainer:
+        group = trainer.backend.groups["policy"]
         trainer.save(0)  # the critic as verl initialised it (value head fresh, backbone = the policy's weights)
-        update_critic, update, train_update = group.update_critic, group.update, trainer._update
+        update_critic, update, train_update = group.update_critic, group.update, trainer.backend.update
 
         def spy_critic(batch, *, step):
             probe["critic_batch"] = rows(batch, "values", "returns", "response_mask")
@@ -67,7 +68,7 @@ def main(out: Path, overrides: list[str]) -> None:
             ]  # fmt: skip
             return train_update(samples, step, active, pairs)
 
-        group.update_critic, group.update, trainer._update = spy_critic, spy_actor, spy_update
+        group.update_critic, group.update, trainer.backend.update = spy_critic, spy_actor, spy_update
         trainer.train()
 
         def values() -> dict[str, list[float]]:
@@ -81,9 +82,9 @@ def main(out: Path, overrides: list[str]) -> None:
 
         probe["values_after"] = values()
         ckpts = out / "run" / "checkpoints"
-        load_verl_checkpoint(ckpts / "step_00000000", groups=trainer.groups, restore_rng=False)
+        load_verl_checkpoint(ckpts / "step_00000000", groups=trainer.backend.groups, restore_rng=False)
         probe["values_step0"] = values()
-        load_verl_checkpoint(ckpts / "step_00000001", groups=trainer.groups, restore_rng=False)
+        load_verl_checkpoint(ckpts / "step_00000001", groups=trainer.backend.groups, restore_rng=False)
         probe["values_step1"] = values()
     (out / "probe.json").write_text(json.dumps(probe))
 

@@ -18,7 +18,8 @@ from metaagent.train.verl_backend.batch import build_update_batch, critic_tensor
 from metaagent.train.verl_backend.checkpoint import load_verl_checkpoint, save_verl_checkpoint
 from metaagent.train.verl_backend.errors import VerlBackendError
 from metaagent.train.verl_backend.plan import format_plan, resolve_plan
-from metaagent.train.verl_backend.trainer import VerlTrainer
+from metaagent.train.loop import TrainLoop
+from metaagent.train.verl_backend.backend import VerlBackend
 from metaagent.train.verl_backend.verl_config import compose_verl_config, metaagent_settings
 
 GAE = ["algo.options={mode: gae, gamma: 1.0, lam: 1.0}", "trainer.backend=verl", "verl.n_gpus_per_node=1"]
@@ -213,7 +214,7 @@ def test_gae_step_sends_the_critics_values_and_returns_to_update_critic_and_gae_
         "rollout.frozen_designer=single_math", "schedule.mode=executor_only", "critic.warmup_steps=1",
     )  # fmt: skip
     group = FakeCriticGroup()
-    with VerlTrainer(cfg, groups={"policy": group}) as trainer:
+    with TrainLoop(cfg, VerlBackend(cfg, groups={"policy": group})) as trainer:
         results = trainer.train()
     m0, m1 = results[0].metrics, results[1].metrics
     assert m0["train/critic_warmup"] == 1.0 and "train/critic_warmup" not in m1

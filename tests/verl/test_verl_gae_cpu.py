@@ -47,7 +47,7 @@ def probe(tmp_path_factory) -> tuple[dict, Path]:
 
 def critic_shard(ckpt: Path, like: str):
     """The fp32 value model of a one-worker verl critic checkpoint, as the local backend's critic builds it."""
-    from metaagent.train.critic import load_value_model
+    from metaagent.train.local.critic import load_value_model
 
     shard = torch.load(ckpt / "critics" / "policy" / "model_world_size_1_rank_0.pt", weights_only=False, map_location="cpu")
     state = {k: (v._local_tensor if hasattr(v, "_local_tensor") else v).float() for k, v in shard.items()}
@@ -61,7 +61,7 @@ def test_verl_critic_values_are_the_local_critics_on_the_same_weights(probe):
     from metaagent.learn.optim import OptimizerConfig
     from metaagent.learn.samples import Sample
     from metaagent.policy.models import resolve_model
-    from metaagent.train.critic import Critic
+    from metaagent.train.local.critic import Critic
 
     data, run = probe
     samples = data["samples"]

@@ -20,7 +20,7 @@ from builders import PAD, mixed_trees, samples_of, tiny_llama
 from metaagent.learn.logprobs import response_logprobs
 from metaagent.learn.losses import GlobalBatch, LossConfig, policy_loss, verl_actor_config
 from metaagent.learn.samples import collate
-from metaagent.train.update import PolicyUpdater
+from metaagent.train.local.update import PolicyUpdater
 from metaagent.train.verl_backend.batch import build_update_batch, update_tensordict
 
 

@@ -59,7 +59,7 @@ def main() -> None:
     from metaagent.policy.logsoftmax import log_softmax
     from metaagent.policy.models import resolve_model
     from metaagent.train.config import TrainConfig
-    from metaagent.train.update import PolicyUpdater
+    from metaagent.train.local.update import PolicyUpdater
     from metaagent.train.verl_backend.batch import build_update_batch
     from metaagent.train.verl_backend.plan import resolve_plan
     from metaagent.train.verl_backend.verl_config import compose_verl_config

@@ -17,7 +17,8 @@ from metaagent.credit import TreeCredit, register_estimator
 from metaagent.policy import ChatRequest, ScriptedPolicy
 from metaagent.train.config import TrainConfig
 from metaagent.train.verl_backend.plan import resolve_plan
-from metaagent.train.verl_backend.trainer import VerlTrainer
+from metaagent.train.loop import TrainLoop
+from metaagent.train.verl_backend.backend import VerlBackend
 from metaagent.workflow import load_templates
 
 SCRIPTS = {t.name: t.source for t in load_templates()}
@@ -118,7 +119,7 @@ def roles_in(batch):
 def test_stagewise_steps_send_only_the_active_roles_samples(tmp_path):
     cfg = config(tmp_path, ALWAYS_UPDATE)
     group = FakeGroup("policy", dp_size=2)
-    with VerlTrainer(cfg, plan=resolve_plan(cfg), groups={"policy": group}) as trainer:
+    with TrainLoop(cfg, VerlBackend(cfg, plan=resolve_plan(cfg), groups={"policy": group})) as trainer:
         results = trainer.train()
     assert [r.metrics["schedule/active"] for r in results] == ["executor", "designer"]  # K = 1
     (s0, b0), (s1, b1) = group.updates
@@ -159,7 +160,7 @@ def test_a_model_without_samples_gets_no_update_at_all(tmp_path):
         ALWAYS_UPDATE,
     )
     designer, executor = FakeGroup("designer", 1), FakeGroup("executor", 1)
-    with VerlTrainer(cfg, groups={"designer": designer, "executor": executor}) as trainer:
+    with TrainLoop(cfg, VerlBackend(cfg, groups={"designer": designer, "executor": executor})) as trainer:
         (result,) = trainer.train()
     assert designer.updates == [] and designer.syncs == [0] and designer.sleeps == 0
     assert len(executor.updates) == 1 and roles_in(executor.updates[0][1]) == {"executor"}
@@ -174,11 +175,11 @@ def test_a_model_without_samples_gets_no_update_at_all(tmp_path):
 @pytest.mark.slow
 def test_resume_continues_from_the_checkpoint(tmp_path):
     cfg = config(tmp_path, "trainer.steps=1")
-    with VerlTrainer(cfg, groups={"policy": FakeGroup("policy", 2)}) as trainer:
+    with TrainLoop(cfg, VerlBackend(cfg, groups={"policy": FakeGroup("policy", 2)})) as trainer:
         trainer.train()
     cfg2 = config(tmp_path, "trainer.steps=2")
     group = FakeGroup("policy", 2)
-    with VerlTrainer(cfg2, groups={"policy": group}, resume=True) as trainer:
+    with TrainLoop(cfg2, VerlBackend(cfg2, groups={"policy": group}), resume=True) as trainer:
         assert trainer.start_step == 1
         (result,) = trainer.train()
     assert result.step == 1 and result.metrics["schedule/active"] == "designer"

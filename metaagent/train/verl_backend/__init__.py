@@ -1,7 +1,7 @@
 """GPU scale: the same stagewise hierarchical GRPO on upstream verl (FSDP actors, vLLM servers, Ray).
 
 ``train-metaagent --backend verl`` (:mod:`metaagent.cli.train`) prints :func:`plan_text` and runs
-:class:`.trainer.VerlTrainer`. What runs where:
+:class:`metaagent.train.loop.TrainLoop` over :class:`.backend.VerlBackend`. What runs where:
 
 - metaagent: data, the rollout engine (designer + sandboxed multi-agent executions), rewards, records,
   credit (paper Eq. 4-7), the stage schedule (Eq. 9) and samples of the active role — unchanged;
@@ -13,7 +13,7 @@
 
 Modules: :mod:`.config` (the ``verl:`` section), :mod:`.plan` (what runs where, ``--dry-run``),
 :mod:`.verl_config` (verl's own config per model), :mod:`.batch`, :mod:`.advantage`, :mod:`.policy`,
-:mod:`.workers` (worker groups), :mod:`.trainer` (the loop), :mod:`.checkpoint`, :mod:`.convert` (to Hugging Face),
+:mod:`.workers` (worker groups), :mod:`.backend` (the backend), :mod:`.checkpoint`, :mod:`.convert` (to Hugging Face),
 :mod:`.device` / :mod:`.cpu` / :mod:`.verl_plugin` (``verl.device``: the settings, the CPU rollout and pool, the
 plugin verl loads in every process: CPU platform, trl guard).
 Nothing GPU-related is imported until a real run starts; ``--dry-run`` imports neither torch nor verl.

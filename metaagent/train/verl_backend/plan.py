@@ -20,7 +20,7 @@ from typing import Any
 
 from metaagent.config import ConfigError
 from metaagent.train.config import TrainConfig
-from metaagent.train.models import model_plan
+from metaagent.train.roles import model_plan
 from metaagent.train.schedule import DESIGNER, EXECUTOR, StageSchedule
 from metaagent.workflow.limits import Limits
 

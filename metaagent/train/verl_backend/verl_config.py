@@ -179,7 +179,7 @@ def critic_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[str,
 
     As the authors' ``star_ppo/ray_trainer.py::_clone_critic_cfg_for_model``: the critic's model (and tokenizer)
     is the actor's model unless ``critic.model`` names another; verl builds it as its value model (the backbone
-    plus a fresh one-output head). The optimizer follows the local critic (:func:`metaagent.train.models.make_critics`):
+    plus a fresh one-output head). The optimizer follows the local critic (:func:`metaagent.train.local.models.make_critics`):
     ``critic.lr`` / ``weight_decay`` / ``grad_clip`` with the policy's betas and epsilon, a constant schedule;
     one mini-batch and one epoch per step, the clipped value loss with ``critic.cliprange_value`` and
     ``critic.loss_agg_mode``. GAE itself runs in metaagent (:func:`metaagent.credit.unity.gae_advantages`), so

@@ -1,6 +1,6 @@
-"""Stagewise hierarchical GRPO on GPUs: the local trainer's loop with verl doing generation and updates.
+"""Stagewise hierarchical GRPO on GPUs: the training loop over verl doing generation and updates.
 
-One step (the loop of :mod:`metaagent.train.loop`; only the update differs from the local backend)::
+One step (:meth:`metaagent.train.loop.TrainLoop.train_step`; only the backend's part differs from the local one)::
 
     active  = schedule.active_roles(t)                       Eq. 9
     tasks   = sampler.next_batch()
@@ -27,74 +27,73 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from metaagent.records import DESIGNER
-from metaagent.rollout.engine import RolloutObserver
+from metaagent.records import DESIGNER, RolloutTree
+from metaagent.train.backend import Capabilities, Needs, Policies
 from metaagent.train.config import TrainConfig
-from metaagent.train.loop import TrainLoop
-from metaagent.train.models import executor_policy
+from metaagent.train.roles import executor_policy
 
 from .config import VerlConfig
 from .errors import VerlBackendError
 from .plan import Plan, resolve_plan
 
 
-class VerlTrainer(TrainLoop):
-    """The verl backend's training loop (module docstring). Needs CUDA GPUs and a Ray cluster, or
-    ``verl.device=cpu`` (verl's FSDP engine in CPU workers, the HF policy as the rollout: :mod:`.cpu`).
+class VerlBackend:
+    """The verl backend (:class:`metaagent.train.backend.Backend`; module docstring). Needs CUDA GPUs and a Ray
+    cluster, or ``verl.device=cpu`` (verl's FSDP engine in CPU workers, the HF policy as the rollout: :mod:`.cpu`).
+    The worker groups start in :meth:`start`.
 
     Args:
         config: the resolved run configuration (``trainer.backend: verl``).
         plan: the resolved plan (computed from ``config`` when None).
-        resume: a checkpoint folder, or True for the newest checkpoint of ``trainer.out``.
-        observer: rollout progress hooks (the CLI's display).
         groups: physical model key -> an already started :class:`~.workers.ModelGroup` (or an object with its
             interface: ``policy``, ``dp_size``, ``pad_id``, ``update``, ``sync_weights``,
             ``free_rollout_memory``, ``save``, ``load``, ``close``); None starts them (GPUs, or CPU workers).
     """
 
-    backend = "verl"
-    supports_token_advantages = True  # build_update_batch lays Sample.token_advantages out per token
-    supports_critic = True  # a verl critic worker group per model (critic.enable, plan.critic)
+    name = "verl"
+    # token advantages: build_update_batch lays Sample.token_advantages out per token; a critic: a verl critic
+    # worker group per model (critic.enable, plan.critic). The plan refuses the rest (resolve_plan).
+    capabilities = Capabilities(token_advantages=True, critic=True)
 
     def __init__(
-        self,
-        config: TrainConfig,
-        *,
-        plan: Plan | None = None,
-        resume: str | bool | None = None,
-        observer: RolloutObserver | None = None,
-        groups: Mapping[str, Any] | None = None,
+        self, config: TrainConfig, *, plan: Plan | None = None, groups: Mapping[str, Any] | None = None
     ) -> None:
+        self.config = config
         self._owns_ray = False
         self.plan = plan or resolve_plan(config)
         self.verl: VerlConfig = self.plan.verl
         self._worker_env: dict[str, str] = {}
+        self._given = dict(groups) if groups is not None else None
+        self.groups: dict[str, Any] = {}
         if groups is None:  # before verl picks its platform: the plugin must be loaded (cpu: the CPU platform)
             from .cpu import activate
 
             self._worker_env = activate(self.verl.device, self.verl.hf_rollout)
 
         from . import advantage  # noqa: F401  registers metaagent's estimators with verl
-        self._init_data(config, resume)
-        checkpoint = self._find_checkpoint(resume)  # before the GPUs start: a bad --resume fails fast
-        self.groups = dict(groups) if groups is not None else self._start_models()
+
+    def start(self, needs: Needs) -> None:
+        """Start a worker group per physical model (the critic's with it: ``plan.critic``, which ``needs``
+        agrees with), or take the given ones."""
+        self.groups = self._given if self._given is not None else self._start_models()
         expected = sorted(m.key for m in self.plan.models)
         if sorted(self.groups) != expected:
             raise VerlBackendError(
                 f"model groups {sorted(self.groups)} do not match the plan's models {expected}"
             )
-        self._open_run(
-            checkpoint,
-            designer=self.groups[self.plan.designer_key].policy,
-            executor=executor_policy({k: g.policy for k, g in self.groups.items()}, self.plan.executor_keys),
-            observer=observer,
-        )
+
+    def policies(self, step: int) -> Policies:
+        """The servers' policies, after the (restored) actor weights of ``step`` are synced to them."""
         for group in self.groups.values():  # vLLM serves the (restored) actor weights from the first step
-            group.sync_weights(self.start_step)
+            group.sync_weights(step)
+        return Policies(
+            self.groups[self.plan.designer_key].policy,
+            executor_policy({k: g.policy for k, g in self.groups.items()}, self.plan.executor_keys),
+        )
 
     # ---- set-up ------------------------------------------------------------------------------------------
 
@@ -111,7 +110,7 @@ class VerlTrainer(TrainLoop):
         for mp in self.plan.models:
             path = resolve_model(mp.path) if mp.path in ALIASES else mp.path
             mp = dataclasses.replace(mp, path=path)
-            verl_cfg = compose_verl_config(self.config, self.plan, mp, run_dir=str(self.run_dir))
+            verl_cfg = compose_verl_config(self.config, self.plan, mp, run_dir=str(Path(self.config.trainer.out)))
             if self.plan.critic and verl_cfg.critic.model.path in ALIASES:  # critic.model names an alias
                 verl_cfg.critic.model.path = resolve_model(verl_cfg.critic.model.path)
             if not ray.is_initialized():
@@ -147,33 +146,31 @@ class VerlTrainer(TrainLoop):
             groups[mp.key] = group
         return groups
 
-    def _model_ids(self) -> dict[str, str]:
-        return {DESIGNER: self.plan.model(self.plan.designer_key).path} | {
+    def run_info(self) -> dict[str, Any]:
+        models = {DESIGNER: self.plan.model(self.plan.designer_key).path} | {
             p: self.plan.model(k).path for p, k in self.plan.executor_keys.items()
         }
+        return {"models": models, "verl": dataclasses.asdict(self.verl)}
 
-    def _run_info(self) -> dict[str, Any]:
-        return {**super()._run_info(), "verl": dataclasses.asdict(self.verl)}
+    # ---- checkpoints -------------------------------------------------------------------------------------
 
-    def _restore(self, path: Path) -> int:
+    def restore(self, path: Path) -> dict[str, Any]:
         from .checkpoint import load_verl_checkpoint
 
-        return self._load_loop_state(load_verl_checkpoint(path, groups=self.groups), path)
+        return load_verl_checkpoint(path, groups=self.groups)
 
-    def save(self, next_step: int) -> Path:
+    def save(self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str) -> Path:
+        """verl's checkpoint of every group, and the loop's ``state``; the designer prompt is not written into
+        it (the local backend's checkpoints carry it)."""
         from .checkpoint import save_verl_checkpoint
 
         return save_verl_checkpoint(
-            self.run_dir,
-            next_step,
-            groups=self.groups,
-            hf_weights=self.verl.save_hf_model,
-            state=self._loop_state(next_step),
+            run_dir, next_step, groups=self.groups, hf_weights=self.verl.save_hf_model, state=state
         )
 
     # ---- the backend's part of a step --------------------------------------------------------------------
 
-    def _check_samples(self, trees, samples) -> dict[str, Any]:
+    def check_samples(self, trees: list[RolloutTree], samples: Any, options: dict[str, Any]) -> dict[str, Any]:
         """The advantages in the samples equal verl's registered estimator on the same records; estimators
         without a verl counterpart are not cross-checked, and the metric says so."""
         from .advantage import check_sample_advantages, member_advantages
@@ -181,18 +178,18 @@ class VerlTrainer(TrainLoop):
 
         if self.config.algo.estimator not in VERL_ESTIMATORS:
             return {"credit/verl_check_skipped": 1.0}
-        member = member_advantages(trees, self.config.algo.estimator, **self._credit_options())
+        member = member_advantages(trees, self.config.algo.estimator, **options)
         return {
             "credit/verl_check_skipped": 0.0,
             "credit/verl_estimator_max_abs_diff": check_sample_advantages(samples, member),
         }
 
-    def _model_key(self, sample: Any) -> str:
+    def model_key(self, sample: Any) -> str:
         from metaagent.learn.samples import model_key
 
         return model_key(sample, self.plan.route)
 
-    def _values(self, samples: Any) -> list[list[float]]:
+    def values(self, samples: Sequence[Any]) -> list[list[float]]:
         """The critic pre-pass of GAE: ``V_t`` of every response token of ``samples`` from the critic worker
         group of the sample's own model (verl ``infer_batch`` on the value model), in input order."""
         from metaagent.learn.samples import route_samples
@@ -236,7 +233,15 @@ class VerlTrainer(TrainLoop):
             for k, v in metrics.items()
         }
 
-    def _update(self, samples: Any, step: int, active: frozenset[str], pairs: Any = ()) -> dict[str, Any]:
+    def ref_logprobs(self, samples: Sequence[Any]) -> list[list[float]]:
+        raise VerlBackendError("the verl backend has no reference pre-pass (capabilities.ref_logprobs is false)")
+
+    def reset_optimizer_moments(self) -> None:
+        raise VerlBackendError(
+            "the verl backend cannot reset its optimizer moments (capabilities.reset_moments is false)"
+        )
+
+    def update(self, samples: Any, step: int, active: frozenset[str], pairs: Sequence[Any]) -> dict[str, Any]:
         if pairs:
             raise VerlBackendError(
                 "the DPO loss on preference pairs (optim.dpo) runs on the local backend only for now; "
@@ -308,8 +313,7 @@ class VerlTrainer(TrainLoop):
         return m if single else {f"train/{key}/{k.removeprefix('train/')}": v for k, v in m.items()}
 
     def close(self) -> None:
-        super().close()
-        for group in getattr(self, "groups", {}).values():
+        for group in self.groups.values():
             group.close()
         if getattr(self, "_owns_ray", False):
             import ray

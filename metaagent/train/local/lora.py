@@ -1,6 +1,6 @@
 """LoRA RL on the local backend (``policy.lora``): LoRA adapters (peft) on one frozen base per model path.
 
-Every physical model key of the run (:func:`metaagent.train.models.model_plan`: ``policy``, or ``designer`` and
+Every physical model key of the run (:func:`metaagent.train.local.models.model_plan`: ``policy``, or ``designer`` and
 ``executor``, plus ``role<i>``) becomes one adapter named after the key; keys that name the same model share
 ONE base::
 
@@ -14,7 +14,7 @@ other's adapter. The updater of a key optimises only that adapter's parameters; 
 no AdamW state.
 
 The reference policy of every key is the frozen base itself: :meth:`AdapterSet.reference` turns the adapters
-off, so a KL, DPO or MAPPA reference holds no second copy of the model (:func:`metaagent.train.models.make_updaters`).
+off, so a KL, DPO or MAPPA reference holds no second copy of the model (:func:`metaagent.train.local.models.make_updaters`).
 
 A checkpoint folder ``models/<key>/`` of a LoRA run is a peft adapter folder (``adapter_config.json`` with
 ``base_model_name_or_path`` = the base the run started from, ``adapter_model.safetensors``, the tokenizer);

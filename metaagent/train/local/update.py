@@ -91,7 +91,7 @@ class PolicyUpdater:
         model: a Hugging Face causal LM with fp32 parameters.
         ref_model: frozen reference model for the KL term (``kl_coef > 0``), DPO and the reference pre-pass.
         ref_context: instead of ``ref_model``: the reference is ``model`` itself inside this context (LoRA:
-            :meth:`metaagent.train.lora.AdapterSet.reference`, the shared frozen base with every adapter off),
+            :meth:`metaagent.train.local.lora.AdapterSet.reference`, the shared frozen base with every adapter off),
             so no copy is held. Reference forwards run under ``no_grad`` with the same chunking either way.
         optim: the :class:`~metaagent.learn.optim.OptimizerConfig` (AdamW, clipping, micro-batches, schedule).
         loss: the :class:`~metaagent.learn.optim.LossConfig` (Eq. 2-3 PPO-clip, KL, entropy).
@@ -99,7 +99,7 @@ class PolicyUpdater:
         total_steps: the run's optimizer steps, for a cosine ``optim.schedule`` (the learning rate of step
             ``s`` is :func:`~metaagent.learn.optim.lr_at`, ``s`` counting this updater's optimizer steps).
         params: the parameters to optimise (default: every parameter of ``model`` that requires grad); LoRA
-            passes one adapter's (:mod:`metaagent.train.lora`).
+            passes one adapter's (:mod:`metaagent.train.local.lora`).
         model_context: entered around every forward of ``model`` (LoRA: makes this updater's adapter the
             active one on a base shared with other adapters).
         **settings: instead of the three configs, any of their fields by name (tests, benchmarks).

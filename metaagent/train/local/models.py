@@ -1,11 +1,8 @@
-"""Physical models of a run and how logical roles map onto them.
-
-    policy.weights = shared    {"policy": M}                       designer, executor  -> M
-    policy.weights = separate  {"designer": D, "executor": E}      designer -> D, executor -> E
-    policy.role_models         + {"role0": R, ...}                 executor:<pattern>  -> R
+"""The local backend's physical models (the role -> model map is :mod:`metaagent.train.roles`).
 
 Each physical model is loaded once (fp32 master weights), served for rollout through an ``HFPolicy``
-behind a ``BatchingPolicy`` (both built by :func:`metaagent.policy.factory.build_policy`), and trained by its own ``PolicyUpdater`` (own optimizer). The rollout
+behind a ``BatchingPolicy`` (both built by :func:`metaagent.policy.factory.build_policy`), and trained by its
+own ``PolicyUpdater`` (own optimizer). The rollout
 reads the very weights the updater changes (``policy.dtype: float32``), or a bf16 copy of them that the
 policy refreshes when they changed (``bfloat16``, :class:`metaagent.policy.precision.DecodeCopy`), so no
 sync step is needed on the local backend.
@@ -20,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.policy.base import Policy
-from metaagent.records import DESIGNER, EXECUTOR
+from metaagent.records import DESIGNER
 from metaagent.train.config import OptimConfig, PolicyConfig
+from metaagent.train.roles import executor_policy, model_plan
 
 
 #: continuous batching: requests in flight to one rollout policy, per row it decodes at once (the rest queue)
@@ -44,7 +42,7 @@ class ModelSet:
 
     def checkpoint_models(self) -> dict[str, Any]:
         """What a checkpoint saves per key: the model, or (LoRA) a handle that writes only the key's adapter."""
-        from metaagent.train.lora import AdapterHandle
+        from metaagent.train.local.lora import AdapterHandle
 
         return {k: AdapterHandle(self.adapters[k], k) if k in self.adapters else m for k, m in self.models.items()}
 
@@ -125,40 +123,6 @@ def update_heap() -> Iterator[None]:
             mallopt(M_MMAP_THRESHOLD, ROLLOUT_MMAP_THRESHOLD)
 
 
-def executor_policy(policies: Mapping[str, Policy], executor_keys: Mapping[str, str]) -> Policy:
-    """The policy of the one executor model, or a router from executor role-name patterns to models.
-
-    ``executor_keys`` maps registry patterns (e.g. ``"executor:*Critic*"``, ``"executor"``) to model keys.
-    """
-    keys = set(executor_keys.values())
-    if len(keys) == 1:
-        return policies[keys.pop()]
-    from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
-
-    return RoutingPolicy(PolicyRegistry({p: policies[k] for p, k in executor_keys.items()}))
-
-
-def model_plan(cfg: PolicyConfig) -> tuple[dict[str, str], dict[str, str], str, dict[str, str]]:
-    """(key -> model path, route patterns -> key, designer key, executor registry patterns -> key)."""
-    if cfg.weights == "shared":
-        paths = {"policy": cfg.model}
-        designer_key, executor_key = "policy", "policy"
-    else:
-        paths = {DESIGNER: cfg.model_for(DESIGNER), EXECUTOR: cfg.model_for(EXECUTOR)}
-        designer_key, executor_key = DESIGNER, EXECUTOR
-    executor_keys: dict[str, str] = {}
-    route: dict[str, str] = {DESIGNER: designer_key}
-    for i, (pattern, path) in enumerate(cfg.role_models.items()):
-        key = f"role{i}"
-        paths[key] = path
-        registry_pattern = pattern if pattern.startswith("executor:") else f"executor:{pattern}"
-        executor_keys[registry_pattern] = key
-        route[registry_pattern] = key
-    executor_keys[EXECUTOR] = executor_key
-    route[EXECUTOR] = executor_key
-    return paths, route, designer_key, executor_keys
-
-
 def load_models(cfg: PolicyConfig) -> ModelSet:
     """Load every physical model of ``cfg`` and wrap each in a batching rollout policy."""
     from metaagent.policy.factory import build_policy
@@ -175,7 +139,7 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
     for key, path in paths.items():
         context = None
         if cfg.lora.enabled:  # keys naming the same model share one base, one adapter each
-            from metaagent.train.lora import AdapterSet, base_name
+            from metaagent.train.local.lora import AdapterSet, base_name
 
             if path not in loaded:
                 base, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
@@ -217,8 +181,8 @@ def make_updaters(
     """One PolicyUpdater (own AdamW) per physical model; ``optim`` is the one optimizer + loss config. Each gets
     a reference policy when the loss needs one (``kl_coef > 0``, DPO) or ``need_ref`` (a token stage that puts
     the KL into the reward): a frozen copy of the model loaded from its path, or with ``policy.lora`` the
-    shared frozen base with the adapters off (:meth:`~metaagent.train.lora.AdapterSet.reference`), no copy."""
-    from metaagent.train.update import PolicyUpdater, UpdateOptions
+    shared frozen base with the adapters off (:meth:`~metaagent.train.local.lora.AdapterSet.reference`), no copy."""
+    from metaagent.train.local.update import PolicyUpdater, UpdateOptions
 
     updaters = {}
     for key, model in models.models.items():
@@ -243,19 +207,11 @@ def make_updaters(
     return updaters
 
 
-def temperatures(rollout_cfg: Any) -> Mapping[str, float]:
-    """Per-role temperature the log-probs were sampled at (greedy -> 1.0, see policy.base)."""
-    return {
-        DESIGNER: rollout_cfg.designer.temperature or 1.0,
-        EXECUTOR: rollout_cfg.executor.temperature or 1.0,
-    }
-
-
 def make_critics(models: ModelSet, critic: Any, optim: OptimConfig) -> dict[str, Any]:
-    """One :class:`~metaagent.train.critic.Critic` per physical model (the authors' critic per LLM), its value
+    """One :class:`~metaagent.train.local.critic.Critic` per physical model (the authors' critic per LLM), its value
     model from ``critic.model`` or else the same weights as the policy it pairs with; AdamW at ``critic.lr``
     with the policy's betas, epsilon and micro-batch budget."""
-    from metaagent.train.critic import Critic, load_value_model
+    from metaagent.train.local.critic import Critic, load_value_model
     from metaagent.learn.optim import OptimizerConfig
 
     base = optim.optimizer()
