@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"data"},
     {"workflow"},
     {"rewards"},
+    {"domains"},  # the built-in task domains (metaagent/domain.py looks them up by name, as plugins)
     {"credit"},
     {"rollout"},
     {"eval"},

@@ -4,10 +4,9 @@ from .bundled import code_references, load_bundled
 from .errors import DataError
 from .loaders import SOURCES, DatasetSpec, load_tasks
 from .mixture import MixtureSampler
-from .tasks import DOMAINS, Task, TaskError
+from .tasks import Task, TaskError
 
 __all__ = [
-    "DOMAINS",
     "SOURCES",
     "DataError",
     "DatasetSpec",

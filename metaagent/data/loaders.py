@@ -15,13 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metaagent.domain import domain_names
+
 from . import mappers
 from .plan import PLAN_SOURCES, plan_rows, plan_task
 from .suite import FAMILIES as SUITE_FAMILIES
 from .suite import SOURCE as SUITE_SOURCE
 from .suite import family_source
 from .errors import DataError, SkipRow
-from .tasks import DOMAINS, Task
+from .tasks import Task
 
 log = logging.getLogger(__name__)
 
@@ -152,8 +154,8 @@ class DatasetSpec:
             raise DataError(f"unknown dataset source {self.source!r}; known: {sorted(SOURCES)}")
         if self.limit is not None and self.limit < 1:
             raise DataError(f"limit must be >= 1 (or None for all), got {self.limit}")
-        if self.domain is not None and self.domain not in DOMAINS:
-            raise DataError(f"domain must be one of {DOMAINS} or None, got {self.domain!r}")
+        if self.domain is not None and self.domain not in domain_names():
+            raise DataError(f"domain must be one of {domain_names()} or None, got {self.domain!r}")
         if self.levels is not None and (not self.levels or any(not isinstance(x, int) for x in self.levels)):
             raise DataError(f"levels must be a non-empty list of integers (e.g. [1, 2]), got {self.levels!r}")
         if self.path is not None and not Path(self.path).exists():

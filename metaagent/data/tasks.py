@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metaagent.domain import DomainError, get_domain
 from metaagent.errors import MetaAgentError
 
-DOMAINS = ("math", "code", "plan", "qa")  # plan: a host-side environment (metaagent.envs), metadata["env"]; qa: short answers scored by F1 (UnityMAS-O)
 ADHOC = "adhoc"  # split of tasks without a reference answer or tests
 
 
@@ -19,11 +19,11 @@ class TaskError(MetaAgentError, ValueError):
 
 @dataclass
 class Task:
-    """A math or code task.
+    """A task of a registered domain (:mod:`metaagent.domain`; what it needs is the domain's ``needs``).
 
     Math tasks carry a gold ``answer``; code tasks carry ``tests`` in the normalised form produced by the
     loaders (see :mod:`metaagent.execution.code`), and may carry ``public_tests`` that workflow tools may run
-    and ``starter_code`` for call-based problems.
+    and ``starter_code`` for call-based problems; plan tasks carry ``metadata["env"]``, qa tasks gold answers.
     """
 
     id: str
@@ -38,20 +38,17 @@ class Task:
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or not self.id:
             raise TaskError(f"task id must be a non-empty string, got {self.id!r}")
-        if self.domain not in DOMAINS:
-            raise TaskError(f"task {self.id}: domain must be one of {DOMAINS}, got {self.domain!r}")
+        try:
+            domain = get_domain(self.domain)
+        except DomainError as e:
+            raise TaskError(f"task {self.id}: {e}") from None
         if not isinstance(self.question, str) or not self.question.strip():
             raise TaskError(f"task {self.id}: question must be a non-empty string")
         if self.split == ADHOC:
             return  # an ad-hoc task (e.g. a served question) has no reference and gets no correctness reward
-        if self.domain == "math" and (self.answer is None or not str(self.answer).strip()):
-            raise TaskError(f"task {self.id}: a math task needs a gold 'answer' (or split={ADHOC!r} for none)")
-        if self.domain == "qa" and not (self.answer or self.metadata.get("answers")):
-            raise TaskError(f"task {self.id}: a qa task needs a gold 'answer' or metadata.answers (or split={ADHOC!r})")
-        if self.domain == "code" and not self.tests:
-            raise TaskError(f"task {self.id}: a code task needs 'tests' (or split={ADHOC!r} for none)")
-        if self.domain == "plan" and not isinstance(self.metadata.get("env"), Mapping):
-            raise TaskError(f"task {self.id}: a plan task needs metadata['env'] (name, seed, size)")
+        if not domain.is_valid(self):
+            needs = domain.needs or f"its {domain.reference} (or split={ADHOC!r} for none)"
+            raise TaskError(f"task {self.id}: a {domain.name} task needs {needs}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -77,8 +74,4 @@ class Task:
 
     @property
     def has_reference(self) -> bool:
-        if self.domain == "plan":
-            return isinstance(self.metadata.get("env"), Mapping)
-        if self.domain == "qa":
-            return bool(self.answer or self.metadata.get("answers"))
-        return self.answer is not None if self.domain == "math" else bool(self.tests)
+        return get_domain(self.domain).has_reference(self)

@@ -297,6 +297,7 @@ class _Hoist(cst.CSTTransformer):
 def plain_style(script: str) -> str:
     """``script`` without f-strings and with built prompts on their own lines (module docstring); ``script``
     itself when it does not parse or the rewrite would not pass the checker with the same structure."""
+    from metaagent.domain import domain_tool_names
     from metaagent.workflow import analyze_script, check_script, rules
 
     try:
@@ -311,7 +312,7 @@ def plain_style(script: str) -> str:
         module = module.visit(_Hoist(agents, free[0]))
     out = module.code
     before, after = analyze_script(script), analyze_script(out)
-    tools = set(rules.DEFAULT_TOOL_NAMES).union(*rules.DOMAIN_TOOL_NAMES.values())
+    tools = set(rules.DEFAULT_TOOL_NAMES).union(domain_tool_names())
     same = (before["structure"], before["pattern"]) == (after["structure"], after["pattern"])
     if not same or not check_script(out, tool_names=tools).ok:
         return script

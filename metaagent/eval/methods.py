@@ -1,7 +1,7 @@
 """The evaluated methods and how each one samples a task (paper §4.1, Tables 1/2).
 
 - ``sa``: the single-agent baseline: the bare model answers the task once per sample, with a minimal
-  format instruction and no role or method (:data:`SA_SCRIPTS`, one frozen script per domain);
+  format instruction and no role or method (the domain's ``Domain.solo_script``, one frozen script per domain);
 - ``fixed:<template>``: a template of the bank as a frozen design (every fixed multi-agent baseline). A
   template written for the other domain is swapped for its twin of :data:`DOMAIN_TWINS` on each task
   (``fixed:single_math`` runs ``single_code`` on code tasks), so one method covers a math+code benchmark;
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaagent.data.tasks import Task
+from metaagent.domain import get_domain
 from metaagent.policy.base import SamplingParams
 from metaagent.records import RolloutTree
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine, derive_seed
@@ -31,17 +32,6 @@ from .errors import EvalError
 SA, AUTO, FIXED_PREFIX = "sa", "auto", "fixed:"
 EVAL_MODE = "eval"  # RolloutTree.mode of every evaluation tree
 EVAL_KEY = "eval"  # tree.config[EVAL_KEY]: method, benchmark, n, seed of the tree
-
-#: the single-agent baseline's frozen script per task domain
-SA_SCRIPTS = {
-    "math": 'solver = Agent("Assistant", "Answer the question. Put the final answer in \\\\boxed{}.")\n'
-    "submit(solver(task))\n",
-    "code": 'solver = Agent("Assistant", "Answer with a complete Python program in one ```python block.")\n'
-    "submit(solver(task))\n",
-    # planning puzzles (AT-GRPO): the environment applies the submitted answer once (rewards.plan.plan_success)
-    "plan": 'solver = Agent("Assistant", "Give the final answer on a line starting with ##### (move list or grid).")\n'
-    "submit(solver(task))\n",
-}
 
 #: the same structure written for the other domain (both directions)
 DOMAIN_TWINS = {"single_math": "single_code", "reflection": "reflection_code", "ensemble_judge": "ensemble_code"}
@@ -83,7 +73,10 @@ def parse_method(spec: str, templates: Sequence[Any]) -> Method:
 def frozen_for(method: Method, task: Task, templates: Sequence[Any]) -> FrozenDesign | None:
     """The frozen design a method runs on a task (None for ``auto``)."""
     if method.kind == SA:
-        return FrozenDesign(name=SA, script=SA_SCRIPTS[task.domain])
+        script = get_domain(task.domain).solo_script
+        if script is None:
+            raise EvalError(f"domain {task.domain!r} has no single-agent baseline (Domain.solo_script); drop method sa")
+        return FrozenDesign(name=SA, script=script)
     if method.kind == "fixed":
         return FrozenDesign.resolve(template_for(str(method.template), task.domain, templates), templates)
     return None

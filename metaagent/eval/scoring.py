@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from statistics import fmean
 from typing import Any
 
+from metaagent.domain import domains
 from metaagent.records import EXECUTION_STATUSES, Design, Execution, RolloutTree
 from metaagent.rewards.shortcuts import SHORTCUT_CLASSES, shortcuts_of
 
@@ -138,8 +139,14 @@ def _count_shortcuts(samples: Sequence[Sample]) -> dict[str, int] | None:
     return {name: counts.get(name, 0) for name in SHORTCUT_CLASSES}
 
 
+def votes(domain: str) -> bool:
+    """maj@k is reported for ``domain`` (its ``Domain.votes``: math); False for an unregistered one."""
+    found = domains().get(domain)
+    return found is not None and found.votes
+
+
 def score_task(tree: RolloutTree, ks: Sequence[int]) -> TaskScore:
-    """avg@k, pass@k and maj@k (math) of one task's tree for each budget in ``ks``."""
+    """avg@k, pass@k and maj@k (domains that vote: math) of one task's tree for each budget in ``ks``."""
     samples = samples_of(tree)
     scored = [s for s in samples if s.correct is not None]
     correct = [1.0 if (s.correct or 0.0) >= 0.5 else 0.0 for s in scored]
@@ -168,7 +175,7 @@ def score_task(tree: RolloutTree, ks: Sequence[int]) -> TaskScore:
             continue
         score.avg[k] = avg_at_k([s.correct or 0.0 for s in scored[:k]])
         score.pass_[k] = pass_at_k(len(scored), int(sum(correct)), k)
-        score.maj[k] = maj_at_k([s.answer for s in scored], correct, k) if domain == "math" else None
+        score.maj[k] = maj_at_k([s.answer for s in scored], correct, k) if votes(domain) else None
     return score
 
 
@@ -201,7 +208,7 @@ def summarize(
         for name, attr in (("avg", "avg"), ("pass", "pass_"), ("maj", "maj")):
             per_task = [getattr(s, attr).get(k) for s in scores]
             values = [v for v in per_task if v is not None]
-            if name == "maj" and all(s.domain != "math" for s in scores):
+            if name == "maj" and not any(votes(s.domain) for s in scores):
                 continue
             metrics[f"{name}@{k}"] = _ci(values, n_boot, seed)
         metric_errors = max(metric_errors, sum(1 for s in scores if s.avg.get(k) is None))

@@ -1,7 +1,7 @@
 r"""The format reward R_format (paper App. B), a regulariser with two components in [0, 1]:
 
 1. **Solution formatting** - the final answer is reliably parseable for its domain: a ``\boxed{}`` answer
-   for math, a fenced program for code.
+   for math, a fenced program for code (each domain's rule: :mod:`metaagent.domains`).
 2. **Delivery formatting** - inter-agent messages are enclosed in ``<delivery>...</delivery>``: the
    fraction of the execution's agent turns whose response contains a complete delivery block
    (read with :func:`metaagent.workflow.protocol.extract_delivery`, the same reader the sandbox uses).
@@ -15,31 +15,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES, extract_program
+from metaagent.domain import get_domain
+from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES
 from metaagent.records import AgentTurn, Execution
 
 from ..workflow.protocol import extract_delivery
-from .math import find_boxed
 
 
 def solution_format(
     domain: str, answer: str | None, *, fence_languages: tuple[str, ...] = DEFAULT_FENCE_LANGUAGES
 ) -> float:
-    r"""1.0 when ``answer`` holds a ``\boxed{}`` answer (math) or a fenced program (code), else 0.0."""
+    r"""1.0 when ``answer`` is parseable for its domain (the domain's ``solution_format``: a ``\boxed{}`` answer
+    for math, a fenced program for code, ...), else 0.0. An unknown domain is a :class:`~metaagent.domain.DomainError` (a ValueError)."""
     if not answer:
         return 0.0
-    if domain == "math":
-        return float(find_boxed(answer) is not None)
-    if domain == "code":
-        return float(extract_program(answer, languages=fence_languages) is not None)
-    if domain == "plan":  # a move list or a grid / step list after the final-answer mark
-        from metaagent.envs.base import parse_actions, parse_final, parse_json
-
-        final = parse_final(answer)
-        return float(parse_actions(final) is not None or isinstance(parse_json(final), list))
-    if domain == "qa":
-        return float(bool(answer.strip()))
-    raise ValueError(f"unknown domain {domain!r}; expected 'math', 'code', 'plan' or 'qa'")
+    return get_domain(domain).solution_format(answer, fence_languages)
 
 
 def _delivered(turn: AgentTurn) -> bool | None:

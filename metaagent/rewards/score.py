@@ -1,10 +1,9 @@
 """The execution reward R (paper App. B, Eq. 10): ``R = R_correct + lam * R_format``, lam = 0.4.
 
-``R_correct`` is in {0, 1}: math answers are checked against the gold answer (:mod:`.math`), code
-answers are run on the task's hidden tests and count only if every test passes (:mod:`.code`); the
-``pass_rate`` variant uses the fraction of passed tests instead. QA answers (UnityMAS-O) score their best token
-F1 against the gold answers (:mod:`.qa`), in [0, 1]. ``R_format`` is in [0, 1]
-(:mod:`.format`).
+``R_correct`` is the task domain's verdict (``Domain.score``, one file per domain in :mod:`metaagent.domains`):
+in {0, 1} for math (the gold answer, :mod:`.math`) and code (every hidden test must pass; the ``pass_rate``
+variant uses the fraction of passed tests instead), the best token F1 against the gold answers for QA
+(UnityMAS-O, :mod:`.qa`), in [0, 1]. ``R_format`` is in [0, 1] (:mod:`.format`).
 
 Every component is kept in the :class:`~metaagent.records.RewardRecord`, not only the sum. A
 reward that could not be computed (checker timeout, runner failure, missing or malformed reference) is a
@@ -29,18 +28,16 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError
-from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES, DEFAULT_WORKERS, extract_program, run_code_tests
+from metaagent.domain import get_domain
+from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES, DEFAULT_WORKERS
 from metaagent.records import Execution, RewardRecord, RolloutTree
 
 from ..data.tasks import Task
-from .errors import ExecutionError, RewardError, TestsFormatError
 from .format import empty_deliveries, format_components
-from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, FINAL_FORMS, check_math, extract_answer
+from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, FINAL_FORMS
 from .shortcuts import REFUSED_ANSWER_CLASSES, shortcut_metrics
 
 CODE_CORRECTNESS = ("all_pass", "pass_rate")
-#: sandbox counters of a tested program that mean it tried to decide its own verdict (shortcut forged_verdict)
-FORGERY_COUNTERS = ("sandbox/forged_result", "sandbox/non_plain_value")
 UNSUBMITTED_FORMAT = ("zero", "delivery")
 SHORTCUT_FORMAT = ("zero", "keep")
 
@@ -155,7 +152,7 @@ def score_execution(
     found = ["empty_delivery"] if empty_deliveries(execution.turns) else []
     details["shortcuts"] = found
     if not task.has_reference:
-        what = {"math": "gold answer", "plan": "environment (metadata['env'])"}.get(task.domain, "tests")
+        what = get_domain(task.domain).reference
         return _error_record(
             "no_reference", f"task {task.id!r} has no {what}; it cannot be scored", fmt, details
         )
@@ -167,77 +164,14 @@ def score_execution(
     elif not execution.submitted:
         details["unsubmitted"] = execution.status
         correct = 0.0
-    elif task.domain == "qa":
-        from .qa import answer_f1, extract_qa_answer
-
-        pred = extract_qa_answer(execution.answer)
-        golds = task.metadata.get("answers") or [task.answer]
-        correct = answer_f1(pred, golds)
-        details["qa"] = {"pred": pred, "golds": list(golds), "f1": correct}
-    elif task.domain == "math":
-        pred = extract_answer(execution.answer, fallbacks=cfg.answer_fallbacks) if execution.answer else None
-        check = check_math(
-            pred,
-            task.answer,
-            rel_tol=cfg.math_rel_tol,
-            timeout_s=cfg.math_timeout_s,
-            final_form=cfg.math_final_form,
-            question=task.question,
-        )
-        details["math"] = {
-            "status": check.status,
-            "pred": pred,
-            "gold": task.answer,
-            "method": check.method,
-            "detail": check.detail,
-            "elapsed_s": check.elapsed_s,
-        }
-        if check.shortcut:
-            found.append(check.shortcut)
-        if not check.computed:
-            return _error_record(
-                f"math_{check.status}", f"math check {check.status}: {check.detail}", fmt, details
-            )
-        correct = float(check.correct)
-    elif task.domain == "plan":
-        from .plan import plan_success
-
-        try:
-            correct, details["plan"] = plan_success(task, execution)
-        except Exception as e:  # noqa: BLE001 - an env failure is a counted error, never a 0
-            return _error_record("plan_env", f"plan environment failed: {type(e).__name__}: {e}", fmt, details)
     else:
-        program = (
-            extract_program(execution.answer, languages=cfg.fence_languages) if execution.answer else None
-        )
-        if program is None:
-            details["code"] = {"status": "no_program"}
-            correct = 0.0
-        else:
-            pass_rate = cfg.code_correct == "pass_rate"
-            time_s, memory_mb = code_limits(task, cfg)
-            details["code_limits"] = {"time_limit_s": time_s, "memory_mb": memory_mb}
-            try:
-                result = run_code_tests(
-                    program,
-                    task.tests,
-                    fn_name=task.metadata.get("fn_name"),
-                    time_limit_s=time_s,
-                    memory_mb=memory_mb,
-                    workers=cfg.code_workers,
-                    stop_on_failure=cfg.stop_on_failure and not pass_rate,
-                    site_packages=cfg.site_packages,
-                )
-            except TestsFormatError as e:
-                return _error_record(
-                    "tests_format", f"task {task.id!r} has malformed tests: {e}", fmt, details
-                )
-            except (RewardError, ExecutionError) as e:
-                return _error_record("code_runner", f"code runner failed: {e}", fmt, details)
-            details["code"] = result.to_dict()
-            if any(result.sandbox_counts().get(key, 0) for key in FORGERY_COUNTERS):
-                found.append("forged_verdict")
-            correct = 1.0 if result.all_passed else (result.pass_rate if pass_rate else 0.0)
+        verdict = get_domain(task.domain).score(task, execution, cfg)
+        details.update(verdict.details)
+        found.extend(verdict.shortcuts)
+        if verdict.error_kind is not None or verdict.correct is None:
+            kind = verdict.error_kind or "domain"
+            return _error_record(kind, verdict.error or f"{task.domain} scorer computed no reward", fmt, details)
+        correct = verdict.correct
 
     if cfg.shortcut_format == "zero" and any(c in REFUSED_ANSWER_CLASSES for c in found):
         fmt["format"] = 0.0  # a refused answer pays nothing, not even the share an honest wrong answer earns

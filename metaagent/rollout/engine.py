@@ -372,9 +372,10 @@ class RolloutEngine:
         return Design(index=index, source=source, sample=sample, script=script, check=report, structure=structure)
 
     def _frozen_design(self, frozen: FrozenDesign) -> Design:
+        from metaagent.domain import domain_tool_names
         from metaagent.workflow import rules
 
-        tools = rules.DEFAULT_TOOL_NAMES + tuple(t for ts in rules.DOMAIN_TOOL_NAMES.values() for t in ts)
+        tools = rules.DEFAULT_TOOL_NAMES + domain_tool_names()
         design = self._checked_design(0, f"frozen:{frozen.name}", None, f"```python\n{frozen.script}\n```", tools)
         if not design.valid:
             errors = "; ".join(str(e) for e in design.check.errors)

@@ -16,6 +16,7 @@ import random
 from collections.abc import Sequence
 
 from metaagent.data.tasks import Task
+from metaagent.domain import get_domain
 from metaagent.policy.models import PROMPT_FILE
 
 DESIGNER_SYSTEM = """\
@@ -27,11 +28,6 @@ The script runs in a sandbox with this API (nothing else is available: no import
 {api}
 Reply with the complete script in one ```python block and nothing after it."""
 
-DOMAIN_HINTS = {
-    "math": "The final answer must be submitted in \\boxed{}.",
-    "code": "The final answer must be a complete Python program in a ```python block.",
-    "qa": "The final answer is a short phrase (a name, date or number); tools: retrieve(query).",
-}
 
 
 #: the styles of :func:`designer_messages`; ``auto`` resolves to one of them (:func:`resolve_designer_prompt`)
@@ -88,7 +84,7 @@ def designer_messages(
     parts = []
     if examples:
         parts.append("Example workflows:\n\n" + "\n\n".join(format_template(t) for t in examples))
-    parts.append(f"Task domain: {task.domain}. {DOMAIN_HINTS.get(task.domain, '')}".strip())
+    parts.append(f"Task domain: {task.domain}. {get_domain(task.domain).answer_hint}".strip())
     parts.append(f"Task:\n{task.question.strip()}")
     parts.append("Write the workflow script for this task.")
     return [

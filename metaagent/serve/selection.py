@@ -3,7 +3,7 @@
 Candidates are the executions that ended ``ok`` with a non-empty answer, in (design, execution) order.
 
 - ``first``: the first candidate.
-- ``majority``: answers are grouped by a normalised key — math: the extracted final answer
+- ``majority``: answers are grouped by a normalised key (the domain's ``answer_key``) — math: the extracted final answer
   (``\\boxed{}`` or "answer is ...", LaTeX variants normalised, spaces removed); code: the extracted program
   with blank lines and trailing spaces removed (shown as ``sha1:<8 hex>``). The largest group wins; ties go
   to the group seen first. Equivalent answers written differently (``1/2`` vs ``0.5``) are separate groups.
@@ -13,16 +13,15 @@ Candidates are the executions that ended ``ok`` with a non-empty answer, in (des
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from metaagent.domain import MAX_KEY_CHARS, get_domain  # noqa: F401  (MAX_KEY_CHARS: the longest key in `votes`)
 from metaagent.records import Design
 from metaagent.workflow.protocol import DELIVERY_CLOSE, DELIVERY_OPEN, agent_system_prompt, extract_delivery
 
 MAX_CANDIDATE_CHARS = 4000  # per candidate, in the judge's prompt
-MAX_KEY_CHARS = 64  # voting keys longer than this are shortened (they are shown in `votes`)
 JUDGE_PROMPT = (
     "You are a judge. Several teams answered the same task independently. Read the task and the numbered "
     "candidate answers, decide which one is correct, and give only its number as your result."
@@ -38,21 +37,8 @@ class Candidate:
 
 
 def answer_key(answer: str, domain: str) -> str:
-    """The voting key of an answer (see the module docstring)."""
-    if domain == "code":
-        from metaagent.execution.code import extract_program
-
-        program = extract_program(answer) or answer
-        lines = [line.rstrip() for line in program.strip().splitlines() if line.strip()]
-        return "sha1:" + hashlib.sha1("\n".join(lines).encode()).hexdigest()[:8]
-    from metaagent.rewards.math import extract_answer, normalize_answer
-
-    final = extract_answer(answer)
-    text = normalize_answer(final)[0] if final else answer.strip()
-    key = re.sub(r"\s+", "", text) or answer.strip()
-    if len(key) > MAX_KEY_CHARS:  # a long unboxed answer: a readable head plus a hash keeps keys distinct
-        key = key[: MAX_KEY_CHARS - 14] + "~sha1:" + hashlib.sha1(key.encode()).hexdigest()[:8]
-    return key
+    """The voting key of an answer: its domain's ``answer_key`` (see the module docstring)."""
+    return get_domain(domain).answer_key(answer)
 
 
 def collect(designs: Sequence[Design], domain: str) -> list[Candidate]:

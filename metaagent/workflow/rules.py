@@ -24,8 +24,8 @@ TASK_NAME = "task"
 
 #: tools that metaagent.workflow.tools.default_tools provides; other tools are passed to the checker by name
 DEFAULT_TOOL_NAMES: tuple[str, ...] = ("run_tests", "run_program")
-#: tools some task domains add (default_tools: ``retrieve`` for qa, the environment tools for plan); fixed workflows are checked with them
-DOMAIN_TOOL_NAMES: dict[str, tuple[str, ...]] = {"qa": ("retrieve",), "plan": ("env_observe", "env_step")}
+#: tools some task domains add (``Domain.tool_names``: ``retrieve`` for qa, the environment tools for plan) are
+#: listed by :func:`metaagent.domain.domain_tool_names`; fixed workflows are checked with them
 
 #: harmless builtins exposed to scripts (the sandbox's builtins dict holds exactly these)
 SAFE_BUILTINS: tuple[str, ...] = (

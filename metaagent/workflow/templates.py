@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from metaagent.data.tasks import DOMAINS
+from metaagent.domain import domain_names
 from metaagent.errors import MetaAgentError
 from metaagent.resources import template_dir
 
@@ -78,10 +78,11 @@ def parse_template(text: str, path: str = "<template>") -> Template:
     if meta["structure"] not in STRUCTURES:
         raise TemplateError(f"{path}: structure must be one of {STRUCTURES}, got {meta['structure']!r}")
     domains = tuple(d.strip() for d in meta["domains"].split(",") if d.strip())
-    bad = [d for d in domains if d not in DOMAINS]
+    known = domain_names()
+    bad = [d for d in domains if d not in known]
     if not domains or bad:
         raise TemplateError(
-            f"{path}: domains must be a comma-separated subset of {DOMAINS}, got {meta['domains']!r}"
+            f"{path}: domains must be a comma-separated subset of {known}, got {meta['domains']!r}"
         )
     source = "\n".join(lines[body_start:]).strip("\n") + "\n"
     if not source.strip():

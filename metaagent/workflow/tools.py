@@ -13,8 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from metaagent.data.tasks import Task
-
-from .rules import DOMAIN_TOOL_NAMES
+from metaagent.domain import get_domain
 
 #: per-run limits of a program started by a tool (tools must stay fast: they run inside a rollout)
 TOOL_TIME_LIMIT_S = 2.0
@@ -120,10 +119,6 @@ class EnvStep:
         return _clip(self.env.step(answer))
 
 
-#: tools every plan task adds (their names; the checker of frozen designs allows them)
-PLAN_TOOL_NAMES = DOMAIN_TOOL_NAMES["plan"]
-
-
 def plan_tools(task: Task) -> dict[str, Callable[..., str]]:
     """The environment tools of a plan task: one fresh env per execution, built from the task's seed."""
     from metaagent.envs import make_env
@@ -163,16 +158,13 @@ TOOL_DOCS: dict[str, Callable[..., str]] = {
 
 
 def default_tools(task: Task | Mapping[str, Any] | str) -> dict[str, Callable[..., str]]:
-    """The tools of a task: ``run_tests`` (public tests, if any) and ``run_program``, for every domain;
-    plan tasks add ``env_observe`` and ``env_step`` on a fresh host-side environment, QA tasks ``retrieve`` over
-    ``metadata["corpus"]`` (a corpus file; default the bundled corpus)."""
+    """The tools of a task: ``run_tests`` (public tests, if any) and ``run_program``, for every domain, and the
+    ones its domain adds (``Domain.tools``): plan tasks ``env_observe`` and ``env_step`` on a fresh host-side
+    environment, QA tasks ``retrieve`` over ``metadata["corpus"]`` (a corpus file; default the bundled corpus)."""
     public = None
     extra: dict[str, Callable[..., str]] = {}
     if not isinstance(task, str):
         task = Task.coerce(task)
         public = task.metadata.get("public_tests") if isinstance(task.metadata, Mapping) else None
-        if task.domain == "plan":
-            extra = plan_tools(task)
-        elif task.domain == "qa":
-            extra["retrieve"] = Retrieve(task.metadata.get("corpus"))
+        extra = get_domain(task.domain).tools(task)
     return {"run_tests": RunTests(public), "run_program": RunProgram(), **extra}

@@ -9,12 +9,13 @@ import random
 import pytest
 
 from metaagent.data import load_bundled
+from metaagent.domain import domain_tool_names
 from metaagent.distill.plain_style import plain_style
 from metaagent.distill.variation import instantiate
 from metaagent.workflow import analyze_script, check_script, load_templates, rules
 
 TEMPLATES = load_templates()
-TOOLS = set(rules.DEFAULT_TOOL_NAMES).union(*rules.DOMAIN_TOOL_NAMES.values())
+TOOLS = set(rules.DEFAULT_TOOL_NAMES).union(domain_tool_names())
 
 
 class _Submitted(Exception):

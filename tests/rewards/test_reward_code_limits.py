@@ -12,7 +12,7 @@ from metaagent.data.loaders import DatasetSpec, load_tasks
 from metaagent.data.tasks import Task
 from metaagent.records import AgentTurn, Execution
 from metaagent.rewards import RewardConfig, score_execution
-from metaagent.rewards import score as score_module
+from metaagent.domains import code as score_module  # the code domain runs the tests
 from metaagent.rewards.score import code_limits
 
 ROW = {

@@ -34,10 +34,10 @@ def test_the_bank_covers_the_required_structures():
 @pytest.mark.parametrize("name", sorted(BY_NAME))
 def test_template_passes_the_checker_without_warnings(name):
     from metaagent.workflow.rules import DEFAULT_TOOL_NAMES
-    from metaagent.workflow.tools import PLAN_TOOL_NAMES
+    from metaagent.domain import get_domain
 
-    plan = "plan" in BY_NAME[name].domains  # plan templates also use the environment tools
-    report = check_script(BY_NAME[name].source, tool_names=DEFAULT_TOOL_NAMES + (PLAN_TOOL_NAMES if plan else ()))
+    extra = tuple(t for d in BY_NAME[name].domains for t in get_domain(d).tool_names)  # plan: the env tools
+    report = check_script(BY_NAME[name].source, tool_names=DEFAULT_TOOL_NAMES + extra)
     assert report.ok and not report.warnings, report
 
 

@@ -1,0 +1,173 @@
+"""Task domains: everything that differs between math, code, qa, plan, ... in one record per domain.
+
+A :class:`Domain` says what a task of that domain needs to be scored, how its answer is scored and formatted,
+which tools its scripts get, and what serve, eval and the designer prompt do differently for it. Each domain is
+one file that builds its record and calls :func:`register_domain` (the built-ins: ``metaagent/domains/``). The
+rooms that branch on a task's domain (data, workflow, rewards, rollout, eval, serve) look it up with
+:func:`get_domain`; none of them names a domain.
+
+Lookup order: the built-in domains (the package :mod:`metaagent.domains`, imported on the first lookup by its
+name, the way a plugin is found: a lower room never imports it) and the modules named in the environment
+variable :data:`PLUGINS_ENV` (comma-separated, e.g. ``METAAGENT_DOMAINS=mypkg.arith``), whose import registers
+more. To add a domain: write a module that calls ``register_domain(Domain(name=..., ...))`` and import it before
+the tasks are built, or name it in ``METAAGENT_DOMAINS`` so every command (``train-metaagent``, ...) loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from metaagent.errors import MetaAgentError
+from metaagent.records import Execution
+
+# The members take the higher rooms' own types, which this floor does not import: Task (metaagent.data.tasks),
+# RewardConfig (metaagent.rewards.score).
+Task = RewardConfig = Any
+
+BUILTIN = "metaagent.domains"  # the package whose import registers math, code, qa and plan
+PLUGINS_ENV = "METAAGENT_DOMAINS"  # more domain modules to import, comma-separated
+
+
+class DomainError(MetaAgentError, ValueError):
+    """An unknown domain, or a domain registered twice; the message names the registered ones."""
+
+
+@dataclass
+class Verdict:
+    """What a domain's scorer found for one submitted answer.
+
+    ``correct`` is R_correct in [0, 1] (None with ``error``: it could not be computed, e.g. a checker timeout);
+    ``details`` go into ``RewardRecord.details[<domain>]``-style keys as the scorer names them; ``shortcuts``
+    are the shortcut classes the answer tried (:mod:`metaagent.rewards.shortcuts`); ``error_kind`` counts the
+    error in ``reward/errors/<kind>``.
+    """
+
+    correct: float | None
+    details: dict[str, Any] = field(default_factory=dict)
+    shortcuts: tuple[str, ...] = ()
+    error_kind: str | None = None
+    error: str | None = None
+
+
+def no_tools(task: Task) -> dict[str, Callable[..., str]]:
+    return {}
+
+
+MAX_KEY_CHARS = 64  # voting keys longer than this are shortened (serve shows them in `votes`)
+
+
+def short_key(key: str) -> str:
+    """``key``, or for a long one a readable head plus a hash (keys of different texts stay distinct)."""
+    if len(key) > MAX_KEY_CHARS:
+        key = key[: MAX_KEY_CHARS - 14] + "~sha1:" + hashlib.sha1(key.encode()).hexdigest()[:8]
+    return key
+
+
+def text_key(text: str) -> str:
+    """The voting key of plain text: whitespace removed, shortened (:func:`short_key`)."""
+    return short_key(re.sub(r"\s+", "", text) or text.strip())
+
+
+@dataclass(frozen=True)
+class Domain:
+    """One task domain. Only ``name``, ``reference``, ``has_reference``, ``score`` and ``solution_format`` are
+    required; the rest have the plain defaults (no extra tools, no majority vote, no prompt hint)."""
+
+    name: str
+    #: what a scored task carries, for messages ("gold answer", "tests"): "task 'x' has no <reference>"
+    reference: str
+    #: the task carries its reference (gold answer, tests, environment): it can be scored
+    has_reference: Callable[[Task], bool]
+    #: R_correct of a submitted answer: ``score(task, execution, reward_config) -> Verdict``
+    score: Callable[[Task, Execution, RewardConfig], Verdict]
+    #: solution formatting in [0, 1] of a non-empty answer: ``solution_format(answer, fence_languages)``
+    solution_format: Callable[[str, tuple[str, ...]], float]
+    #: what a task needs to be built outside the ``adhoc`` split (default: ``has_reference``)
+    valid: Callable[[Task], bool] | None = None
+    #: how the validation error names the missing reference ("a gold 'answer'")
+    needs: str = ""
+    #: the tools a task's scripts get besides run_tests / run_program (fresh per execution)
+    tools: Callable[[Task], dict[str, Callable[..., str]]] = no_tools
+    #: their names (the checker of frozen designs allows them without a task at hand)
+    tool_names: tuple[str, ...] = ()
+    #: serve's ``majority``: the voting key of an answer (answers with equal keys are one group)
+    answer_key: Callable[[str], str] = text_key
+    #: eval reports maj@k (majority vote over the normalised final answers) for this domain
+    votes: bool = False
+    #: the designer prompt's sentence on the final answer ("Task domain: math. <hint>")
+    answer_hint: str = ""
+    #: the single-agent baseline's frozen script (eval method ``sa``); None: no baseline for this domain
+    solo_script: str | None = None
+
+    def is_valid(self, task: Task) -> bool:
+        return (self.valid or self.has_reference)(task)
+
+
+_DOMAINS: dict[str, Domain] = {}
+_loaded: set[str] = set()
+_lock = threading.RLock()
+
+
+def register_domain(domain: Domain) -> Domain:
+    """Register ``domain`` under its name (once: another record under a registered name is an error)."""
+    if not isinstance(domain, Domain) or not domain.name:
+        raise DomainError(f"register_domain takes a Domain with a non-empty name, got {domain!r}")
+    with _lock:
+        old = _DOMAINS.get(domain.name)
+        if old is not None and old is not domain:
+            raise DomainError(f"domain {domain.name!r} is already registered; pick another name")
+        _DOMAINS[domain.name] = domain
+    return domain
+
+
+def _load_plugins() -> None:
+    names = [BUILTIN, *(m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip())]
+    with _lock:
+        for module in names:
+            if module in _loaded:
+                continue
+            _loaded.add(module)
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                _loaded.discard(module)
+                raise DomainError(f"cannot import domain module {module!r} (from {PLUGINS_ENV}): {e}") from e
+
+
+def domains() -> Mapping[str, Domain]:
+    """Every registered domain by name (built-ins and plugins loaded)."""
+    _load_plugins()
+    return dict(_DOMAINS)
+
+
+def domain_names() -> tuple[str, ...]:
+    return tuple(sorted(domains()))
+
+
+def get_domain(name: str) -> Domain:
+    """The domain registered as ``name``; the error names the registered ones and how to add one."""
+    found = _DOMAINS.get(name) if isinstance(name, str) else None
+    if found is not None:
+        return found
+    registered = domain_names()
+    if name in registered:
+        return _DOMAINS[name]
+    raise DomainError(
+        f"unknown domain {name!r}; registered: {list(registered)}. To add one, call "
+        f"metaagent.domain.register_domain(Domain(...)) in a module and name it in {PLUGINS_ENV}"
+    )
+
+
+def domain_tool_names() -> tuple[str, ...]:
+    """The tools any registered domain adds, in domain order (for checking scripts without a task)."""
+    out: list[str] = []
+    for d in domains().values():
+        out += [t for t in d.tool_names if t not in out]
+    return tuple(out)

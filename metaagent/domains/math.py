@@ -1,0 +1,63 @@
+r"""Math: a gold ``answer``; the final answer (``\boxed{}`` or a fallback phrase) is checked against it
+(:mod:`metaagent.rewards.math`); serve votes on the normalised final answer; eval reports maj@k."""
+
+from __future__ import annotations
+
+import re
+
+from metaagent.data.tasks import Task
+from metaagent.domain import Domain, Verdict, register_domain, short_key
+from metaagent.records import Execution
+from metaagent.rewards.math import check_math, extract_answer, find_boxed, normalize_answer
+from metaagent.rewards.score import RewardConfig
+
+
+def score(task: Task, execution: Execution, cfg: RewardConfig) -> Verdict:
+    pred = extract_answer(execution.answer, fallbacks=cfg.answer_fallbacks) if execution.answer else None
+    check = check_math(
+        pred,
+        task.answer,
+        rel_tol=cfg.math_rel_tol,
+        timeout_s=cfg.math_timeout_s,
+        final_form=cfg.math_final_form,
+        question=task.question,
+    )
+    details = {
+        "math": {
+            "status": check.status,
+            "pred": pred,
+            "gold": task.answer,
+            "method": check.method,
+            "detail": check.detail,
+            "elapsed_s": check.elapsed_s,
+        }
+    }
+    shortcuts = (check.shortcut,) if check.shortcut else ()
+    if not check.computed:
+        return Verdict(None, details, shortcuts, f"math_{check.status}", f"math check {check.status}: {check.detail}")
+    return Verdict(float(check.correct), details, shortcuts)
+
+
+def answer_key(answer: str) -> str:
+    """The extracted final answer, LaTeX variants normalised, spaces removed (else the whole text)."""
+    final = extract_answer(answer)
+    text = normalize_answer(final)[0] if final else answer.strip()
+    return short_key(re.sub(r"\s+", "", text) or answer.strip())
+
+
+MATH = register_domain(
+    Domain(
+        name="math",
+        reference="gold answer",
+        needs="a gold 'answer' (or split='adhoc' for none)",
+        has_reference=lambda task: task.answer is not None,
+        valid=lambda task: task.answer is not None and bool(str(task.answer).strip()),
+        score=score,
+        solution_format=lambda answer, fences: float(find_boxed(answer) is not None),
+        answer_key=answer_key,
+        votes=True,
+        answer_hint="The final answer must be submitted in \\boxed{}.",
+        solo_script='solver = Agent("Assistant", "Answer the question. Put the final answer in \\\\boxed{}.")\n'
+        "submit(solver(task))\n",
+    )
+)

@@ -1,0 +1,40 @@
+"""QA (UnityMAS-O): short answers scored by their best token F1 against the gold answers (``answer`` or
+``metadata["answers"]``); scripts get ``retrieve(query)`` over ``metadata["corpus"]`` (default: the bundled one)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from metaagent.data.tasks import Task
+from metaagent.domain import Domain, Verdict, register_domain
+from metaagent.records import Execution
+from metaagent.rewards.qa import answer_f1, extract_qa_answer
+from metaagent.rewards.score import RewardConfig
+from metaagent.workflow.tools import Retrieve
+
+
+def score(task: Task, execution: Execution, cfg: RewardConfig) -> Verdict:
+    pred = extract_qa_answer(execution.answer)
+    golds = task.metadata.get("answers") or [task.answer]
+    correct = answer_f1(pred, golds)
+    return Verdict(correct, {"qa": {"pred": pred, "golds": list(golds), "f1": correct}})
+
+
+def tools(task: Task) -> dict:
+    corpus = task.metadata.get("corpus") if isinstance(task.metadata, Mapping) else None
+    return {"retrieve": Retrieve(corpus)}
+
+
+QA = register_domain(
+    Domain(
+        name="qa",
+        reference="gold answer",
+        needs="a gold 'answer' or metadata.answers (or split='adhoc')",
+        has_reference=lambda task: bool(task.answer or task.metadata.get("answers")),
+        score=score,
+        solution_format=lambda answer, fences: float(bool(answer.strip())),
+        tools=tools,
+        tool_names=("retrieve",),
+        answer_hint="The final answer is a short phrase (a name, date or number); tools: retrieve(query).",
+    )
+)
