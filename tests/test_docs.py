@@ -113,6 +113,19 @@ def test_the_pages_speak_of_the_project_not_its_history():
     assert problems == []
 
 
+def test_the_files_and_packaged_configs_the_pages_name_exist():
+    missing = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for path in re.findall(r"\b((?:scripts|benchmarks)/[\w/.-]+\.(?:py|sh|md|png))", text):
+            if not (ROOT / path).is_file():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+        for name in re.findall(r"--config ([a-z0-9_]+)\b", text):
+            if not (ROOT / "metaagent" / "configs" / f"{name}.yaml").is_file():
+                missing.append(f"{page.relative_to(ROOT)}: --config {name}")
+    assert missing == []
+
+
 def _dump_dom(url: str, profile: Path) -> str:
     argv = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

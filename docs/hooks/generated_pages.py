@@ -81,7 +81,7 @@ def config_tables() -> str:
             flags = ", ".join(f"`{f}`" for f in action.option_strings) if action is not None else "override only"
             kind = _type_name(tp).replace("LITERAL", "CHOICE")
             out.append(
-                f"| `{name}` | {flags} | {_code(kind)} | {allowed} | {_code(default)} | {_cell(help_text)} |"
+                f"| `{name}` | {flags} | {_code(kind)} | {allowed} | {_code(default)} | {_cell(help_text) or '—'} |"
             )
         out.append("")
     return "\n".join(out) + "\n"
