@@ -5,6 +5,9 @@
   field walk of :mod:`metaagent.cli.flags` that generates those flags);
 - ``results/**.png``: the committed benchmark curves under ``benchmarks/results/``, served from where they are
   committed (nothing is copied into ``docs/``).
+
+Docstrings are written with Sphinx-style roles (``:class:`Policy```); on API pages the role prefix is dropped,
+so the name reads as code.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ COMMANDS = (
     ("metaagent-serve", "metaagent.cli.serve", "metaagent.serve.config:ServeConfig", "the team server"),
     ("metaagent-distill", "metaagent.cli.distill", "metaagent.distill.config:DistillConfig", "distillation"),
 )
+_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc|obj):(?=<code>)")
 _RANGE = re.compile(r"\s*\[([^\[\]]*[<>]=?[^\[\]]*)\]\s*$")
 
 
@@ -100,3 +104,7 @@ def on_files(files, config):
             )
         )
     return files
+
+
+def on_page_content(html, page, config, files):
+    return _ROLE.sub("", html) if page.file.src_uri.startswith("api/") else html
