@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +25,26 @@ from metaagent.records import (
     RewardRecord,
     RolloutTree,
 )
+
+#: headless browsers the rendering tests look for, in this order
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+#: flags of a headless run that touches nothing outside the page (no network services, no first-run UI)
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+
+
+def chromium() -> str | None:
+    """The first headless browser on PATH, or None (tests that render pages skip then)."""
+    return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+
 
 VOCAB = 61
 PAD = 0

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 
 import pytest
+from builders import CHROMIUM_FLAGS, CHROMIUM_NAMES, chromium
 from replay_helpers import embedded_pngs, network_references
 
 from metaagent.replay import render_html
 from metaagent.replay.plots import FAMILY_COLORS
 
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 #: plot colours that must appear in a rendered report: the benchmark bars of two families present in the run
 BAR_COLORS = {
     f: tuple(int(FAMILY_COLORS[f][i : i + 2], 16) for i in (1, 3, 5)) for f in ("single", "reflection")
@@ -60,13 +59,9 @@ def test_report_of_a_tiny_training_run(tiny_runs, tmp_path):
     assert html.count('<details id="task-') == 4
 
 
-def _chromium() -> str | None:
-    return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(
-    _chromium() is None, reason=f"no headless browser installed (looked for {', '.join(CHROMIUM_NAMES)})"
+    chromium() is None, reason=f"no headless browser installed (looked for {', '.join(CHROMIUM_NAMES)})"
 )
 def test_report_renders_in_headless_chromium(tiny_runs, tmp_path):
     from PIL import Image
@@ -76,15 +71,8 @@ def test_report_renders_in_headless_chromium(tiny_runs, tmp_path):
     profile = tmp_path / "profile"
     profile.mkdir()
     argv = [
-        _chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
+        chromium(),
+        *CHROMIUM_FLAGS,
         f"--user-data-dir={profile}",
         f"--screenshot={shot}",
         "--window-size=1280,2000",

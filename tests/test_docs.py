@@ -1,0 +1,159 @@
+"""The documentation site: ``mkdocs build --strict`` succeeds (broken links and unresolved API references fail
+it), the configuration reference lists every config field, the pages speak of the project and not of its
+development history, and the built Quickstart and an API page render in headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from builders import CHROMIUM_FLAGS, CHROMIUM_NAMES, chromium
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+MKDOCS_MISSING = "mkdocs is not installed: pip install -e '.[docs]' (make test installs it)"
+
+
+def _have_mkdocs() -> bool:
+    try:
+        import material  # noqa: F401
+        import mkdocs  # noqa: F401
+        import mkdocstrings_handlers.python  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_mkdocs = pytest.mark.skipif(not _have_mkdocs(), reason=MKDOCS_MISSING)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-4000:]}"
+    return out
+
+
+@needs_mkdocs
+def test_the_strict_build_makes_every_page_of_the_nav(site):
+    import yaml
+
+    def pages(node):
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, list):
+            for item in node:
+                yield from pages(item)
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from pages(value)
+
+    nav = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["nav"]
+    for page in pages(nav):
+        built = site / page.removesuffix(".md").removesuffix("index") / "index.html"
+        assert built.is_file(), f"{page} was not built ({built})"
+
+
+@needs_mkdocs
+def test_the_configuration_reference_has_every_field_of_every_command(site):
+    sys.path.insert(0, str(DOCS / "hooks"))
+    try:
+        import generated_pages
+    finally:
+        sys.path.remove(str(DOCS / "hooks"))
+    from metaagent.cli.flags import _walk
+
+    html = (site / "reference" / "configuration" / "index.html").read_text(encoding="utf-8")
+    for command, _module, spec, _purpose in generated_pages.COMMANDS:
+        assert f"<code>{command}</code>" in html
+        for name, *_ in _walk(generated_pages._load(spec)):
+            assert f"<td><code>{name}</code></td>" in html, f"{command}: field {name} missing"
+    # a field with a declared range, its flag and alias, and its default, as --help shows them
+    row = re.search(r"<tr>\s*<td><code>schedule\.stage_len</code></td>(.*?)</tr>", html, re.S)
+    assert row is not None
+    assert "<code>--stage-len</code>" in row.group(1) and "<code>&gt; 0</code>" in row.group(1)
+    assert "<code>30</code>" in row.group(1)
+
+
+@needs_mkdocs
+def test_the_benchmark_curves_are_served_from_the_committed_results(site):
+    html = (site / "benchmarks" / "index.html").read_text(encoding="utf-8")
+    curves = re.findall(r'(?:src|href)="(\.\./results/[^"]+\.png)"', html)
+    assert curves, "the benchmarks page shows no committed curve"
+    for rel in curves:
+        assert (site / "benchmarks" / rel).resolve().is_file(), rel
+    assert "avg@3" in html  # the evaluation table is inlined from benchmarks/results/eval_embedded/table.md
+
+
+def test_the_pages_speak_of_the_project_not_its_history():
+    problems = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for pattern, what in (
+            (r"(?i)\bissue\s*#?\d+|(?<![\w&])#\d{1,3}\b", "an issue number"),
+            (r"\.\./shared|/work/|/home/|/tmp/", "a local path"),
+            (r"(?i)\bthis session\b", "development history"),
+        ):
+            for match in re.finditer(pattern, text):
+                problems.append(f"{page.relative_to(ROOT)}: {what}: {match.group(0)!r}")
+    assert problems == []
+
+
+def test_the_files_and_packaged_configs_the_pages_name_exist():
+    missing = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for path in re.findall(r"\b((?:scripts|benchmarks)/[\w/.-]+\.(?:py|sh|md|png))", text):
+            if not (ROOT / path).is_file():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+        for name in re.findall(r"--config ([a-z0-9_]+)\b", text):
+            if not (ROOT / "metaagent" / "configs" / f"{name}.yaml").is_file():
+                missing.append(f"{page.relative_to(ROOT)}: --config {name}")
+    assert missing == []
+
+
+def _dump_dom(url: str, profile: Path) -> str:
+    argv = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"chromium did not render {url} within 120 s")
+    assert out, err.decode(errors="replace")[-2000:]
+    return out.decode("utf-8", errors="replace")
+
+
+@needs_mkdocs
+@pytest.mark.skipif(
+    chromium() is None, reason=f"no headless browser installed (looked for {', '.join(CHROMIUM_NAMES)})"
+)
+@pytest.mark.parametrize(
+    ("page", "title", "code"),
+    [
+        ("quickstart/index.html", "Quickstart", "make demo"),
+        ("api/workflow/index.html", "metaagent.workflow", "check_script(script)"),
+    ],
+)
+def test_a_built_page_renders_its_title_and_a_code_block_in_headless_chromium(site, tmp_path, page, title, code):
+    dom = _dump_dom((site / page).as_uri(), tmp_path / "profile")
+    assert re.search(rf"<title>{re.escape(title)} - metaagent</title>", dom)
+    heading = re.search(r"<h1[^>]*>(.*?)</h1>", dom, re.S)
+    assert heading is not None and title in re.sub(r"<[^>]+>", "", heading.group(1))
+    blocks = re.findall(r"<pre[^>]*>.*?</pre>", dom, re.S)
+    assert any(code in re.sub(r"<[^>]+>", "", b) for b in blocks), f"no code block with {code!r} on {page}"
