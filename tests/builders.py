@@ -8,12 +8,16 @@ other.
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from metaagent.records import (
@@ -44,6 +48,21 @@ CHROMIUM_FLAGS = (
 def chromium() -> str | None:
     """The first headless browser on PATH, or None (tests that render pages skip then)."""
     return next((p for p in map(shutil.which, CHROMIUM_NAMES) if p), None)
+
+
+def run_chromium(profile: Path, *args: str, what: str, timeout_s: float = 120) -> tuple[bytes, bytes]:
+    """Run the headless browser with ``args`` in a fresh ``profile`` folder; its (stdout, stderr). A run past
+    ``timeout_s`` kills the browser's whole process group and fails the test, naming ``what`` it was doing."""
+    import pytest
+
+    argv = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"chromium did not {what} within {timeout_s:.0f} s")
 
 
 VOCAB = 61

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from builders import CHROMIUM_FLAGS, CHROMIUM_NAMES, chromium
+from builders import CHROMIUM_NAMES, chromium, run_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -127,14 +126,7 @@ def test_the_files_and_packaged_configs_the_pages_name_exist():
 
 
 def _dump_dom(url: str, profile: Path) -> str:
-    argv = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", url]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"chromium did not render {url} within 120 s")
+    out, err = run_chromium(profile, "--dump-dom", url, what=f"render {url}")
     assert out, err.decode(errors="replace")[-2000:]
     return out.decode("utf-8", errors="replace")
 

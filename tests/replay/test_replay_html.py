@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 
 import pytest
-from builders import CHROMIUM_FLAGS, CHROMIUM_NAMES, chromium
+from builders import CHROMIUM_NAMES, chromium, run_chromium
 from replay_helpers import embedded_pngs, network_references
 
 from metaagent.replay import render_html
@@ -70,21 +67,8 @@ def test_report_renders_in_headless_chromium(tiny_runs, tmp_path):
     shot = tmp_path / "shot.png"
     profile = tmp_path / "profile"
     profile.mkdir()
-    argv = [
-        chromium(),
-        *CHROMIUM_FLAGS,
-        f"--user-data-dir={profile}",
-        f"--screenshot={shot}",
-        "--window-size=1280,2000",
-        report.as_uri(),
-    ]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail("chromium did not finish the screenshot within 120 s")
+    _, err = run_chromium(profile, f"--screenshot={shot}", "--window-size=1280,2000", report.as_uri(),
+                          what="finish the screenshot")
     assert shot.is_file(), err.decode(errors="replace")[-2000:]
     image = Image.open(shot).convert("RGB")
     assert image.size == (1280, 2000)
