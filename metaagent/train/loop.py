@@ -222,6 +222,7 @@ class TrainLoop:
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         self.run_id = run_info["run_id"]
         self.coach = None
+        self._stage_context = None  # the reward stages' context, built at the first step
         if cfg.coach.backend is not None:
             from metaagent.rewards.coach import Coach
 
@@ -299,26 +300,6 @@ class TrainLoop:
 
     # ---- the loop ------------------------------------------------------------------------------------------
 
-    def _post_rollout(self, trees: list[RolloutTree]) -> dict[str, Any]:
-        """Work the estimator needs written into the records before it runs (a pure function over them):
-        evaluation-aligned credit's coalition re-runs, judges, bisection and pairs, then its protocol metrics."""
-        if self.config.algo.estimator != "eval_aligned":
-            return {}
-        from metaagent.credit.eval_aligned import protocol_metrics
-        from metaagent.rollout.eval_aligned import EvalAlignedStage
-
-        stage = getattr(self, "_eval_aligned_stage", None)
-        if stage is None:
-            reference = None
-            if self.config.eval_aligned.baseline == "reference":
-                from metaagent.policy.factory import build_policy
-
-                reference = build_policy(self.config.policy.backend, self.config.policy.model_for(EXECUTOR))
-            stage = self._eval_aligned_stage = EvalAlignedStage(
-                self.engine, self.config.eval_aligned, self.credit_options, reference=reference
-            )
-        return {**stage.annotate(trees), **protocol_metrics(trees, **self.credit_options)}
-
     def _dynamic_sampling(self, trees: list[RolloutTree], step: int, active: frozenset[str]):
         """DAPO's dynamic sampling per role (:mod:`metaagent.train.dynamic_sampling`): the kept trees and
         ``rollout/dynamic_sampling/*``. Extra draws come from the same sampler (its checkpointed state
@@ -344,31 +325,12 @@ class TrainLoop:
         )
 
     def _annotate(self, trees: list[RolloutTree]) -> dict[str, Any]:
-        """Everything written into the records between the rollout and the (pure) estimator, in order:
-        evaluation-aligned credit's re-runs and judges, the coach's per-action scores (scored during the rollout;
-        here their metrics) and the turn-reward allocator (UnityMAS-O)."""
-        cfg = self.config
-        metrics: dict[str, Any] = self._post_rollout(trees)
-        if self.coach is not None:
-            from metaagent.rewards.coach import coach_metrics
+        """The reward stages the config turns on (:mod:`metaagent.train.reward_stages`), in their order."""
+        from metaagent.train.reward_stages import StageContext, run_stages
 
-            metrics.update(self.coach.take_metrics())
-            metrics.update(coach_metrics(trees))
-        if cfg.turn_reward.allocator is not None:
-            from metaagent.rewards.turn import allocate_turn_rewards, turn_reward_metrics
-
-            metrics.update(allocate_turn_rewards(trees, cfg.turn_reward.allocator, **cfg.turn_reward.options))
-            metrics.update(turn_reward_metrics(trees))
-        if cfg.algo.overlong.buffer > 0:  # DAPO Eq. 13 on the execution rewards, before the estimator
-            from metaagent.rewards.overlong import apply_overlong_penalty
-
-            o = cfg.algo.overlong
-            metrics.update(
-                apply_overlong_penalty(
-                    trees, max_len=cfg.rollout.executor.max_tokens, buffer=o.buffer, penalty_factor=o.penalty_factor
-                )
-            )
-        return metrics
+        if self._stage_context is None:
+            self._stage_context = StageContext(self.config, self.engine, self.credit_options, self.coach)
+        return run_stages(self._stage_context, trees)
 
     def _adaptive_metrics(self, trees: list[RolloutTree]) -> dict[str, float]:
         """``rollout/adaptive/*`` (:mod:`metaagent.rollout.adaptive`) when ``rollout.adaptive_budget`` is on."""
@@ -386,7 +348,8 @@ class TrainLoop:
             tasks   = sampler.next_batch()                      the data mixture's batch
             trees   = rollout(tasks)                            M designs x N executions per task (records);
                                                                 algo.dynamic_sampling draws more tasks
-            annotate(trees)                                     eval-aligned re-runs, coach, turn rewards, overlong
+            annotate(trees)                                     reward stages: eval-aligned re-runs, coach, turn
+                                                                rewards, overlong (train/reward_stages.py)
             credit  = assign_credit(trees, algo.estimator)      Eq. 4-7, advantages written into the trees
             write rollouts/step_t.jsonl
             samples = samples(trees, active, credit)            inactive role: not even built; then the token
