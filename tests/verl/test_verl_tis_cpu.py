@@ -5,7 +5,7 @@ On CPU the rollout (the HF policy) and verl's actor compute the same log-probs (
 ratio pi_old / pi_rollout is 1 up to fp32 noise. A cap of 0.5 therefore truncates every token's weight to exactly
 0.5: with the ratio pi_theta / pi_old = 1 at the first mini-batch, the policy gradient verl's update computes is
 then exactly half the uncorrected one, which shows the weights reached verl's loss. (A GPU run, where vLLM's bf16
-log-probs differ from the trainer's, is what gives weights other than a constant; see the README.)
+log-probs differ from the trainer's, is what gives weights other than a constant; see docs/gpu.md, "Mismatch correction on the verl backend".)
 """
 
 from __future__ import annotations
