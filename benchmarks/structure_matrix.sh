@@ -5,6 +5,8 @@
 # tasks round-robin over benchmarks and methods and keeps every finished task, so rerunning this script continues a
 # stopped run. Then benchmarks/structure_matrix.py writes table.md and matrix.json from all records.
 #   MODEL=...   the model of both roles (default: the suite cold start, embedded-sft-suite)
+#   DTYPE=bfloat16  the hf backend's weights (bf16 decode 2.1x fp32 at 8 rows on an AMX host, step_speed.txt; training's
+#               rollouts are bf16 by default; float32 on CPUs without bf16 units). Part of a run's identity: resume with the same
 #   LIMIT=30    test tasks per family;  REPORT_ONLY=1: only rewrite the report from the records
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +15,8 @@ PY=${PY:-.venv/bin/python}
 MODEL=${MODEL:-embedded-sft-suite}
 OUT=${OUT:-benchmarks/results/structure_matrix}
 LIMIT=${LIMIT:-30}
-COMMON=(--model "$MODEL" --n 4 --k 1 4 --seed 0 --temperature 0.7 --designer-max-tokens 384
+DTYPE=${DTYPE:-bfloat16}
+COMMON=(--model "$MODEL" --dtype "$DTYPE" --n 4 --k 1 4 --seed 0 --temperature 0.7 --designer-max-tokens 384
         --executor-max-tokens 192 --concurrency 16 --continuous --sandbox-workers 2 --limit "$LIMIT" --no-html)
 if [ -z "${REPORT_ONLY:-}" ]; then
   nice -n 10 "$PY" -m metaagent.cli.eval "${COMMON[@]}" --out "$OUT/evals/math" \
