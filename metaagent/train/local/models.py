@@ -75,31 +75,30 @@ class ModelSet:
             p.close()
 
 
-def release_freed_memory() -> None:
-    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``; elsewhere a no-op)."""
+@functools.cache
+def _libc(function: str) -> Any:
+    """The C library's ``function`` (glibc's ``malloc_trim``, ``mallopt``), or None elsewhere; looked up once
+    (``find_library`` runs ``ldconfig``)."""
     import ctypes
     import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(name), function, None) if name else None
+
+
+def release_freed_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``; elsewhere a no-op)."""
     import gc
 
     gc.collect()
-    name = ctypes.util.find_library("c")
-    if name:
-        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
-        if trim is not None:
-            trim(0)
+    trim = _libc("malloc_trim")
+    if trim is not None:
+        trim(0)
 
 
 M_MMAP_THRESHOLD = -3  # glibc mallopt parameter (malloc.h)
 UPDATE_MMAP_THRESHOLD = 256 * 1024  # bytes: every activation and gradient of an update is larger
 ROLLOUT_MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's dynamic threshold's ceiling (DEFAULT_MMAP_THRESHOLD_MAX)
-
-
-def _mallopt() -> Any:
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    return getattr(ctypes.CDLL(name), "mallopt", None) if name else None
 
 
 @contextlib.contextmanager
@@ -113,7 +112,7 @@ def update_heap() -> Iterator[None]:
     bytes alive (measured: one update of 3 x 768 tokens on SmolLM2-135M peaked at 4.29 GB, 3.70 GB with this).
     Afterwards the threshold is glibc's dynamic ceiling, where the rollout's steady state puts it anyway.
     """
-    mallopt = _mallopt()
+    mallopt = _libc("mallopt")
     if mallopt is not None:
         mallopt(M_MMAP_THRESHOLD, UPDATE_MMAP_THRESHOLD)
     try:
