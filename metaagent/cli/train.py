@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    # intermixed: ``section.field=value`` overrides may stand before, between or after flags
+    args = build_parser().parse_intermixed_args(argv)
     config = resolve_config(args)
 
     plan = None

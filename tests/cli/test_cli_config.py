@@ -106,6 +106,19 @@ def test_unknown_key_gets_a_suggestion():
     assert "did you mean rollout.m_designs?" in line
 
 
+def test_train_overrides_may_stand_between_flags():
+    # argparse's plain parse_args takes the positional overrides only once: "a=1 --out x b=2" was refused
+    from metaagent.cli.train import build_parser, resolve_config
+
+    argv = ["--config", "tiny", "rollout.m_designs=3", "--steps", "2", "trainer.seed=7", "--out", "o", "optim.lr=0.5"]
+    args = build_parser().parse_intermixed_args(argv)
+    cfg = resolve_config(args)
+    assert (cfg.rollout.m_designs, cfg.trainer.steps, cfg.trainer.seed, cfg.trainer.out, cfg.optim.lr) == (
+        3, 2, 7, "o", 0.5)  # fmt: skip
+    r = cli("train", *argv, "--dry-run")
+    assert r.returncode == 0 and "m_designs: 3" in r.stdout and "seed: 7" in r.stdout, r.stderr
+
+
 @pytest.mark.parametrize("module, args", [("train", ["--config", "tiny", "optim.lr=abc"]), ("serve", ["--port", "x"])])
 def test_debug_shows_the_traceback(module, args):
     r = cli(module, *args, "--debug")
