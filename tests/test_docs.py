@@ -116,7 +116,7 @@ def test_the_files_and_packaged_configs_the_pages_name_exist():
     missing = []
     for page in sorted(DOCS.rglob("*.md")):
         text = page.read_text(encoding="utf-8")
-        for path in re.findall(r"\b((?:scripts|benchmarks)/[\w/.-]+\.(?:py|sh|md|png))", text):
+        for path in re.findall(r"\b((?:scripts|benchmarks|examples)/[\w/.-]+\.(?:py|sh|md|png))", text):
             if not (ROOT / path).is_file():
                 missing.append(f"{page.relative_to(ROOT)}: {path}")
         for name in re.findall(r"--config ([a-z0-9_]+)\b", text):
