@@ -13,8 +13,8 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
 ``--designs``, N ``--executions``, the matrix's token limits) and the report:
 
 - ``--oracle`` (default the structure matrix's ``matrix.json``) names each family's oracle (the best of ``sa`` and
-  the fixed templates), its pattern, and the best single method on the mixture; rerun ``--report-only`` when the
-  matrix changes;
+  the fixed templates), its pattern, and the best single method on the mixture; when the matrix names another
+  oracle, rerunning the script evaluates it held-out (the evaluations resume, keeping every finished record);
 - ``curves.png``: per mode, smoothed over ``--smooth`` steps, designer reward (Eq. 4), executor reward,
   valid-script rate, shortcut executions per step (``reward/shortcut/*``), and per family the share of the
   designer's valid designs whose pattern is the family's oracle pattern (from the rollout records of each step);
@@ -44,10 +44,8 @@ import coevolution_cpu as v1  # noqa: E402  (benchmarks/ is not a package: the s
 import structure_matrix  # noqa: E402
 
 ROOT = v1.ROOT
-MODES = ("designer_only", "stagewise", "coupled", "executor_only")
 DEFAULT_MODES = (v1.FROZEN, "designer_only", "stagewise", "coupled")
 ORACLE = "benchmarks/results/structure_matrix/matrix.json"
-SHORTCUTS = "reward/shortcut/"
 #: seconds a training step of the default size is expected to take on the shared 2-core host before any is
 #: measured: v1's bf16 steps (B = 2, M = N = 2: 8 executions, 4 designs) took 25.5-35.0 s
 #: (coevolution_cpu_integrity_v2/STATUS.md); v2's (B = 4, M = 4, N = 2: 32 executions, 16 designs of up to 384
@@ -138,8 +136,10 @@ def oracle_shares(folder: Path, oracle: Oracle) -> dict[str, list[tuple[int, flo
 
 def shortcut_series(rows: list[dict]) -> list[tuple[int, float]]:
     """(step, executions refused as a shortcut, all classes) for the steps that log the counters."""
-    return [(r["step"], float(sum(v for k, v in r.items() if k.startswith(SHORTCUTS))))
-            for r in rows if r.get("step", -1) >= 0 and any(k.startswith(SHORTCUTS) for k in r)]  # fmt: skip
+    from metaagent.rewards.shortcuts import SHORTCUT_CLASSES
+
+    keys = [f"reward/shortcut/{name}" for name in SHORTCUT_CLASSES]
+    return [(r["step"], float(sum(r.get(k, 0) for k in keys))) for r in rows if r.get("step", -1) >= 0 and keys[0] in r]
 
 
 # ---- held-out -------------------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def heldout_section(args: argparse.Namespace, oracle: Oracle) -> list[str]:
         f"Held-out: the suite's test split, {args.eval_limit} tasks per family, n = {k} (avg@{k}, %), each checkpoint",
         "in both roles. Best single method and per-family oracle as named by the oracle file; the differences are",
         "paired over tasks (bootstrap 95% CI, task count in brackets). The last column compares the checkpoint's",
-        f"`auto` with the start model's (App. C): tasks solved (avg >= 0.5) only by the checkpoint, split into the",
+        "`auto` with the start model's (App. C): tasks solved (avg >= 0.5) only by the checkpoint, split into the",
         "same modal design structure as the start model's (executor gain) or a different one (designer flip).",
         "",
         "| checkpoint | auto | sa | best single | oracle | auto - sa | auto - best single | auto - oracle | "
@@ -371,7 +371,7 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
 
 
 def main() -> None:
-    p = v1.parser(__doc__, MODES, modes=list(DEFAULT_MODES), save_every=5, model="embedded-sft-suite",
+    p = v1.parser(__doc__, v1.MODES, modes=list(DEFAULT_MODES), save_every=5, model="embedded-sft-suite",
                   runs="runs/coevolution_v2", results="benchmarks/results/coevolution_v2", eval_limit=30, eval_n=4,
                   designer_max_tokens=384)  # fmt: skip
     p.add_argument("--families", nargs="+", default=None, help="suite families (default: every family of --oracle)")
