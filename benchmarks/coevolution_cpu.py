@@ -35,6 +35,9 @@ run folder has checkpoints). The modes are trained round-robin, ``--chunk`` step
 ``--save-every``): each chunk resumes the mode's run with its full ``--steps`` (so the learning-rate schedule is
 the one of an uninterrupted run) and stops it once the checkpoint at the chunk's end is written. A partial result
 therefore covers all four modes to within one chunk of each other; the table says how many steps each has.
+
+``benchmarks/coevolution_v2.py`` (the same experiment on the structure-sensitive suite) imports this script's
+training loop, evaluation, flags, plots and role tables.
 """
 
 from __future__ import annotations
