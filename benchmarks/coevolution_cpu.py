@@ -35,6 +35,9 @@ run folder has checkpoints). The modes are trained round-robin, ``--chunk`` step
 ``--save-every``): each chunk resumes the mode's run with its full ``--steps`` (so the learning-rate schedule is
 the one of an uninterrupted run) and stops it once the checkpoint at the chunk's end is written. A partial result
 therefore covers all four modes to within one chunk of each other; the table says how many steps each has.
+
+``benchmarks/coevolution_v2.py`` (the same experiment on the structure-sensitive suite) imports this script's
+training loop, evaluation, flags, plots and role tables.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ START = "start"  # the held-out row of the model every mode starts from
 FROZEN = "frozen"
 FROZEN_ARGS = ("optim.lr=1e-30",)
 ROLES = ("designer", "executor")
+BENCHMARKS = ("bundled:test/math", "bundled:test/code")  # the held-out tasks
 NUMERAL = re.compile(r"-?\d+(?:\.\d+)?")  # a plain number: a boxed math answer in final form
 
 
@@ -146,22 +150,44 @@ def final_model(folder: Path) -> Path | None:
     return ckpt / models[key]
 
 
-def evaluate(args: argparse.Namespace, mode: str) -> Path | None:
-    """Held-out evaluation of a mode's final checkpoint (``mode="start"``: the model every mode starts from)."""
+def evaluate(
+    args: argparse.Namespace,
+    mode: str,
+    *,
+    benchmarks: tuple[str, ...] = BENCHMARKS,
+    methods: tuple[str, ...] = ("auto", "sa"),
+    out: Path | None = None,
+    extra: tuple[str, ...] = (),
+) -> Path | None:
+    """Held-out evaluation of a mode's final checkpoint (``mode="start"``: the model every mode starts from):
+    ``metaagent-eval`` of ``methods`` on ``benchmarks`` into ``out`` (default ``<runs>/eval_<mode>``), resumable."""
     model = args.model if mode == START else final_model(run_dir(args, mode))
     if model is None:
         return None
-    out = Path(args.runs) / f"eval_{mode}"
+    out = Path(args.runs) / f"eval_{mode}" if out is None else out
     cmd = [
-        sys.executable, "-m", "metaagent.cli.eval", "--model", str(model), "--methods", "auto", "sa",
-        "--benchmarks", "bundled:test/math", "bundled:test/code", "--limit", str(args.eval_limit),
+        sys.executable, "-m", "metaagent.cli.eval", "--model", str(model), "--methods", *methods,
+        "--benchmarks", *benchmarks, "--limit", str(args.eval_limit),
         "--n", str(args.eval_n), "--seed", str(args.seed), "--temperature", "0.7",
-        "--designer-max-tokens", "320", "--executor-max-tokens", "192", "--out", str(out),
-        "--concurrency", "16", "--continuous",
+        "--designer-max-tokens", str(args.designer_max_tokens),
+        "--executor-max-tokens", str(args.executor_max_tokens), "--out", str(out),
+        "--concurrency", "16", "--continuous", *extra,
     ]  # fmt: skip
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
     return out
+
+
+def train_round_robin(args: argparse.Namespace, on_chunk) -> None:
+    """Train every mode of ``args.modes`` to ``--steps``, ``--chunk`` steps a mode at a time (round-robin), and
+    call ``on_chunk()`` after each chunk that trained something (the report of what exists)."""
+    chunk = args.chunk or args.save_every
+    if chunk % args.save_every:
+        raise SystemExit(f"--chunk {chunk} must be a multiple of --save-every {args.save_every}")
+    for until in range(chunk, args.steps + chunk, chunk):  # round-robin: every mode to `until`, then on
+        for mode in args.modes:
+            if train(args, mode, until):
+                on_chunk()
 
 
 # ---- figures ---------------------------------------------------------------------------------------------------
@@ -314,49 +340,31 @@ def shortcut_section(args: argparse.Namespace) -> list[str]:
     ]
 
 
-def report(args: argparse.Namespace) -> None:
-    import matplotlib
+def plot_smoothed(ax, points: list[tuple[int, float]], mode: str, smooth: int) -> None:
+    """One mode's (step, value) points as a line, each the mean of the last ``smooth`` points (frozen: dashed)."""
+    if not points:
+        return
+    k = max(1, smooth)
+    xs = [p[0] for p in points]
+    ys = [mean([q[1] for q in points[max(0, i - k + 1) : i + 1]]) for i in range(len(points))]
+    ax.plot(xs, ys, label=mode, linestyle="--" if mode == FROZEN else "-", color="0.4" if mode == FROZEN else None)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    from metaagent.records import glob_records
+def shade_stages(axes, args: argparse.Namespace) -> None:
+    """Shade the designer stages of the stagewise run (executor first, then alternating every stage)."""
+    if args.stage_len and "stagewise" in args.modes:
+        for ax in axes:
+            for start in range(args.stage_len, args.steps, 2 * args.stage_len):
+                ax.axvspan(start - 0.5, start + args.stage_len - 0.5, color="0.9", zorder=0)
 
-    results = Path(args.results)
-    results.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
-    lines = [
-        "| mode | steps | designer reward (first 10 → last 10) | executor reward (first 10 → last 10) | "
-        "valid-script rate (last 10) | correct math answers boxed as an expression (last 10) | held-out auto | "
-        "held-out sa |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+
+def role_sections(args: argparse.Namespace) -> list[str]:
+    """The slopes of each role's reward over the steps that trained it, and (with a ``frozen`` run) each mode's
+    reward gain over the frozen model step for step: markdown tables from the runs' metrics."""
     slopes, gains = [], []
     base = read_metrics(run_dir(args, FROZEN))
     for mode in args.modes:
-        folder = run_dir(args, mode)
-        rows = read_metrics(folder)
-        if rows:
-            shutil.copyfile(folder / "metrics.jsonl", results / f"metrics_{mode}.jsonl")
-        for ax, role in zip(axes, ROLES):
-            pts = series(rows, f"rollout/reward/{role}")
-            if not pts:
-                continue
-            k = max(1, args.smooth)
-            xs = [p[0] for p in pts]
-            ys = [mean([q[1] for q in pts[max(0, i - k + 1) : i + 1]]) for i in range(len(pts))]
-            ax.plot(xs, ys, label=mode, linestyle="--" if mode == FROZEN else "-", color="0.4" if mode == FROZEN else None)
-        d = [v for _, v in series(rows, "rollout/reward/designer")]
-        e = [v for _, v in series(rows, "rollout/reward/executor")]
-        valid = [v for _, v in series(rows, "rollout/valid_script_rate")]
-        ev = Path(args.runs) / f"eval_{mode}"
-        lines.append(
-            f"| {mode} | {steps_done(folder)} | {mean(d[:10]):.3f} → {mean(d[-10:]):.3f} | "
-            f"{mean(e[:10]):.3f} → {mean(e[-10:]):.3f} | {mean(valid[-10:]):.2f} | "
-            f"{expr_text(glob_records(folder / 'rollouts', 'step_*.jsonl')[-10:])} | "
-            f"{eval_cell(ev, 'auto')} | "
-            f"{eval_cell(ev, 'sa')} |"
-        )
+        rows = read_metrics(run_dir(args, mode))
         if mode == FROZEN:
             continue
         d_rows, e_rows = trained_steps(rows, "designer"), trained_steps(rows, "executor")
@@ -373,28 +381,7 @@ def report(args: argparse.Namespace) -> None:
                           f"{fit_text(series(d_rows, 'rollout/reward/designer')) if d_rows else '-'} | "
                           f"{fit_text(series(d_rows, 'rollout/valid_script_rate')) if d_rows else '-'} | "
                           f"{fit_text(series(e_rows, 'rollout/reward/executor')) if e_rows else '-'} |")
-    ev = Path(args.runs) / f"eval_{START}"
-    if (ev / "results.json").is_file():
-        lines.append(f"| {START} ({args.model}) | 0 | | | | | {eval_cell(ev, 'auto')} | {eval_cell(ev, 'sa')} |")
-    for ax, role in zip(axes, ROLES):
-        ax.set_title(f"{role} reward (mean of {args.smooth} steps)")
-        ax.set_xlabel("step")
-        ax.legend()
-    if args.stage_len and "stagewise" in args.modes:
-        for ax in axes:
-            for start in range(args.stage_len, args.steps, 2 * args.stage_len):
-                ax.axvspan(start - 0.5, start + args.stage_len - 0.5, color="0.9", zorder=0)
-    fig.tight_layout()
-    fig.savefig(results / "curves.png", dpi=110)
     text = [
-        "# CPU co-evolution (embedded-sft, configs/default.yaml)",
-        "",
-        f"Command: `python benchmarks/coevolution_cpu.py {' '.join(a for a in sys.argv[1:] if a != '--report-only')}`",
-        f"Steps {args.steps} per mode, stage length {args.stage_len} (paper: K = 30), seed {args.seed}; "
-        f"held-out: bundled test, {args.eval_limit} tasks per domain, n = {args.eval_n}.",
-        "",
-        *lines,
-        "",
         "Slopes over the steps where a role was trained (least squares over (step, value), 95% t interval): the",
         "designer's reward (the mean of its designs' rewards, Eq. 4) and valid-script rate over the steps that",
         "trained the designer, the executor's reward over the steps that trained the executor.",
@@ -418,6 +405,77 @@ def report(args: argparse.Namespace) -> None:
             *gains,
             "",
         ]
+    return text
+
+
+def copy_compressed(src: Path, dst: Path) -> None:
+    """Copy a results folder with its rollout records compressed (``.jsonl.xz``) and without log-probs, as
+    committed records are; ``metaagent-replay`` reads the copy."""
+    from metaagent.records import RECORD_SUFFIX, compress
+    from metaagent.replay.run import record_files
+
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    for f in record_files(dst):
+        if f.name.endswith(RECORD_SUFFIX):
+            compress(f, logprobs=False)
+
+
+def report(args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from metaagent.records import glob_records
+
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True)
+    lines = [
+        "| mode | steps | designer reward (first 10 → last 10) | executor reward (first 10 → last 10) | "
+        "valid-script rate (last 10) | correct math answers boxed as an expression (last 10) | held-out auto | "
+        "held-out sa |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for mode in args.modes:
+        folder = run_dir(args, mode)
+        rows = read_metrics(folder)
+        if rows:
+            shutil.copyfile(folder / "metrics.jsonl", results / f"metrics_{mode}.jsonl")
+        for ax, role in zip(axes, ROLES):
+            plot_smoothed(ax, series(rows, f"rollout/reward/{role}"), mode, args.smooth)
+        d = [v for _, v in series(rows, "rollout/reward/designer")]
+        e = [v for _, v in series(rows, "rollout/reward/executor")]
+        valid = [v for _, v in series(rows, "rollout/valid_script_rate")]
+        ev = Path(args.runs) / f"eval_{mode}"
+        lines.append(
+            f"| {mode} | {steps_done(folder)} | {mean(d[:10]):.3f} → {mean(d[-10:]):.3f} | "
+            f"{mean(e[:10]):.3f} → {mean(e[-10:]):.3f} | {mean(valid[-10:]):.2f} | "
+            f"{expr_text(glob_records(folder / 'rollouts', 'step_*.jsonl')[-10:])} | "
+            f"{eval_cell(ev, 'auto')} | "
+            f"{eval_cell(ev, 'sa')} |"
+        )
+    ev = Path(args.runs) / f"eval_{START}"
+    if (ev / "results.json").is_file():
+        lines.append(f"| {START} ({args.model}) | 0 | | | | | {eval_cell(ev, 'auto')} | {eval_cell(ev, 'sa')} |")
+    for ax, role in zip(axes, ROLES):
+        ax.set_title(f"{role} reward (mean of {args.smooth} steps)")
+        ax.set_xlabel("step")
+        ax.legend()
+    shade_stages(axes, args)
+    fig.tight_layout()
+    fig.savefig(results / "curves.png", dpi=110)
+    text = [
+        "# CPU co-evolution (embedded-sft, configs/default.yaml)",
+        "",
+        f"Command: `python benchmarks/coevolution_cpu.py {' '.join(a for a in sys.argv[1:] if a != '--report-only')}`",
+        f"Steps {args.steps} per mode, stage length {args.stage_len} (paper: K = 30), seed {args.seed}; "
+        f"held-out: bundled test, {args.eval_limit} tasks per domain, n = {args.eval_n}.",
+        "",
+        *lines,
+        "",
+        *role_sections(args),
+    ]
     text += shortcut_section(args)
     start_dir = Path(args.runs) / f"eval_{START}"
     start = {m: task_scores(start_dir, m) for m in ("auto", "sa")}
@@ -450,51 +508,53 @@ def report(args: argparse.Namespace) -> None:
             *held,
             "",
         ]
-    from metaagent.records import RECORD_SUFFIX, compress
-    from metaagent.replay.run import record_files
-
     for mode in (START, *args.modes):  # the held-out records travel with the table (replayable without runs/)
         ev = Path(args.runs) / f"eval_{mode}"
         if (ev / "results.json").is_file():
-            copy = results / "heldout" / ev.name
-            shutil.copytree(ev, copy, dirs_exist_ok=True)
-            for f in record_files(copy):  # committed records stay compressed (.jsonl.xz; replay reads them)
-                if f.name.endswith(RECORD_SUFFIX):
-                    compress(f, logprobs=False)
+            copy_compressed(ev, results / "heldout" / ev.name)
     (results / "table.md").write_text("\n".join(text))
     print("\n".join(text))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--modes", nargs="+", default=list(MODES), choices=(*MODES, FROZEN),
+def parser(doc: str, choices: tuple[str, ...], **defaults) -> argparse.ArgumentParser:
+    """The flags of a co-evolution script (this one and its successors): the modes to choose from (``choices``,
+    and ``frozen``), and each flag's default from ``defaults`` (keyword = the flag's dest) over this script's."""
+    d = dict(modes=list(MODES), steps=40, stage_len=5, save_every=2, config="default", model="embedded-sft",
+             runs="runs/coevolution", results="benchmarks/results/coevolution_cpu", eval_limit=14, eval_n=2,
+             designer_max_tokens=320, executor_max_tokens=192)  # fmt: skip
+    unknown = set(defaults) - set(d)
+    if unknown:
+        raise TypeError(f"no co-evolution flag for default(s) {sorted(unknown)}; flags with defaults: {sorted(d)}")
+    d.update(defaults)
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--modes", nargs="+", default=d["modes"], choices=(*choices, FROZEN),
                    help=f"modes to train; '{FROZEN}' adds the paired baseline (no-op updates, same tasks and seeds)")
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--stage-len", type=int, default=5)
-    p.add_argument("--save-every", type=int, default=2)
+    p.add_argument("--steps", type=int, default=d["steps"])
+    p.add_argument("--stage-len", type=int, default=d["stage_len"])
+    p.add_argument("--save-every", type=int, default=d["save_every"])
     p.add_argument("--chunk", type=int, default=0, help="steps per mode per round (0: --save-every)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--config", default="default")
-    p.add_argument("--model", default="embedded-sft")
-    p.add_argument("--runs", default="runs/coevolution")
-    p.add_argument("--results", default="benchmarks/results/coevolution_cpu")
-    p.add_argument("--eval-limit", type=int, default=14)
-    p.add_argument("--eval-n", type=int, default=2)
+    p.add_argument("--config", default=d["config"])
+    p.add_argument("--model", default=d["model"])
+    p.add_argument("--runs", default=d["runs"])
+    p.add_argument("--results", default=d["results"])
+    p.add_argument("--eval-limit", type=int, default=d["eval_limit"], help="held-out tasks per benchmark")
+    p.add_argument("--eval-n", type=int, default=d["eval_n"], help="held-out samples per task")
+    p.add_argument("--designer-max-tokens", type=int, default=d["designer_max_tokens"])
+    p.add_argument("--executor-max-tokens", type=int, default=d["executor_max_tokens"])
     p.add_argument("--smooth", type=int, default=5)
     p.add_argument("--resume", action="store_true", help="accepted for clarity: every run continues anyway")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--no-eval", action="store_true")
     p.add_argument("train_args", nargs="*", help="extra train-metaagent overrides (section.field=value)")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser(__doc__, MODES).parse_args()
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     if not args.report_only:
-        chunk = args.chunk or args.save_every
-        if chunk % args.save_every:
-            raise SystemExit(f"--chunk {chunk} must be a multiple of --save-every {args.save_every}")
-        for until in range(chunk, args.steps + chunk, chunk):  # round-robin: every mode to `until`, then on
-            for mode in args.modes:
-                if train(args, mode, until):
-                    report(args)
+        train_round_robin(args, lambda: report(args))
         if not args.no_eval:
             for mode in (START, *(m for m in args.modes if m != FROZEN)):  # frozen's final model is the start
                 evaluate(args, mode)

@@ -1,0 +1,402 @@
+"""Co-evolution v2 (issue #42, item 4): the suite cold start trained on the structure-sensitive suite in each
+schedule mode, with a paired frozen baseline, the designer's choice of each family's oracle structure step by
+step, and a held-out table against ``sa``, the best single template and the per-family oracle.
+
+    .venv/bin/python benchmarks/coevolution_v2.py                # start, or continue where it stopped
+    .venv/bin/python benchmarks/coevolution_v2.py --report-only  # rewrite the figures from what exists
+
+The machinery is v1's (``benchmarks/coevolution_cpu.py``, imported): each mode runs ``train-metaagent`` from
+``--model`` (default ``embedded-sft-suite``) with the same seed and task stream, round-robin ``--chunk`` steps at
+a time, resumed from its newest checkpoint (``--resume`` is implied); ``frozen`` is ``designer_only`` at lr 1e-30.
+What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train split of ``--families``, B
+``--batch-size`` tasks a step with the math families and code drawn in proportion to their count, M
+``--designs``, N ``--executions``, the matrix's token limits) and the report:
+
+- ``--oracle`` (default the structure matrix's ``matrix.json``) names each family's oracle (the best of ``sa`` and
+  the fixed templates), its pattern, and the best single method on the mixture; when the matrix names another
+  oracle, rerunning the script evaluates it held-out (the evaluations resume, keeping every finished record);
+- ``curves.png``: per mode, smoothed over ``--smooth`` steps, designer reward (Eq. 4), executor reward,
+  valid-script rate, shortcut executions per step (``reward/shortcut/*``), and per family the share of the
+  designer's valid designs whose pattern is the family's oracle pattern (from the rollout records of each step);
+  designer stages of the stagewise run shaded;
+- ``table.md``: the training table, the slope of each family's oracle share over the designer-trained steps,
+  v1's role slopes and paired gains over ``frozen``, the shortcut counters, and the held-out table: each final
+  checkpoint's ``auto`` (and the start model's) on the suite's test split of every family (``--eval-limit`` tasks,
+  ``--eval-n`` samples) against ``sa``, the best single method and the oracle, run with the same checkpoint as
+  executor (paired bootstrap CIs over tasks), and against the start model's ``auto`` with App. C's split of the
+  tasks only the trained model solves into executor gain (same structure) and designer flip;
+- ``STATUS.md``: the command, the steps each mode has, seconds per step so far and the time left at that rate;
+- ``metrics_<mode>.jsonl`` and ``heldout/<mode>/`` (compressed evaluation records, replayable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import coevolution_cpu as v1  # noqa: E402  (benchmarks/ is not a package: the scripts import each other by path)
+import structure_matrix  # noqa: E402
+
+ROOT = v1.ROOT
+DEFAULT_MODES = (v1.FROZEN, "designer_only", "stagewise", "coupled")
+ORACLE = "benchmarks/results/structure_matrix/matrix.json"
+#: seconds a training step of the default size is expected to take on the shared 2-core host before any is
+#: measured: v1's bf16 steps (B = 2, M = N = 2: 8 executions, 4 designs) took 25.5-35.0 s
+#: (coevolution_cpu_integrity_v2/STATUS.md); v2's (B = 4, M = 4, N = 2: 32 executions, 16 designs of up to 384
+#: tokens) generate about 4x as much
+V1_STEP_S = (25.5, 35.0)
+PRIOR_STEP_S = 4 * sum(V1_STEP_S) / 2
+#: seconds each chunk adds outside its steps (a trainer process starts, loads the model, writes a checkpoint):
+#: 45 s measured with the tiny model on the busy host (a 1-step chunk: 49 s wall, 4 s step); more for the
+#: embedded model, whose checkpoint with AdamW moments is ~1.6 GB
+PRIOR_CHUNK_S = 60.0
+#: held-out (family, method, task) records a minute, n = 4: the structure matrix's rate with the same model and
+#: sampling on an idle 2-core host (structure_matrix/STATUS.md)
+EVAL_RECORDS_PER_MIN = (4.6, 10.0)
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """What the structure matrix says about each family: its oracle method and pattern, the methods it ran."""
+
+    path: Path
+    methods: dict[str, str]  # family -> oracle method (sa or fixed:<template>)
+    patterns: dict[str, str]  # family -> the oracle's pattern (workflow.analysis)
+    ran: dict[str, set[str]]  # family -> methods the matrix ran there
+    best_single: str  # the best single method on the mixture
+
+    @classmethod
+    def read(cls, path: str | Path) -> Oracle:
+        path = Path(path)
+        if not path.is_file():
+            raise SystemExit(f"oracle file {path} does not exist; run benchmarks/structure_matrix.sh or pass --oracle")
+        data = json.loads(path.read_text())
+        fams = data["per_family"]
+        return cls(path, {f: e["oracle"] for f, e in fams.items()}, {f: e["oracle_pattern"] for f, e in fams.items()},
+                   {f: set(m) for f, m in data["matrix"].items()}, data["mixture"]["best_single"])  # fmt: skip
+
+    def eval_methods(self, family: str) -> tuple[str, ...]:
+        """``auto``, ``sa``, the family's oracle, and the best single method where the matrix ran it."""
+        wanted = ["auto", "sa", self.methods[family]]
+        if self.best_single in self.ran.get(family, ()):
+            wanted.append(self.best_single)
+        return tuple(dict.fromkeys(wanted))
+
+
+def suite_overrides(args: argparse.Namespace) -> list[str]:
+    """train-metaagent overrides of the suite preset (before the user's own, which win)."""
+    from metaagent.data.suite import family_source
+
+    def spec(split: str) -> str:
+        return "[" + ", ".join(f"{{source: {family_source(f)}, split: {split}}}" for f in args.families) + "]"
+
+    math = sum(1 for f in args.families if f != "code") / len(args.families)
+    return [f"data.train={spec('train')}", f"data.val={spec('val')}", f"data.batch_size={args.batch_size}",
+            f"data.math_fraction={math}", f"rollout.m_designs={args.designs}", f"rollout.n_executions={args.executions}",
+            f"rollout.designer.max_tokens={args.designer_max_tokens}",
+            f"rollout.executor.max_tokens={args.executor_max_tokens}"]  # fmt: skip
+
+
+def heldout_dir(args: argparse.Namespace, mode: str) -> Path:
+    return Path(args.runs) / f"heldout_{mode}"
+
+
+def evaluate(args: argparse.Namespace, oracle: Oracle, mode: str) -> None:
+    """Held-out: one ``metaagent-eval`` run per family (its oracle and the best single method differ)."""
+    for family in args.families:
+        v1.evaluate(args, mode, benchmarks=(f"suite_{family}:test",), methods=oracle.eval_methods(family),
+                    out=heldout_dir(args, mode) / "evals" / family,
+                    extra=("--dtype", args.dtype, "--no-html", "--sandbox-workers", "2"))  # fmt: skip
+
+
+# ---- per-step structure ---------------------------------------------------------------------------------------
+
+
+def oracle_shares(folder: Path, oracle: Oracle) -> dict[str, list[tuple[int, float]]]:
+    """family -> (step, share of the step's valid designs on that family's tasks whose pattern is its oracle's)."""
+    from metaagent.eval.matrix import pattern_share
+    from metaagent.records import glob_records, read_trees
+
+    out: dict[str, list[tuple[int, float]]] = {f: [] for f in oracle.patterns}
+    for path in glob_records(folder / "rollouts", "step_*.jsonl"):
+        trees, _ = read_trees(path)
+        for family, pattern in oracle.patterns.items():
+            mine = [t for t in trees if (t.task.get("metadata") or {}).get("family") == family]
+            share = pattern_share(mine, pattern)["share"]
+            if mine and share is not None:
+                out[family].append((mine[0].step, share))
+    return {f: sorted(v) for f, v in out.items()}
+
+
+def shortcut_series(rows: list[dict]) -> list[tuple[int, float]]:
+    """(step, executions refused as a shortcut, all classes) for the steps that log the counters."""
+    from metaagent.rewards.shortcuts import SHORTCUT_CLASSES
+
+    keys = [f"reward/shortcut/{name}" for name in SHORTCUT_CLASSES]
+    return [(r["step"], float(sum(r.get(k, 0) for k in keys))) for r in rows if r.get("step", -1) >= 0 and keys[0] in r]
+
+
+# ---- held-out -------------------------------------------------------------------------------------------------
+
+
+def family_values(scores, family: str, method: str, k: int) -> dict[str, float]:
+    """task id -> avg@k of ``method`` on ``family``'s tasks (empty when it was not run there)."""
+    from metaagent.eval.matrix import values
+
+    return values(scores.get((family, method), ()), "avg", k)
+
+
+def heldout_values(scores, oracle: Oracle, families, k: int) -> dict[str, dict[str, float]]:
+    """Per-task avg@k of ``auto``, ``sa``, the oracle and the best single method (0 on a family where the
+    matrix did not run it, as in the matrix's mixture), pooled over the families."""
+    out: dict[str, dict[str, float]] = {"auto": {}, "sa": {}, "oracle": {}, "best single": {}}
+    for f in families:
+        auto = family_values(scores, f, "auto", k)
+        out["auto"].update(auto)
+        out["sa"].update(family_values(scores, f, "sa", k))
+        out["oracle"].update(family_values(scores, f, oracle.methods[f], k))
+        ran = oracle.best_single in oracle.ran.get(f, ())
+        out["best single"].update(family_values(scores, f, oracle.best_single, k) if ran else dict.fromkeys(auto, 0.0))
+    return out
+
+
+def diff_text(a: dict[str, float], b: dict[str, float]) -> str:
+    """``b - a`` in points over the tasks both have, with its paired bootstrap 95% CI."""
+    from metaagent.eval.metrics import paired_bootstrap_ci
+    from metaagent.eval.report import signed
+
+    common = sorted(set(a) & set(b))
+    if not common:
+        return "-"
+    d, lo, hi = paired_bootstrap_ci([a[t] for t in common], [b[t] for t in common])
+    return f"{signed(100 * d)} [{signed(100 * lo)}, {signed(100 * hi)}] ({len(common)})"
+
+
+def heldout_section(args: argparse.Namespace, oracle: Oracle) -> list[str]:
+    from metaagent.eval.matrix import pattern_share
+
+    k = args.eval_n
+    loaded = {}
+    for mode in (v1.START, *args.modes):
+        folder = heldout_dir(args, mode)
+        if mode != v1.FROZEN and any(folder.glob("evals/*/results.json")):
+            loaded[mode] = structure_matrix.load(folder, k)  # (trees, scores) keyed (family, method)
+    if not loaded:
+        return []
+    rows, fam_rows = [], []
+    start_auto = [s for f in args.families for s in loaded.get(v1.START, ({}, {}))[1].get((f, "auto"), [])]
+    for mode, (trees, scores) in loaded.items():
+        v = heldout_values(scores, oracle, args.families, k)
+        mean = {m: 100 * v1.mean(list(x.values())) for m, x in v.items()}
+        auto = [s for f in args.families for s in scores.get((f, "auto"), [])]
+        flip = v1.heldout_paired(start_auto, auto, k, designs=True) if mode != v1.START and start_auto else ""
+        rows.append(f"| {mode} | {mean['auto']:.1f} | {mean['sa']:.1f} | {mean['best single']:.1f} | "
+                    f"{mean['oracle']:.1f} | {diff_text(v['sa'], v['auto'])} | {diff_text(v['best single'], v['auto'])} | "
+                    f"{diff_text(v['oracle'], v['auto'])} | {flip} |")  # fmt: skip
+        cells = []
+        for f in args.families:
+            share = pattern_share(trees.get((f, "auto"), []), oracle.patterns[f])["share"]
+            cells.append(f"{diff_text(family_values(scores, f, 'sa', k), family_values(scores, f, 'auto', k))}, "
+                         f"share {'-' if share is None else f'{100 * share:.0f}%'}")
+        fam_rows.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return [
+        f"Held-out: the suite's test split, {args.eval_limit} tasks per family, n = {k} (avg@{k}, %), each checkpoint",
+        "in both roles. Best single method and per-family oracle as named by the oracle file; the differences are",
+        "paired over tasks (bootstrap 95% CI, task count in brackets). The last column compares the checkpoint's",
+        "`auto` with the start model's (App. C): tasks solved (avg >= 0.5) only by the checkpoint, split into the",
+        "same modal design structure as the start model's (executor gain) or a different one (designer flip).",
+        "",
+        "| checkpoint | auto | sa | best single | oracle | auto - sa | auto - best single | auto - oracle | "
+        "auto - start auto (App. C) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+        "Per family: `auto` - `sa` (points, paired 95% CI) and the share of `auto`'s valid designs with the oracle",
+        "pattern.",
+        "",
+        *family_table("checkpoint", args.families, fam_rows),
+    ]
+
+
+def family_table(first: str, families: list[str], rows: list[str]) -> list[str]:
+    """A markdown table with a column per family after ``first``, and a blank line after it."""
+    return [f"| {first} | " + " | ".join(families) + " |", "| --- |" + " --- |" * len(families), *rows, ""]
+
+
+# ---- report ---------------------------------------------------------------------------------------------------
+
+
+def command(args: argparse.Namespace) -> str:
+    return "python benchmarks/coevolution_v2.py " + " ".join(a for a in sys.argv[1:] if a != "--report-only")
+
+
+def report(args: argparse.Namespace) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    oracle = Oracle.read(args.oracle)
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    cols = max(4, len(args.families))
+    fig, axes = plt.subplots(2, cols, figsize=(4 * cols, 7), sharex=True)
+    top = {"rollout/reward/designer": "designer reward (Eq. 4)", "rollout/reward/executor": "executor reward",
+           "rollout/valid_script_rate": "valid-script rate", "shortcuts": "shortcut executions per step"}  # fmt: skip
+    head = " | ".join(f"{f}: oracle share (first 10 → last 10)" for f in args.families)
+    lines = [f"| mode | steps | designer reward (first 10 → last 10) | executor reward (first 10 → last 10) | "
+             f"valid-script rate (last 10) | {head} | shortcut executions |",
+             "| --- |" + " --- |" * (5 + len(args.families))]  # fmt: skip
+    share_slopes = []
+    for mode in args.modes:
+        folder = v1.run_dir(args, mode)
+        rows = v1.read_metrics(folder)
+        if rows:
+            shutil.copyfile(folder / "metrics.jsonl", results / f"metrics_{mode}.jsonl")
+        curves = {key: v1.series(rows, key) for key in top if key != "shortcuts"}
+        curves["shortcuts"] = shortcut_series(rows)
+        for ax, key in zip(axes[0], top):
+            v1.plot_smoothed(ax, curves[key], mode, args.smooth)
+        shares = oracle_shares(folder, oracle)
+        for ax, f in zip(axes[1], args.families):
+            v1.plot_smoothed(ax, shares.get(f, []), mode, args.smooth)
+
+        def first_last(points, fmt=".3f"):
+            ys = [y for _, y in points]
+            return f"{v1.mean(ys[:10]):{fmt}} → {v1.mean(ys[-10:]):{fmt}}" if ys else "-"
+
+        lines.append(f"| {mode} | {v1.steps_done(folder)} | {first_last(curves['rollout/reward/designer'])} | "
+                     f"{first_last(curves['rollout/reward/executor'])} | "
+                     f"{v1.mean([y for _, y in curves['rollout/valid_script_rate'][-10:]]):.2f} | "
+                     + " | ".join(first_last(shares.get(f, []), ".2f") for f in args.families)
+                     + f" | {int(sum(y for _, y in curves['shortcuts']))} |")  # fmt: skip
+        trained = {r["step"] for r in (rows if mode == v1.FROZEN else v1.trained_steps(rows, "designer"))}
+        if trained:
+            share_slopes.append(f"| {mode} | " + " | ".join(
+                v1.fit_text([p for p in shares.get(f, []) if p[0] in trained]) for f in args.families) + " |")
+    for ax, title in zip(axes[0], top.values()):
+        ax.set_title(f"{title} (mean of {args.smooth})")
+    for ax, f in zip(axes[1], args.families):
+        ax.set_title(f"{f}: share of oracle pattern {oracle.patterns[f]}")
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.03, 1.03)
+    for ax in axes[1][len(args.families) :]:
+        ax.set_visible(False)
+    for ax in axes.flat:
+        if ax.lines:
+            ax.legend(fontsize=7)
+    v1.shade_stages(axes.flat, args)
+    fig.tight_layout()
+    fig.savefig(results / "curves.png", dpi=100)
+    plt.close(fig)
+    text = [
+        f"# Co-evolution v2 ({args.model} on the suite's train split)",
+        "",
+        f"Command: `{command(args)}`",
+        f"Families {', '.join(args.families)}; B = {args.batch_size}, M = {args.designs}, N = {args.executions}; "
+        f"{args.steps} steps per mode, stage length {args.stage_len}, seed {args.seed}. Oracle ({oracle.path}): "
+        + ", ".join(f"{f} `{oracle.methods[f]}` ({oracle.patterns[f]})" for f in args.families)
+        + f"; best single `{oracle.best_single}`.",
+        "",
+        *lines,
+        "",
+        "Slope of each family's oracle-pattern share over the steps that trained the designer (frozen: every",
+        "step), least squares with a 95% t interval:",
+        "",
+        *family_table("mode", args.families, share_slopes),
+        *v1.role_sections(args),
+        *v1.shortcut_section(args),
+        *heldout_section(args, oracle),
+    ]
+    for mode in (v1.START, *args.modes):  # the held-out records travel with the table (replayable without runs/)
+        if heldout_dir(args, mode).is_dir():
+            v1.copy_compressed(heldout_dir(args, mode), results / "heldout" / mode)
+    (results / "table.md").write_text("\n".join(text))
+    write_status(args, oracle, results)
+    print("\n".join(text))
+
+
+def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> None:
+    """STATUS.md: the command, steps per mode, the held-out runs present, and the time left at the rate so far
+    (before any step: the expected rate, :data:`PRIOR_STEP_S`)."""
+    rows, times, left, chunks = [], [], 0, 0
+    for mode in args.modes:
+        folder = v1.run_dir(args, mode)
+        metrics = v1.read_metrics(folder)
+        times += [r["time/step_s"] for r in metrics if r.get("step", -1) >= 0 and "time/step_s" in r]
+        held = sorted(p.parent.name for p in heldout_dir(args, mode).glob("evals/*/results.json"))
+        done = v1.steps_done(folder)
+        left += max(0, args.steps - done)
+        chunks += -(-max(0, args.steps - done) // (args.chunk or args.save_every))
+        rows.append(f"| {mode} | {done} of {args.steps} | {', '.join(held) or '-'} |")
+    per_step = v1.mean(times) if times else PRIOR_STEP_S
+    basis = f"the mean of the {len(times)} steps so far" if times else "expected: no step measured yet"
+    train_h = (left * per_step + chunks * PRIOR_CHUNK_S) / 3600
+    evaluated = 1 + sum(1 for m in args.modes if m != v1.FROZEN)  # the start model and each trained mode
+    records = evaluated * args.eval_limit * sum(len(oracle.eval_methods(f)) for f in args.families)
+    eval_h = [records * args.eval_n / 4 / rate / 60 for rate in EVAL_RECORDS_PER_MIN[::-1]]
+    (results / "STATUS.md").write_text("\n".join([
+        f"# Co-evolution v2 — status: {'training done' if not left else 'PARTIAL'}",
+        "",
+        "## How to run",
+        "",
+        "From the repository root; rerunning the same command continues every mode from its newest checkpoint",
+        "(round-robin, `--chunk` steps a mode at a time), then runs the held-out evaluations, which resume too:",
+        "",
+        f"    {command(args)}",
+        "",
+        "(with the checkout's environment, `PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python`; in the background over",
+        f"several sessions: `nohup {command(args)} >> {args.runs}.log 2>&1 &`).",
+        "",
+        f"Time: {per_step:.0f} s a training step ({basis}; {PRIOR_STEP_S:.0f} s is expected on the shared 2-core "
+        f"host from v1's bf16 steps, {V1_STEP_S[0]}-{V1_STEP_S[1]} s at B = 2, M = N = 2, times 4 for the larger "
+        f"step), plus about "
+        f"{PRIOR_CHUNK_S:.0f} s a chunk to restart the trainer: {left} steps in {chunks} chunks left, about "
+        f"{train_h:.1f} h of training. Then {records} held-out records (checkpoint x family x method x task, "
+        f"n = {args.eval_n}) at the structure matrix's {EVAL_RECORDS_PER_MIN[0]}-{EVAL_RECORDS_PER_MIN[1]} records "
+        f"a minute (n = 4): {eval_h[0]:.1f}-{eval_h[1]:.1f} h "
+        "on an idle host, longer on a shared one. See table.md for the numbers.",
+        "",
+        "| mode | steps | held-out families evaluated |",
+        "| --- | --- | --- |",
+        *rows,
+        "",
+    ]))  # fmt: skip
+
+
+def main() -> None:
+    p = v1.parser(__doc__, v1.MODES, modes=list(DEFAULT_MODES), save_every=5, model="embedded-sft-suite",
+                  runs="runs/coevolution_v2", results="benchmarks/results/coevolution_v2", eval_limit=30, eval_n=4,
+                  designer_max_tokens=384)  # fmt: skip
+    p.add_argument("--families", nargs="+", default=None, help="suite families (default: every family of --oracle)")
+    p.add_argument("--oracle", default=ORACLE, help="the structure matrix's matrix.json (oracle per family)")
+    p.add_argument("--batch-size", type=int, default=4, help="B: tasks a step")
+    p.add_argument("--designs", type=int, default=4, help="M: designs a task")
+    p.add_argument("--executions", type=int, default=2, help="N: executions a design")
+    p.add_argument("--dtype", default="bfloat16", help="held-out evaluation weights (training: the config's)")
+    args = p.parse_args()
+    if args.stage_len > 10:
+        raise SystemExit(f"--stage-len {args.stage_len}: issue #42 asks for stage length <= 10")
+    oracle = Oracle.read(args.oracle)
+    args.families = args.families or sorted(oracle.methods)
+    unknown = [f for f in args.families if f not in oracle.methods]
+    if unknown:
+        raise SystemExit(f"families {unknown} are not in {args.oracle}; it has {sorted(oracle.methods)}")
+    args.train_args = [*suite_overrides(args), *args.train_args]
+    os.environ.setdefault("PYTHONPATH", str(ROOT))
+    if not args.report_only:
+        v1.train_round_robin(args, lambda: report(args))
+        if not args.no_eval:
+            for mode in (v1.START, *(m for m in args.modes if m != v1.FROZEN)):  # frozen's model is the start
+                evaluate(args, oracle, mode)
+    report(args)
+
+
+if __name__ == "__main__":
+    main()

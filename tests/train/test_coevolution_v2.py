@@ -1,0 +1,102 @@
+"""benchmarks/coevolution_v2.py: the suite preset, and the whole pipeline at its smallest size with the tiny model
+(train two modes, resume them to more steps, evaluate held-out, write table.md, curves.png and STATUS.md)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "coevolution_v2.py"
+#: a structure matrix's matrix.json reduced to what the script reads: one family, its oracle and the best single
+ORACLE = {
+    "per_family": {"arith": {"oracle": "fixed:tool_pair", "oracle_pattern": "tool-pair"}},
+    "matrix": {"arith": {"sa": {}, "fixed:tool_pair": {}}},
+    "mixture": {"best_single": "sa"},
+}
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("coevolution_v2", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_suite_preset_draws_the_families_in_proportion_and_sets_the_sizes():
+    v2 = load_script()
+    args = argparse.Namespace(families=["arith", "lookup", "strings", "code"], batch_size=4, designs=4, executions=2,
+                              designer_max_tokens=384, executor_max_tokens=192)  # fmt: skip
+    overrides = dict(o.split("=", 1) for o in v2.suite_overrides(args))
+    assert overrides["data.math_fraction"] == "0.75"  # three math families of four: one task a family at B = 4
+    assert "suite_code, split: train" in overrides["data.train"] and "suite_arith, split: train" in overrides["data.train"]
+    assert (overrides["rollout.m_designs"], overrides["rollout.n_executions"], overrides["data.batch_size"]) == ("4", "2", "4")
+
+
+def test_oracle_methods_per_family(tmp_path):
+    v2 = load_script()
+    data = {
+        "per_family": {"arith": {"oracle": "fixed:tool_pair", "oracle_pattern": "tool-pair"},
+                       "code": {"oracle": "fixed:sample_tests", "oracle_pattern": "solver-tester"}},
+        "matrix": {"arith": {"sa": {}, "fixed:tool_pair": {}}, "code": {"sa": {}, "fixed:sample_tests": {}}},
+        "mixture": {"best_single": "fixed:tool_pair"},
+    }  # fmt: skip
+    (tmp_path / "matrix.json").write_text(json.dumps(data))
+    oracle = v2.Oracle.read(tmp_path / "matrix.json")
+    assert oracle.eval_methods("arith") == ("auto", "sa", "fixed:tool_pair")  # the best single is the oracle here
+    assert oracle.eval_methods("code") == ("auto", "sa", "fixed:sample_tests")  # the matrix never ran tool_pair on code
+    with pytest.raises(SystemExit, match="does not exist"):
+        v2.Oracle.read(tmp_path / "missing.json")
+
+
+def steps(folder: Path) -> list[int]:
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [r["step"] for r in rows if r.get("step", -1) >= 0]
+
+
+@pytest.mark.slow
+def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
+    (tmp_path / "matrix.json").write_text(json.dumps(ORACLE))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    common = ["--config", "tiny", "--model", "tiny", "--oracle", str(tmp_path / "matrix.json"),
+              "--modes", "frozen", "stagewise", "--save-every", "1", "--stage-len", "1", "--batch-size", "1",
+              "--designs", "2", "--executions", "1", "--designer-max-tokens", "48", "--executor-max-tokens", "24",
+              "--dtype", "float32", "--runs", str(runs), "--results", str(results), "--eval-limit", "1", "--eval-n", "1"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+
+    def run(*extra: str) -> None:
+        done = subprocess.run([sys.executable, str(SCRIPT), *common, *extra], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=900)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    run("--steps", "1", "--no-eval")
+    ids = {m: json.loads((runs / m / "run.json").read_text())["run_id"] for m in ("frozen", "stagewise")}
+    assert {m: steps(runs / m) for m in ids} == {"frozen": [0], "stagewise": [0]}
+
+    run("--steps", "2")  # continues both runs (a restart would move the old run folder aside and redo step 0)
+    for mode, run_id in ids.items():
+        assert steps(runs / mode) == [0, 1]
+        assert json.loads((runs / mode / "run.json").read_text())["run_id"] == run_id
+    assert sorted(p.name for p in runs.iterdir()) == ["frozen", "heldout_stagewise", "heldout_start", "stagewise"]
+    trees = (runs / "stagewise" / "rollouts").glob("step_*.jsonl")
+    families = {json.loads(line)["task"]["metadata"]["family"] for f in trees for line in f.read_text().splitlines()}
+    assert families == {"arith"}  # trained on the suite's family, not the bundled set
+
+    table = (results / "table.md").read_text()
+    assert "| frozen | 2 |" in table and "| stagewise | 2 |" in table  # the training table: a row per mode
+    held = [line for line in table.splitlines() if line.startswith(("| start | ", "| stagewise | "))]
+    assert any(line.startswith("| start | ") and line.count("(1)") == 3 for line in held)  # auto - sa/best/oracle
+    assert any(line.startswith("| stagewise | ") and "solved only here" in line for line in held)  # App. C column
+    assert (results / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert (results / "heldout" / "stagewise" / "evals" / "arith" / "results.json").is_file()
+    status = (results / "STATUS.md").read_text()
+    assert "| frozen | 2 of 2 | - |" in status and "| stagewise | 2 of 2 | arith |" in status
+    assert "python benchmarks/coevolution_v2.py --config tiny" in status
