@@ -8,10 +8,11 @@ the bf16 casts of autocast). The recomputed ops are the same ops on the same inp
 plain forward's (tests/train/test_train_update.py checks it); the cost is the layer's elementwise work once more,
 not its matrix products.
 
-Why: under bf16 autocast a SmolLM2-135M decoder layer keeps ~47 KB a token for backward, most of it fp32
-norm intermediates and bf16 copies of its inputs, and the bf16 copies of the weights stay alive with them;
-with ``selective`` a layer keeps its input and its products' outputs (~14 KB a token), and the bf16 weight
-copies are cast again layer by layer in backward. ``benchmarks/demo_memory.py`` measures the demo's peak.
+Why: under bf16 autocast a decoder layer keeps for backward its fp32 norm intermediates, the bf16 copies of its
+inputs that autocast makes for each matrix product, and (through those products) the bf16 copies of its weights;
+``micro_batch_tokens: 768`` in ``configs/default.yaml`` records ~1.4 MB a token of SmolLM2-135M for all of it.
+With ``selective`` a layer keeps its input and its products' outputs, and the weights' bf16 copies are cast again
+layer by layer in backward. ``benchmarks/demo_memory.py`` measures ``make demo``'s peak with and without.
 ``full`` (recompute whole layers, matrix products too) saves a little more for a whole extra forward.
 """
 
