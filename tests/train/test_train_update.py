@@ -292,3 +292,50 @@ def test_dpo_pairs_through_the_updater_match_the_loss_on_naive_log_probs(make_mo
     assert m["train/dpo_loss"] == pytest.approx(float(loss), rel=1e-5, abs=1e-6)
     assert m["train/dpo_loss"] == pytest.approx((2 + 1) / 2 * math.log(2), rel=1e-4)  # same init: margins 0
     assert u.step()["train/skipped_step"] == 0.0
+
+
+def _backward_ops(updater, samples):
+    """aten op name -> how often backward ran it (recomputed forward ops included)."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    counter = Count()
+    original = torch.Tensor.backward
+
+    def counted(self, *a, **k):
+        with counter:
+            return original(self, *a, **k)
+
+    torch.Tensor.backward = counted
+    try:
+        updater.accumulate(samples)
+    finally:
+        torch.Tensor.backward = original
+    return counter.ops
+
+
+@pytest.mark.parametrize("autocast", [None, "bfloat16"])
+def test_recompute_modes_give_the_same_gradient_and_recompute_what_they_say(make_model, make_samples, autocast):
+    samples = make_samples(6, seed=21)
+    out = {}
+    for mode in ("off", "selective", "full"):
+        model = make_model()
+        ops = _backward_ops(PolicyUpdater(model, micro_batch_tokens=40, autocast=autocast, recompute=mode), samples)
+        out[mode] = grads(model), ops
+    for mode in ("selective", "full"):
+        assert_same(out[mode][0], out["off"][0], exact=True)
+    off, selective, full = (out[m][1] for m in ("off", "selective", "full"))
+    assert off["rsqrt"] == 0 and selective["rsqrt"] > 0 and full["rsqrt"] == selective["rsqrt"]  # norms recomputed
+    assert selective["mm"] == off["mm"] < full["mm"]  # selective keeps the products' outputs; full recomputes them
+    with pytest.raises(ConfigError, match="recompute"):
+        PolicyUpdater(make_model(), recompute="some")

@@ -35,6 +35,7 @@ from metaagent.config import Checked
 from metaagent.errors import MetaAgentError
 from metaagent.learn.logprobs import naive_response_logprobs, response_logprobs
 from metaagent.learn.losses import SUMMED_METRICS, GlobalBatch, dpo_loss, policy_loss
+from metaagent.learn.recompute import RECOMPUTE, enable_recompute
 from metaagent.learn.optim import LossConfig, OptimizerConfig, autocast, lr_at, make_adamw
 from metaagent.learn.samples import (
     PairSample,
@@ -60,7 +61,10 @@ class UpdateOptions(Checked):
 
     logprob_impl: Literal[LOGPROB_IMPLS] = "chunked"  # or "naive" (full B x L x V logits; reference for benchmarks)
     compute_entropy: bool = True  # log train/entropy (detached, chunked)
-    gradient_checkpointing: bool = False  # recompute decoder layers in backward (long sequences)
+    # what decoder layers keep for backward (metaagent.learn.recompute): "selective" keeps the matrix products'
+    # outputs and recomputes the elementwise rest (same gradients; make demo's peak 3.54 vs 3.99 GB, updates ~1.14x
+    # slower: benchmarks/demo_memory.py); "full" recomputes whole layers (long sequences); "off" keeps everything
+    recompute: Literal[RECOMPUTE] = "selective"
     pad_id: int = 0
 
 
@@ -95,7 +99,7 @@ class PolicyUpdater:
             so no copy is held. Reference forwards run under ``no_grad`` with the same chunking either way.
         optim: the :class:`~metaagent.learn.optim.OptimizerConfig` (AdamW, clipping, micro-batches, schedule).
         loss: the :class:`~metaagent.learn.optim.LossConfig` (Eq. 2-3 PPO-clip, KL, entropy).
-        options: :class:`UpdateOptions` (log-prob implementation, pad id, checkpointing).
+        options: :class:`UpdateOptions` (log-prob implementation, pad id, what backward recomputes).
         total_steps: the run's optimizer steps, for a cosine ``optim.schedule`` (the learning rate of step
             ``s`` is :func:`~metaagent.learn.optim.lr_at`, ``s`` counting this updater's optimizer steps).
         params: the parameters to optimise (default: every parameter of ``model`` that requires grad); LoRA
@@ -138,8 +142,7 @@ class PolicyUpdater:
             raise UpdateError("kl_coef > 0 needs ref_model (a frozen copy of the initial policy)")
         if ref_model is not None:
             ref_model.eval().requires_grad_(False)
-        if self.options.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_recompute(model, self.options.recompute)
         self.params = list(params) if params is not None else [p for p in model.parameters() if p.requires_grad]
         self._model_context = model_context or contextlib.nullcontext
         if not self.params:
