@@ -15,7 +15,7 @@ from typing import Any
 
 from metaagent.records import RolloutTree
 
-from .html import CSS, benchmark_plot, figure, img, png, table
+from .html import benchmark_plot, figure, img, png, table, write_page
 from .html import escape as e
 from .methods import SA
 
@@ -235,15 +235,7 @@ def render_html(
         *_html_comparisons(results),
         _task_grid(results, trees, max_tasks),
     ]
-    doc = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
-        f"<style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"
-    )
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc, encoding="utf-8")
-    return path
+    return write_page(out, title, body)
 
 
 def _html_setup(results: dict[str, Any]) -> str:
