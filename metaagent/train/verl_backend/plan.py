@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.config import ConfigError
+from metaagent.credit import get_token_stage
 from metaagent.train.config import TrainConfig
 from metaagent.train.roles import model_plan
 from metaagent.train.schedule import DESIGNER, EXECUTOR, StageSchedule
@@ -107,8 +108,6 @@ class Plan:
 def needs_critic(cfg: TrainConfig) -> bool:
     """Whether the estimator's token stage needs a critic's values (UnityMAS-O's ``unity`` in ``mode: gae``):
     then every physical model gets a verl critic worker group beside its actor."""
-    from metaagent.credit import get_token_stage
-
     options = dict(cfg.algo.options)
     stage = get_token_stage(cfg.algo.estimator, options)
     return stage is not None and bool(stage.needs_values(options))
@@ -116,8 +115,6 @@ def needs_critic(cfg: TrainConfig) -> bool:
 
 def _check_token_stage(cfg: TrainConfig) -> None:
     """A token stage that needs reference log-probs (MAPPA's KL in the reward) has no verl pre-pass yet."""
-    from metaagent.credit import get_token_stage
-
     options = dict(cfg.algo.options)
     stage = get_token_stage(cfg.algo.estimator, options)
     if stage is not None and stage.needs_ref(options):

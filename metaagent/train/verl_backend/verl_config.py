@@ -11,10 +11,12 @@ Precedence: verl defaults < metaagent's settings (:func:`metaagent_settings`) < 
 from __future__ import annotations
 
 import importlib.util
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from metaagent.config import ConfigError
+from metaagent.policy.models import ALIASES, resolve_model
 from metaagent.train.config import TrainConfig
 
 from .device import critic_device_settings, device_settings
@@ -45,8 +47,6 @@ SUPPORTED_VERL = ((0, 9), (0, 10))  # [lowest, first unsupported): the range pin
 
 def verl_config_dir() -> Path:
     """Folder of verl's shipped Hydra configs, found without importing verl; checks the verl version."""
-    from importlib.metadata import PackageNotFoundError, version
-
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError("the verl backend needs verl: pip install 'verl>=0.9,<0.10'")
@@ -217,8 +217,6 @@ def critic_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[str,
     one mini-batch and one epoch per step, the clipped value loss with ``critic.cliprange_value`` and
     ``critic.loss_agg_mode``. GAE itself runs in metaagent (:func:`metaagent.credit.unity.gae_advantages`), so
     ``algorithm.gamma`` / ``lam`` only document the run."""
-    from metaagent.policy.models import ALIASES, resolve_model
-
     v, o, c = plan.verl, cfg.optim, cfg.critic
     path = model.path if c.model is None else (resolve_model(c.model) if c.model in ALIASES else c.model)
     options = dict(cfg.algo.options)
