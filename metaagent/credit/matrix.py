@@ -196,7 +196,6 @@ def hierarchical_credit(
     rows = _check_rows(rewards)
     counts: Counter[str] = Counter()
     design_rewards = _design_rewards(rows, counts)
-
     designer: list[float | None] = [None] * len(rows)
     members = [i for i, r in enumerate(design_rewards) if r is not None]
     if members:
@@ -207,29 +206,20 @@ def hierarchical_credit(
                 counts["filtered_designs"] += 1
             else:
                 designer[i] = a
-
     call_rows = _check_calls(calls, rows)
-
-    def member(i: int, j: int) -> bool:
-        return rows[i][j] is not None and (call_rows is None or call_rows[i][j] > 0)  # type: ignore[index]
-
     executor: list[list[float | None] | None] = [None if row is None else [None] * len(row) for row in rows]
-    if executor_group == "question":
-        groups = [[(i, j) for i, row in enumerate(rows) if row for j in range(len(row)) if member(i, j)]]
-    else:
-        groups = [[(i, j) for j in range(len(row)) if member(i, j)] for i, row in enumerate(rows) if row]
     if call_rows is not None:
         counts["executions_without_calls"] += sum(
             rows[i][j] is not None and call_rows[i][j] == 0 for i, row in enumerate(rows) if row for j in range(len(row))  # type: ignore[index]
         )
-    for group in groups:
+    for group in _executor_groups(rows, call_rows, executor_group):
         if not group:
             continue
-        weights = None if call_rows is None else [call_rows[i][j] for i, j in group]
-        if executor_balance == "design" and len({i for i, _ in group}) > 1:
-            weights = design_balanced_weights([i for i, _ in group], weights or [1] * len(group))
         res = group_advantages(
-            [rows[i][j] for i, j in group], eps=eps, norm_by_std=norm_by_std, weights=weights  # type: ignore[index,misc]
+            [rows[i][j] for i, j in group],  # type: ignore[index,misc]
+            eps=eps,
+            norm_by_std=norm_by_std,
+            weights=_member_weights(group, call_rows, executor_balance),
         )
         _count_group(res, EXECUTOR, counts)
         for (i, j), a in zip(group, res.advantages):
@@ -238,6 +228,31 @@ def hierarchical_credit(
             else:
                 executor[i][j] = a  # type: ignore[index]
     return MatrixCredit(design_rewards, designer, executor, counts)
+
+
+def _executor_groups(
+    rows: list[list[float | None] | None], call_rows: list[list[int]] | None, executor_group: str
+) -> list[list[tuple[int, int]]]:
+    """The Eq. 6 groups as (design, execution) indices: one per question or one per design. Members are the
+    executions with a computable reward and, with ``call_rows``, at least one agent call."""
+
+    def member(i: int, j: int) -> bool:
+        return rows[i][j] is not None and (call_rows is None or call_rows[i][j] > 0)  # type: ignore[index]
+
+    if executor_group == "question":
+        return [[(i, j) for i, row in enumerate(rows) if row for j in range(len(row)) if member(i, j)]]
+    return [[(i, j) for j in range(len(row)) if member(i, j)] for i, row in enumerate(rows) if row]
+
+
+def _member_weights(
+    group: list[tuple[int, int]], call_rows: list[list[int]] | None, executor_balance: str
+) -> list[float] | None:
+    """Each member's weight in its group's mean and std: its agent calls (``call_rows``), then, with
+    ``executor_balance="design"`` and several designs in the group, rescaled so every design weighs alike."""
+    weights = None if call_rows is None else [call_rows[i][j] for i, j in group]
+    if executor_balance == "design" and len({i for i, _ in group}) > 1:
+        weights = design_balanced_weights([i for i, _ in group], weights or [1] * len(group))
+    return weights
 
 
 def hierarchical_advantages(

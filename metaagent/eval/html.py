@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 FAMILY_COLORS = {"single": "#60a5fa", "reflection": "#34d399", "ensemble": "#f59e0b", "other": "#9ca3af"}
@@ -38,6 +40,20 @@ img.plot { max-width: 100%; border: 1px solid #e5e7eb; margin: 6px 0; }
 
 def escape(x: Any) -> str:
     return html.escape("" if x is None else str(x))
+
+
+def write_page(out: str | os.PathLike[str], title: str, body: Sequence[str]) -> Path:
+    """Write a self-contained HTML page (``title`` escaped here, ``body`` HTML fragments one a line) to ``out``,
+    making its folder; returns its path."""
+    doc = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{escape(title)}</title>'
+        f"<style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"
+    )
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(doc, encoding="utf-8")
+    return path
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], numeric: Sequence[int] = ()) -> str:

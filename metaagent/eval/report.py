@@ -15,7 +15,7 @@ from typing import Any
 
 from metaagent.records import RolloutTree
 
-from .html import CSS, benchmark_plot, figure, img, png, table
+from .html import benchmark_plot, figure, img, png, table, write_page
 from .html import escape as e
 from .methods import SA
 
@@ -225,28 +225,48 @@ def render_html(
     results: dict[str, Any], trees: Sequence[RolloutTree], out: str | os.PathLike[str], *, max_tasks: int = 20
 ) -> Path:
     """Write the self-contained HTML report of an evaluation (tables, plots, structures, comparisons)."""
-    k = results["k_main"]
     title = f"metaagent-eval — {results['run_id']}" + ("" if results["complete"] else " (partial)")
-    body = [f"<h1>{e(title)}</h1>"]
+    body = [
+        f"<h1>{e(title)}</h1>",
+        _html_setup(results),
+        *_html_scores(results),
+        *_html_budgets(results),
+        *_html_designs(results),
+        *_html_comparisons(results),
+        _task_grid(results, trees, max_tasks),
+    ]
+    return write_page(out, title, body)
+
+
+def _html_setup(results: dict[str, Any]) -> str:
+    """The run's models, methods, benchmarks, sampling settings and versions."""
     cfg = results["config"]
-    body.append(
-        table(
-            ["", ""],
-            [
-                ("models", e(", ".join(results["cells"]))),
-                ("methods", e(", ".join(results["methods"]))),
-                ("benchmarks", e(", ".join(results["benchmarks"]))),
-                ("samples / budgets", e(f"n = {cfg['n']}, k = {results['ks']}")),
-                ("seed / temperature", e(f"{cfg['seed']} / {cfg['temperature']}")),
-                ("versions", e(", ".join(f"{a} {b}" for a, b in results["versions"].items()))),
-            ],
-        )
+    return table(
+        ["", ""],
+        [
+            ("models", e(", ".join(results["cells"]))),
+            ("methods", e(", ".join(results["methods"]))),
+            ("benchmarks", e(", ".join(results["benchmarks"]))),
+            ("samples / budgets", e(f"n = {cfg['n']}, k = {results['ks']}")),
+            ("seed / temperature", e(f"{cfg['seed']} / {cfg['temperature']}")),
+            ("versions", e(", ".join(f"{a} {b}" for a, b in results["versions"].items()))),
+        ],
     )
-    body.append(f"<h2>Scores (avg@{k}, %; gain over sa)</h2>")
+
+
+def _html_scores(results: dict[str, Any]) -> list[str]:
+    """The avg@k table (gain over sa) and the avg@k / pass@k plots per benchmark."""
+    k = results["k_main"]
+    body = [f"<h2>Scores (avg@{k}, %; gain over sa)</h2>"]
     body.append(_md_table_html(metric_table(results, f"avg@{k}")))
     body.append(img(score_plot(results, f"avg@{k}"), f"avg@{k} per benchmark with 95% CI"))
     if k > 1:
         body.append(img(score_plot(results, f"pass@{k}"), f"pass@{k} per benchmark with 95% CI"))
+    return body
+
+
+def _html_budgets(results: dict[str, Any]) -> list[str]:
+    """Per (model, method, benchmark): tasks done, token and call budgets, valid scripts, execution status."""
     rows = []
     for cell, method, entries in _rows(results):
         for b, en in entries.items():
@@ -261,16 +281,20 @@ def render_html(
                         e(shortcut_cell(en.get("shortcuts"))),
                     )
                 )
-    body.append("<h2>Budgets, validity, execution status</h2>")
-    body.append(
+    return [
+        "<h2>Budgets, validity, execution status</h2>",
         table(
             ["model", "method", "benchmark", "tasks", "tokens/task", "agent calls/task", "valid scripts", "status", "reward errors",
              "shortcuts refused"],
             rows,
             [3, 4, 5, 6, 8],
-        )
-    )
-    body.append("<h2>Structures the designer chose (Table 6 / 10), roles (Table 9), prompts (App. C)</h2>")
+        ),
+    ]
+
+
+def _html_designs(results: dict[str, Any]) -> list[str]:
+    """The structures, roles and system prompts the designer chose (auto method), per model and benchmark."""
+    body = ["<h2>Structures the designer chose (Table 6 / 10), roles (Table 9), prompts (App. C)</h2>"]
     for cell, c in results["cells"].items():
         shares = {b: m["auto"]["designs"]["structure_share"]["family"] for b, m in c["benchmarks"].items() if "auto" in m}
         if not shares:
@@ -289,33 +313,29 @@ def render_html(
                 f"{d['roles']['distinct']} distinct roles, top: {e(top)}; byte-unique system prompts: "
                 f"{'—' if u is None else f'{100 * u:.1f}%'}</p>"
             )
+    return body
+
+
+def _html_comparisons(results: dict[str, Any]) -> list[str]:
+    """The paired comparisons with a difference (B − A, bootstrap CI); nothing when there are none."""
     cmps = [c for c in results["comparisons"] if c.get("diff") is not None]
-    if cmps:
-        body.append("<h2>Paired comparisons (B − A, paired bootstrap 95% CI; App. C split)</h2>")
-        body.append(
-            table(
-                ["A", "B", "benchmark", "tasks", "diff", "95% CI", "only B (same / different structure)", "only A"],
-                [
-                    (
-                        e(f"{c['a'][0]} / {c['a'][2]}"), e(f"{c['b'][0]} / {c['b'][2]}"), e(c["a"][1]), str(c["tasks"]),
-                        f"{signed(100 * c['diff'])}", f"[{signed(100 * c['ci95'][0])}, {signed(100 * c['ci95'][1])}]",
-                        f"{c['only_b']} ({c['only_b_same_structure']} / {c['only_b_different_structure']})", str(c["only_a"]),
-                    )
-                    for c in cmps
-                ],
-                [3, 4, 7],
-            )
-        )
-    body.append(_task_grid(results, trees, max_tasks))
-    doc = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{e(title)}</title>'
-        f"<style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"
-    )
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc, encoding="utf-8")
-    return path
+    if not cmps:
+        return []
+    return [
+        "<h2>Paired comparisons (B − A, paired bootstrap 95% CI; App. C split)</h2>",
+        table(
+            ["A", "B", "benchmark", "tasks", "diff", "95% CI", "only B (same / different structure)", "only A"],
+            [
+                (
+                    e(f"{c['a'][0]} / {c['a'][2]}"), e(f"{c['b'][0]} / {c['b'][2]}"), e(c["a"][1]), str(c["tasks"]),
+                    f"{signed(100 * c['diff'])}", f"[{signed(100 * c['ci95'][0])}, {signed(100 * c['ci95'][1])}]",
+                    f"{c['only_b']} ({c['only_b_same_structure']} / {c['only_b_different_structure']})", str(c["only_a"]),
+                )
+                for c in cmps
+            ],
+            [3, 4, 7],
+        ),
+    ]
 
 
 def _md_table_html(md: str) -> str:

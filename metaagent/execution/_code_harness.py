@@ -377,30 +377,24 @@ def _run(spec, program_source):
     return "ok", target(*spec["args"])
 
 
-def main():
-    spec_path = sys.argv[1]
+def _read_spec(spec_path):
+    """The parent's spec (a Python literal, deleted once read: the program cannot read the nonce from disk)
+    and the program's source ("" for the judge)."""
     with open(spec_path, encoding="utf-8") as f:
         spec = eval(
             f.read(), {"__builtins__": {}, "inf": float("inf"), "nan": float("nan")}
         )  # parent's literal
     os.unlink(spec_path)
-    nonce = spec["nonce"]
     program_source = ""
     if spec.get("program"):
         with open(spec["program"], encoding="utf-8") as f:
             program_source = f.read()
-    result_path = os.path.abspath(spec["result"])
-    write, close, exit_, stdout_flush = os.write, os.close, os._exit, sys.stdout.flush
-    lseek, ftruncate = os.lseek, os.ftruncate
-    # opened before the isolation layer turns the directory into a private tmpfs the parent cannot see
-    result_fd = os.open(result_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    return spec, program_source
 
-    def fail_setup(e):
-        error = f"{type(e).__name__}: {e}"
-        payload = repr({"nonce": nonce, "status": "isolation", "value": "None", "error": error})
-        write(result_fd, payload.encode("utf-8", "replace"))
-        exit_(0)
 
+def _import_confine(spec):
+    """The isolation layer's ``confine`` (None when the parent chose none), imported from the package directory
+    before confinement makes it unreadable; the judge's ``_plain`` likewise."""
     confine = None
     sys.path.insert(0, spec["confine_dir"])
     try:
@@ -410,20 +404,11 @@ def main():
             import _plain  # noqa: F401 - before confinement: the package directory is not readable after
     finally:
         del sys.path[0]
-    if spec.get("go_fd") is not None:  # the parent moves this process into its memory cgroup meanwhile
-        if os.read(spec["go_fd"], 1) != b"1":
-            fail_setup(OSError("the parent could not move this process into its memory cgroup"))
-        os.close(spec["go_fd"])
-    sys.setrecursionlimit(10_000)
-    _set_limits(spec)
-    if confine is not None:
-        try:
-            applied = confine(**spec["isolation"])
-        except BaseException as e:  # noqa: BLE001 - never run the program unconfined
-            fail_setup(e)
-        del applied
-    _guard(confined=confine is not None)
+    return confine
 
+
+def _run_to_status(spec, program_source):
+    """Run the program and classify how it ended: ``(status, error, value)``."""
     error, value = "", None
     try:
         status, value = _run(spec, program_source)
@@ -440,6 +425,42 @@ def main():
         status, error = "exception", f"the program called exit({e.code!r}) before the test finished"
     except BaseException:  # noqa: BLE001 - the program's own error
         status, error = "exception", _program_traceback()
+    return status, error, value
+
+
+def main():
+    spec_path = sys.argv[1]
+    spec, program_source = _read_spec(spec_path)
+    nonce = spec["nonce"]
+    result_path = os.path.abspath(spec["result"])
+    # the result is written with functions bound here, before the program runs (it may rebind os's names)
+    write, close, exit_, stdout_flush = os.write, os.close, os._exit, sys.stdout.flush
+    lseek, ftruncate = os.lseek, os.ftruncate
+    # opened before the isolation layer turns the directory into a private tmpfs the parent cannot see
+    result_fd = os.open(result_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+
+    def fail_setup(e):
+        error = f"{type(e).__name__}: {e}"
+        payload = repr({"nonce": nonce, "status": "isolation", "value": "None", "error": error})
+        write(result_fd, payload.encode("utf-8", "replace"))
+        exit_(0)
+
+    confine = _import_confine(spec)
+    if spec.get("go_fd") is not None:  # the parent moves this process into its memory cgroup meanwhile
+        if os.read(spec["go_fd"], 1) != b"1":
+            fail_setup(OSError("the parent could not move this process into its memory cgroup"))
+        os.close(spec["go_fd"])
+    sys.setrecursionlimit(10_000)
+    _set_limits(spec)
+    if confine is not None:
+        try:
+            applied = confine(**spec["isolation"])
+        except BaseException as e:  # noqa: BLE001 - never run the program unconfined
+            fail_setup(e)
+        del applied
+    _guard(confined=confine is not None)
+
+    status, error, value = _run_to_status(spec, program_source)
     try:
         stdout_flush()
     except OSError as e:

@@ -179,46 +179,13 @@ def run_test_case(
         if suite.kind != "assert":
             procs = [_start(workdirs[0], dict(spec, mode=suite.kind), program, stdin, limits, slot=slot)]
         else:  # the program answers calls; a judge the program cannot reach runs the test (see _code_harness)
-            workdirs.append(Path(tempfile.mkdtemp(prefix="metaagent-judge-")))
-            requests_r, requests_w = os.pipe()
-            answers_r, answers_w = os.pipe()
-            procs = []
-            try:
-                served = dict(spec, mode="serve", requests_fd=requests_r, answers_fd=answers_w)
-                procs.append(_start(workdirs[0], served, program, "", limits, (requests_r, answers_w), slot=slot))
-                judge = dict(_spec(workdirs[1], limits, iso), mode="judge", program=None,
-                             test_source=suite.source, entry_point=suite.entry_point,
-                             requests_fd=requests_w, answers_fd=answers_r,
-                             cpu_seconds=max(JUDGE_CPU_S, int(limits.wall_limit_s) + 2))  # fmt: skip
-                procs.append(_start(workdirs[1], judge, None, "", limits, (requests_w, answers_r)))
-            except BaseException:
-                for proc in procs:
-                    kill_process(proc)
-                raise
-            finally:
-                for fd in (requests_r, requests_w, answers_r, answers_w):
-                    os.close(fd)
+            procs = _start_served_and_judge(workdirs, spec, program, suite, limits, iso, slot)
         waited = _wait(procs, wall_s, stop_with=procs[1] if len(procs) > 1 else None)
         if slot is not None:
             outcome.sandbox["sandbox/oom_kill"] = int(slots.release(slot, kills))
             slot = None
-        timed_out, returncode, outcome.cpu_s = waited[0]
         outcome.elapsed_s = time.monotonic() - start
-        stdout, truncated = _read(workdirs[0] / "stdout.txt", limits.max_output_bytes)
-        stderr, _ = _read(workdirs[0] / "stderr.txt", 8192)
-        result = _read_result(workdirs[0] / "result.txt", procs[0].nonce, outcome)
-        outcome.actual = clip(stdout)
-        outcome.output_truncated = truncated
-        if wall_s < limits.wall_limit_s and (timed_out or any(w[0] for w in waited)):
-            outcome.status = "timeout"
-            outcome.error = f"stopped at the execution's time budget ({wall_s:.1f} s left)"
-            return outcome
-        if suite.kind == "assert":
-            judged = _read_result(workdirs[1] / "result.txt", procs[1].nonce, None)
-            judge_err, _ = _read(workdirs[1] / "stderr.txt", 8192)
-            _classify_assert(outcome, limits, waited, result, judged, stderr, judge_err)
-        else:
-            _classify(outcome, suite, index, limits, timed_out, returncode, result, stdout, stderr)
+        _judge_outcome(outcome, suite, limits, wall_s, workdirs, procs, waited)
         return outcome
     except OSError as e:
         raise RunnerError(f"code runner failed to prepare or read a test directory: {e}") from e
@@ -227,6 +194,67 @@ def run_test_case(
             slots.release(slot, kills)
         for workdir in workdirs:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _start_served_and_judge(
+    workdirs: list[Path],
+    spec: dict[str, Any],
+    program: str,
+    suite: TestSuite,
+    limits: CaseLimits,
+    iso: Any,
+    slot: str | None,
+) -> list[_Started]:
+    """An assert test's two processes: the program serving calls in ``workdirs[0]`` and the judge (in a new
+    workdir, appended to ``workdirs``) running the test source against it over two pipes."""
+    workdirs.append(Path(tempfile.mkdtemp(prefix="metaagent-judge-")))
+    requests_r, requests_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    procs: list[_Started] = []
+    try:
+        served = dict(spec, mode="serve", requests_fd=requests_r, answers_fd=answers_w)
+        procs.append(_start(workdirs[0], served, program, "", limits, (requests_r, answers_w), slot=slot))
+        judge = dict(_spec(workdirs[1], limits, iso), mode="judge", program=None,
+                     test_source=suite.source, entry_point=suite.entry_point,
+                     requests_fd=requests_w, answers_fd=answers_r,
+                     cpu_seconds=max(JUDGE_CPU_S, int(limits.wall_limit_s) + 2))  # fmt: skip
+        procs.append(_start(workdirs[1], judge, None, "", limits, (requests_w, answers_r)))
+    except BaseException:
+        for proc in procs:
+            kill_process(proc)
+        raise
+    finally:
+        for fd in (requests_r, requests_w, answers_r, answers_w):
+            os.close(fd)
+    return procs
+
+
+def _judge_outcome(
+    outcome: TestOutcome,
+    suite: TestSuite,
+    limits: CaseLimits,
+    wall_s: float,
+    workdirs: list[Path],
+    procs: list[_Started],
+    waited: list[tuple[bool, int, float]],
+) -> None:
+    """Read what the finished processes left in their workdirs and classify the test into ``outcome``."""
+    timed_out, returncode, outcome.cpu_s = waited[0]
+    stdout, truncated = _read(workdirs[0] / "stdout.txt", limits.max_output_bytes)
+    stderr, _ = _read(workdirs[0] / "stderr.txt", 8192)
+    result = _read_result(workdirs[0] / "result.txt", procs[0].nonce, outcome)
+    outcome.actual = clip(stdout)
+    outcome.output_truncated = truncated
+    if wall_s < limits.wall_limit_s and (timed_out or any(w[0] for w in waited)):
+        outcome.status = "timeout"
+        outcome.error = f"stopped at the execution's time budget ({wall_s:.1f} s left)"
+        return
+    if suite.kind == "assert":
+        judged = _read_result(workdirs[1] / "result.txt", procs[1].nonce, None)
+        judge_err, _ = _read(workdirs[1] / "stderr.txt", 8192)
+        _classify_assert(outcome, limits, waited, result, judged, stderr, judge_err)
+    else:
+        _classify(outcome, suite, outcome.index, limits, timed_out, returncode, result, stdout, stderr)
 
 
 def _spec(workdir: Path, limits: CaseLimits, iso: Any) -> dict[str, Any]:

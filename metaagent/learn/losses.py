@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,6 +244,39 @@ def policy_loss(
             raise LossError(f"{name} has shape {tuple(t.shape)} but log_probs has {tuple(shape)}")
     settings = loss_settings(config, batch)
     mask = response_mask.to(log_probs.dtype)  # (B, R)
+    loss, metrics = _pg_term(log_probs, old_log_probs, advantages, mask, config, settings)
+    agg = functools.partial(
+        core_algos.agg_loss,
+        loss_mask=mask,
+        loss_agg_mode=config.loss_agg_mode,
+        **settings.global_batch_info,
+    )
+    if config.kl_coef > 0:
+        loss = loss + config.kl_coef * _kl_term(log_probs, ref_log_probs, mask, config, agg, metrics)
+    if entropy is not None:
+        metrics["train/entropy"] = _token_mean(entropy, mask)
+        if config.entropy_coef > 0:
+            if not entropy.requires_grad:
+                raise LossError("entropy_coef > 0 needs differentiable entropies (entropy_grad=True)")
+            entropy_loss = agg(loss_mat=entropy)
+            loss = loss - config.entropy_coef * entropy_loss
+            metrics["train/entropy_loss"] = float(entropy_loss.detach())
+    elif config.entropy_coef > 0:
+        raise LossError("entropy_coef > 0 needs the token entropies")
+    metrics["train/loss"] = float(loss.detach())
+    return loss, metrics
+
+
+def _pg_term(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: LossConfig,
+    settings: core_algos.LossSettings,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The registered policy loss (``optim.policy_loss``) of one micro-batch, with TIS weights when
+    ``tis_cap`` is set, and its metrics (``train/pg_loss``, the TIS / mismatch ones, the clip fractions)."""
     is_weights = None
     if config.tis_cap is not None:
         # pi_old of the ratio is the trainer's own computation at the pre-update weights (one optimizer step
@@ -259,7 +293,6 @@ def policy_loss(
         )
     except ValueError as e:  # a setting the chosen loss refuses (e.g. dro without a beta)
         raise LossError(f"optim.policy_loss={config.policy_loss}: {e}") from None
-    loss = pg_loss
     metrics = {
         "train/pg_loss": float(pg_loss.detach()),
         **tis_metrics,
@@ -267,36 +300,30 @@ def policy_loss(
     for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
         if name in pg_metrics:  # not every registered loss reports all three
             metrics[f"train/{name}"] = float(pg_metrics[name])
-    agg = functools.partial(
-        core_algos.agg_loss,
-        loss_mask=mask,
-        loss_agg_mode=config.loss_agg_mode,
-        **settings.global_batch_info,
-    )
-    if config.kl_coef > 0:
-        if ref_log_probs is None:
-            raise LossError(
-                "kl_coef > 0 needs ref_log_probs from a reference model (pass ref_model to the updater)"
-            )
-        kld = core_algos.kl_penalty(
-            logprob=log_probs, ref_logprob=ref_log_probs, kl_penalty=config.kl_type
-        )  # (B, R)
-        kl_loss = agg(loss_mat=kld)
-        loss = loss + config.kl_coef * kl_loss
-        metrics["train/kl_loss"] = float(kl_loss.detach())
-        metrics["train/ref_kl"] = _token_mean(kld, mask)
-    if entropy is not None:
-        metrics["train/entropy"] = _token_mean(entropy, mask)
-        if config.entropy_coef > 0:
-            if not entropy.requires_grad:
-                raise LossError("entropy_coef > 0 needs differentiable entropies (entropy_grad=True)")
-            entropy_loss = agg(loss_mat=entropy)
-            loss = loss - config.entropy_coef * entropy_loss
-            metrics["train/entropy_loss"] = float(entropy_loss.detach())
-    elif config.entropy_coef > 0:
-        raise LossError("entropy_coef > 0 needs the token entropies")
-    metrics["train/loss"] = float(loss.detach())
-    return loss, metrics
+    return pg_loss, metrics
+
+
+def _kl_term(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor | None,
+    mask: torch.Tensor,
+    config: LossConfig,
+    agg: Callable[..., torch.Tensor],
+    metrics: dict[str, float],
+) -> torch.Tensor:
+    """The aggregated KL penalty to the reference model (``kl_type``); adds ``train/kl_loss`` and
+    ``train/ref_kl`` to ``metrics``."""
+    if ref_log_probs is None:
+        raise LossError(
+            "kl_coef > 0 needs ref_log_probs from a reference model (pass ref_model to the updater)"
+        )
+    kld = core_algos.kl_penalty(
+        logprob=log_probs, ref_logprob=ref_log_probs, kl_penalty=config.kl_type
+    )  # (B, R)
+    kl_loss = agg(loss_mat=kld)
+    metrics["train/kl_loss"] = float(kl_loss.detach())
+    metrics["train/ref_kl"] = _token_mean(kld, mask)
+    return kl_loss
 
 
 def dpo_loss(

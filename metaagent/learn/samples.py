@@ -27,7 +27,16 @@ import torch
 
 from metaagent.errors import MetaAgentError
 from metaagent.policy.registry import resolve_role
-from metaagent.records import DESIGNER, EXECUTOR, ROLES, RolloutTree
+from metaagent.records import (
+    DESIGNER,
+    EXECUTOR,
+    ROLES,
+    AgentTurn,
+    Design,
+    DesignerSample,
+    Execution,
+    RolloutTree,
+)
 
 
 class SampleError(MetaAgentError, ValueError):
@@ -223,97 +232,106 @@ def build_samples(
         if v is not None and (not isinstance(v, int) or v < 1):
             raise SampleError(f"{name} must be a positive integer or None, got {v!r}")
     temps = {r: _temperature(temperatures, r) for r in active}
-    turn_adv = dict(turn_advantages or {})
-    counts: Counter[str] = Counter({f"samples/{p}{r}": 0 for r in ROLES for p in ("", "overlong/")})
-    out: list[Sample] = []
-    limits = (max_prompt_len, max_response_len, counts)
+    build = _Builder(temps, dict(turn_advantages or {}), max_prompt_len, max_response_len)
     for t, tree in enumerate(trees):
         for i, d in enumerate(tree.designs):
             where = f"tree {t} (task {tree.task_id}) designs[{i}]"
-            if DESIGNER not in active:
-                counts[f"samples/inactive/{DESIGNER}"] += int(d.sample is not None)
-            elif d.sample is None:
-                counts["samples/frozen_designs"] += 1
-            elif d.advantage is None:
-                counts[f"samples/no_advantage/{DESIGNER}"] += 1
-            else:
-                s = d.sample
-                sample = _make(
-                    where,
-                    DESIGNER,
-                    "",
-                    (t, i),
-                    tree.task_id,
-                    s.prompt_ids,
-                    s.response_ids,
-                    s.logprobs,
-                    d.advantage,
-                    _record_temperature(s.temperature, temps[DESIGNER]),
-                    *limits,
-                    s.finish_reason,
-                )
-                if sample is not None:
-                    out.append(sample)
+            build.design(where, (t, i), tree.task_id, d, DESIGNER in active)
             for j, e in enumerate(d.executions):
-                branched = {g.call_index for g in e.groups}
-                for k, turn in enumerate(e.turns):
-                    if EXECUTOR not in active:
-                        counts[f"samples/inactive/{EXECUTOR}"] += 1
-                        continue
-                    if turn.synthetic:
-                        counts["samples/synthetic_turns"] += 1
-                        continue
-                    if turn.call_index in branched:
-                        continue  # trained through its candidate group below
-                    own = turn.advantage if turn.advantage is not None else e.advantage
-                    adv = turn_adv.get((t, i, j, k), own)
-                    if adv is None:
-                        counts[f"samples/no_advantage/{EXECUTOR}"] += 1
-                        continue
-                    sample = _make(
-                        f"{where}.executions[{j}].turns[{k}]",
-                        EXECUTOR,
-                        turn.role,
-                        (t, i, j, k),
-                        tree.task_id,
-                        turn.prompt_ids,
-                        turn.response_ids,
-                        turn.logprobs,
-                        adv,
-                        _record_temperature(turn.temperature, temps[EXECUTOR]),
-                        *limits,
-                        turn.finish_reason,
-                    )
-                    if sample is not None:
-                        out.append(sample)
                 if EXECUTOR not in active:
+                    if e.turns:
+                        build.counts[f"samples/inactive/{EXECUTOR}"] += len(e.turns)
                     continue
-                turn_of_call = {turn.call_index: k for k, turn in enumerate(e.turns)}
-                for g, group in enumerate(e.groups):
-                    k = turn_of_call.get(group.call_index, group.call_index)
-                    for c, cand in enumerate(group.candidates):
-                        adv = group.advantages[c] if c < len(group.advantages) else None
-                        if cand.synthetic or adv is None:
-                            counts[f"samples/no_advantage/{EXECUTOR}"] += int(not cand.synthetic)
-                            continue
-                        sample = _make(
-                            f"{where}.executions[{j}].groups[{g}].candidates[{c}]",
-                            EXECUTOR,
-                            cand.role,
-                            (t, i, j, k, c),
-                            tree.task_id,
-                            cand.prompt_ids,
-                            cand.response_ids,
-                            cand.logprobs,
-                            adv,
-                            _record_temperature(cand.temperature, temps[EXECUTOR]),
-                            *limits,
-                            cand.finish_reason,
-                        )
-                        if sample is not None:
-                            counts["samples/candidates"] += 1
-                            out.append(sample)
-    return SampleSet(out, {k: float(v) for k, v in sorted(counts.items())})
+                build.turns(f"{where}.executions[{j}]", (t, i, j), tree.task_id, e)
+                build.candidates(f"{where}.executions[{j}]", (t, i, j), tree.task_id, e)
+    return SampleSet(build.out, {k: float(v) for k, v in sorted(build.counts.items())})
+
+
+_Generation = DesignerSample | AgentTurn  # a turn group's candidates are AgentTurn records too
+
+
+class _Builder:
+    """The state of one :func:`build_samples` call: the per-role temperatures, the truncation limits, the
+    samples built so far (in record order) and the ``samples/*`` counts."""
+
+    def __init__(
+        self,
+        temps: Mapping[str, float],
+        turn_adv: Mapping[tuple[int, int, int, int], float],
+        max_prompt_len: int | None,
+        max_response_len: int | None,
+    ) -> None:
+        self.temps, self.turn_adv = temps, turn_adv
+        self.max_prompt_len, self.max_response_len = max_prompt_len, max_response_len
+        self.counts: Counter[str] = Counter({f"samples/{p}{r}": 0 for r in ROLES for p in ("", "overlong/")})
+        self.out: list[Sample] = []
+
+    def add(
+        self, where: str, role: str, agent: str, key: tuple[int, ...], task_id: str, gen: _Generation, adv: float
+    ) -> bool:
+        """One generation record (a designer sample, a turn or a candidate) as a sample; False when dropped."""
+        sample = _make(
+            where,
+            role,
+            agent,
+            key,
+            task_id,
+            gen.prompt_ids,
+            gen.response_ids,
+            gen.logprobs,
+            adv,
+            _record_temperature(gen.temperature, self.temps[role]),
+            self.max_prompt_len,
+            self.max_response_len,
+            self.counts,
+            gen.finish_reason,
+        )
+        if sample is not None:
+            self.out.append(sample)
+        return sample is not None
+
+    def design(self, where: str, key: tuple[int, int], task_id: str, d: Design, active: bool) -> None:
+        """The designer sample of one design, or the count of why there is none."""
+        if not active:
+            self.counts[f"samples/inactive/{DESIGNER}"] += int(d.sample is not None)
+        elif d.sample is None:
+            self.counts["samples/frozen_designs"] += 1
+        elif d.advantage is None:
+            self.counts[f"samples/no_advantage/{DESIGNER}"] += 1
+        else:
+            self.add(where, DESIGNER, "", key, task_id, d.sample, d.advantage)
+
+    def turns(self, where: str, key: tuple[int, int, int], task_id: str, e: Execution) -> None:
+        """The executor samples of an execution's turns (Eq. 7: the execution's advantage unless the turn, or
+        ``turn_advantages``, has its own); a turn whose call has a candidate group trains through it instead."""
+        branched = {g.call_index for g in e.groups}
+        for k, turn in enumerate(e.turns):
+            if turn.synthetic:
+                self.counts["samples/synthetic_turns"] += 1
+                continue
+            if turn.call_index in branched:
+                continue  # trained through its candidate group (candidates)
+            own = turn.advantage if turn.advantage is not None else e.advantage
+            adv = self.turn_adv.get((*key, k), own)
+            if adv is None:
+                self.counts[f"samples/no_advantage/{EXECUTOR}"] += 1
+                continue
+            self.add(f"{where}.turns[{k}]", EXECUTOR, turn.role, (*key, k), task_id, turn, adv)
+
+    def candidates(self, where: str, key: tuple[int, int, int], task_id: str, e: Execution) -> None:
+        """One executor sample per candidate of each candidate group (key ``(t, i, j, k, c)``), with the
+        candidate's own advantage."""
+        turn_of_call = {turn.call_index: k for k, turn in enumerate(e.turns)}
+        for g, group in enumerate(e.groups):
+            k = turn_of_call.get(group.call_index, group.call_index)
+            for c, cand in enumerate(group.candidates):
+                adv = group.advantages[c] if c < len(group.advantages) else None
+                if cand.synthetic or adv is None:
+                    self.counts[f"samples/no_advantage/{EXECUTOR}"] += int(not cand.synthetic)
+                    continue
+                where_c = f"{where}.groups[{g}].candidates[{c}]"
+                if self.add(where_c, EXECUTOR, cand.role, (*key, k, c), task_id, cand, adv):
+                    self.counts["samples/candidates"] += 1
 
 
 def mask_overlong(samples: SampleSet, roles: Iterable[str]) -> SampleSet:

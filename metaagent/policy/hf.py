@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 from .base import ChatRequest, Completion, Policy, PolicyError, RequestError
 from .chat import chat_prompt_ids, resolve_chat_template_kwargs
+from .models import fix_chat_tokens, load_model_and_tokenizer, torch_dtype
+from .precision import DecodeCopy, resolve_dtype
 from .prefix_cache import DEFAULT_BLOCK, PrefixCache, shared_prefix_lengths
 
 if TYPE_CHECKING:
@@ -53,7 +55,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from .kv import KVStore, PromptKV
-    from .precision import DecodeCopy
 
 #: end-of-turn tokens that stop generation when they are in the vocabulary (besides the tokenizer's eos)
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
@@ -134,51 +135,17 @@ class HFPolicy(Policy):
         super().__init__()
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be a positive integer, got {max_batch_size!r}")
-        from .precision import resolve_dtype
-
         want = resolve_dtype(dtype, device) if dtype is not None else None
-        if isinstance(model, str) or hasattr(model, "__fspath__"):
-            from .models import load_model_and_tokenizer
-
-            name = str(model)
-            model, loaded_tokenizer = load_model_and_tokenizer(name, dtype=want or "float32", device=device)
-            tokenizer = tokenizer or loaded_tokenizer
-            self.model_id = name
-        else:
-            if tokenizer is None:
-                raise ValueError(
-                    "HFPolicy(model=<PreTrainedModel>) needs tokenizer=...; or pass a model name"
-                )
-            model.to(device)
-            self.model_id = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
-        if tokenizer.pad_token_id is None:
-            from .models import fix_chat_tokens
-
-            fix_chat_tokens(tokenizer)
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError(
-                f"the tokenizer of {self.model_id} has no chat template; use an instruct/chat model or set "
-                "tokenizer.chat_template"
-            )
+        model, tokenizer, self.model_id = _model_and_tokenizer(model, tokenizer, device, want)
         if model_id is not None:
             self.model_id = model_id
         self.model = model
         self.model_context = model_context
         self.tokenizer = tokenizer
-        from .kv import use_decode_attention
-        from .models import torch_dtype
+        from .kv import use_decode_attention  # torch: `import metaagent.policy.hf` stays light
 
-        self._copy: DecodeCopy | None = None
+        self._copy: DecodeCopy | None = _decode_copy(model, want, model_context)
         self._active: PreTrainedModel = model  # the model of the run in progress (_run)
-        if want is not None and torch_dtype(want) != model.dtype:
-            if model_context is not None:
-                raise ValueError(
-                    f"dtype={want!r} serves a copy of the weights, which the model_context (LoRA adapters switched "
-                    f"on the model itself) would not reach; generate in the model's own {model.dtype} (dtype=None)"
-                )
-            from .precision import DecodeCopy
-
-            self._copy = DecodeCopy(model, torch_dtype(want))
         self.dtype = str(want or model.dtype).removeprefix("torch.")  # what generation runs in
         use_decode_attention(self.decoder)  # keys and values in the decode loop's own store (metaagent.policy.kv)
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
@@ -409,6 +376,46 @@ class HFPolicy(Policy):
             finish_reason=row.finish_reason or "length",
             model=self.model_id,
         )
+
+
+def _model_and_tokenizer(
+    model: str | PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, device: str, want: str | None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]:
+    """The model on ``device`` (loaded by name, or the one given) with a chat tokenizer, and its model id."""
+    if isinstance(model, str) or hasattr(model, "__fspath__"):
+        name = str(model)
+        model, loaded_tokenizer = load_model_and_tokenizer(name, dtype=want or "float32", device=device)
+        tokenizer = tokenizer or loaded_tokenizer
+        model_id = name
+    else:
+        if tokenizer is None:
+            raise ValueError(
+                "HFPolicy(model=<PreTrainedModel>) needs tokenizer=...; or pass a model name"
+            )
+        model.to(device)
+        model_id = str(getattr(model.config, "name_or_path", "") or type(model).__name__)
+    if tokenizer.pad_token_id is None:
+        fix_chat_tokens(tokenizer)
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(
+            f"the tokenizer of {model_id} has no chat template; use an instruct/chat model or set "
+            "tokenizer.chat_template"
+        )
+    return model, tokenizer, model_id
+
+
+def _decode_copy(
+    model: PreTrainedModel, want: str | None, model_context: Callable[[], Any] | None
+) -> DecodeCopy | None:
+    """A copy of the weights in ``want`` to generate with, when that differs from the model's own dtype."""
+    if want is None or torch_dtype(want) == model.dtype:
+        return None
+    if model_context is not None:
+        raise ValueError(
+            f"dtype={want!r} serves a copy of the weights, which the model_context (LoRA adapters switched "
+            f"on the model itself) would not reach; generate in the model's own {model.dtype} (dtype=None)"
+        )
+    return DecodeCopy(model, torch_dtype(want))
 
 
 class _RunningBatch:

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from metaagent.eval.html import CSS
 from metaagent.eval.html import escape as _e
 from metaagent.eval.html import highlight_python as _highlight
 from metaagent.eval.html import img as _img
 from metaagent.eval.html import table as _table
+from metaagent.eval.html import write_page
 from metaagent.records import Design, Execution
 
 from .comparison import Comparison, TaskSide, compare
@@ -418,12 +418,4 @@ def render_html(
         _comparison(comparison) if comparison is not None else "",
         _tasks(run, tasks, max_tasks),
     ]
-    doc = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{_e(title)}</title>'
-        f"<style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n"
-    )
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(doc, encoding="utf-8")
-    return path
+    return write_page(out, title, body)

@@ -29,7 +29,7 @@ from statistics import fmean
 from typing import Any
 
 from metaagent.eval.analysis import LEVELS, TOP_ROLES, UNKNOWN_TEXT, structure_label
-from metaagent.records import EXECUTION_STATUSES, Design
+from metaagent.records import EXECUTION_STATUSES, Design, Execution
 
 from .errors import ReplayError
 from .run import Run, TreeRef, load_run
@@ -95,38 +95,9 @@ def stats(run: Run | Any, *, source: str = "auto", top_roles: int = TOP_ROLES) -
     run = load_run(run)
     pairs, used = _designs(run.refs, source)
     workflows = [(r, d) for r, d in pairs if d.valid]
-
     sampled = [(r, d) for r, d in pairs if not _is_frozen(d)]
-    valid_by_bench: dict[str, list[float]] = defaultdict(list)
-    for r, d in sampled:
-        valid_by_bench[r.benchmark].append(1.0 if d.valid else 0.0)
-    invalid_codes = Counter(
-        (d.check.errors[0].code if d.check.errors else "E-NO-SCRIPT") for _, d in sampled if not d.valid
-    )
-
-    roles = Counter(
-        role for _, d in workflows for role in (d.structure or {}).get("roles", []) if role != UNKNOWN_TEXT
-    )
-    prompts = [p for _, d in workflows for p in (d.structure or {}).get("system_prompts", [])]
-    known = [p for p in prompts if p != UNKNOWN_TEXT]
-    prompt_counts = Counter(known)
-    unique = sum(1 for p in known if prompt_counts[p] == 1)
-
     executions = [(r, e) for r, d in workflows for e in d.executions]
     statuses = Counter(e.status for _, e in executions)
-    reward: dict[str, dict[str, Any]] = {}
-    for bench in sorted({r.benchmark for r, _ in executions}) + [ALL]:
-        rows = [e for r, e in executions if bench == ALL or r.benchmark == bench]
-        scored = [e.reward for e in rows if e.reward is not None and e.reward.total is not None]
-        reward[bench] = {
-            "executions": len(rows),
-            "scored": len(scored),
-            "reward_errors": len(rows) - len(scored),
-            "mean_reward": _mean([float(x.total) for x in scored]),  # type: ignore[arg-type]
-            "correct_rate": _mean([float(x.correct or 0.0) for x in scored]),
-            "submitted_rate": _mean([1.0 if e.submitted else 0.0 for e in rows]),
-        }
-
     return {
         "run": run.name,
         "trees": len(run.refs),
@@ -138,23 +109,10 @@ def stats(run: Run | Any, *, source: str = "auto", top_roles: int = TOP_ROLES) -
         "designs_by_source": dict(Counter("frozen" if _is_frozen(d) else "designer" for _, d in pairs)),
         "workflows": len(workflows),
         "workflows_by_benchmark": dict(sorted(Counter(r.benchmark for r, _ in workflows).items())),
-        "valid_script_rate": _mean([1.0 if d.valid else 0.0 for _, d in sampled]),
-        "valid_script_rate_by_benchmark": {b: fmean(v) for b, v in sorted(valid_by_bench.items())},
-        "invalid_reasons": dict(invalid_codes.most_common()),
+        **_validity(sampled),
         "structure_share": _share_table(workflows, lambda r: r.benchmark),
         "structure_share_by_domain": _share_table(workflows, lambda r: str(r.tree.task.get("domain", "?"))),
-        "roles": {
-            "agents": sum(roles.values()),
-            "distinct": len(roles),
-            "top": [[name, count] for name, count in roles.most_common(top_roles)],
-        },
-        "system_prompts": {
-            "agents": len(prompts),
-            "known": len(known),
-            "unknown": len(prompts) - len(known),
-            "unique": unique,
-            "unique_share": unique / len(known) if known else None,
-        },
+        **_roles_and_prompts(workflows, top_roles),
         "executions": {
             "total": len(executions),
             "by_status": {s: statuses.get(s, 0) for s in EXECUTION_STATUSES},
@@ -167,5 +125,64 @@ def stats(run: Run | Any, *, source: str = "auto", top_roles: int = TOP_ROLES) -
             "mean_agent_calls": _mean([float(len(e.turns)) for _, e in executions]),
             "mean_tool_calls": _mean([float(len(e.tool_calls)) for _, e in executions]),
         },
-        "reward": reward,
+        "reward": _reward_table(executions),
     }
+
+
+def _validity(sampled: list[tuple[TreeRef, Design]]) -> dict[str, Any]:
+    """The valid-script rate of the sampled (not frozen) designs, per benchmark, and the invalid ones' first
+    error codes."""
+    valid_by_bench: dict[str, list[float]] = defaultdict(list)
+    for r, d in sampled:
+        valid_by_bench[r.benchmark].append(1.0 if d.valid else 0.0)
+    invalid_codes = Counter(
+        (d.check.errors[0].code if d.check.errors else "E-NO-SCRIPT") for _, d in sampled if not d.valid
+    )
+    return {
+        "valid_script_rate": _mean([1.0 if d.valid else 0.0 for _, d in sampled]),
+        "valid_script_rate_by_benchmark": {b: fmean(v) for b, v in sorted(valid_by_bench.items())},
+        "invalid_reasons": dict(invalid_codes.most_common()),
+    }
+
+
+def _roles_and_prompts(workflows: list[tuple[TreeRef, Design]], top_roles: int) -> dict[str, Any]:
+    """Role-name diversity (the ``top_roles`` most common) and byte-unique system prompts of the workflows."""
+    roles = Counter(
+        role for _, d in workflows for role in (d.structure or {}).get("roles", []) if role != UNKNOWN_TEXT
+    )
+    prompts = [p for _, d in workflows for p in (d.structure or {}).get("system_prompts", [])]
+    known = [p for p in prompts if p != UNKNOWN_TEXT]
+    prompt_counts = Counter(known)
+    unique = sum(1 for p in known if prompt_counts[p] == 1)
+    return {
+        "roles": {
+            "agents": sum(roles.values()),
+            "distinct": len(roles),
+            "top": [[name, count] for name, count in roles.most_common(top_roles)],
+        },
+        "system_prompts": {
+            "agents": len(prompts),
+            "known": len(known),
+            "unknown": len(prompts) - len(known),
+            "unique": unique,
+            "unique_share": unique / len(known) if known else None,
+        },
+    }
+
+
+def _reward_table(executions: list[tuple[TreeRef, Execution]]) -> dict[str, dict[str, Any]]:
+    """Per benchmark and over all (``ALL``): executions, scored ones, reward errors, mean reward, correct and
+    submitted rates."""
+    reward: dict[str, dict[str, Any]] = {}
+    for bench in sorted({r.benchmark for r, _ in executions}) + [ALL]:
+        rows = [e for r, e in executions if bench == ALL or r.benchmark == bench]
+        scored = [e.reward for e in rows if e.reward is not None and e.reward.total is not None]
+        reward[bench] = {
+            "executions": len(rows),
+            "scored": len(scored),
+            "reward_errors": len(rows) - len(scored),
+            "mean_reward": _mean([float(x.total) for x in scored]),  # type: ignore[arg-type]
+            "correct_rate": _mean([float(x.correct or 0.0) for x in scored]),
+            "submitted_rate": _mean([1.0 if e.submitted else 0.0 for e in rows]),
+        }
+    return reward

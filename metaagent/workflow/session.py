@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaagent.execution.code import deadline as code_deadline
-from metaagent.policy.base import ChatRequest, Policy, RequestError, SamplingParams
+from metaagent.policy.base import ChatRequest, Completion, Policy, RequestError, SamplingParams
 from metaagent.records import (
     EXECUTION_STATUSES,
     EXECUTOR,
@@ -129,6 +129,15 @@ def _parse_calls(message: dict[str, Any]) -> list[_Call]:
             )
         )
     return out
+
+
+def _conversation(call: _Call) -> list[dict[str, str]]:
+    """The chat an agent call is served with: its system prompt (role prompt + protocol), memory, message."""
+    return [
+        {"role": "system", "content": agent_system_prompt(call.system)},
+        *call.history,
+        {"role": "user", "content": call.message},
+    ]
 
 
 def _jsonable(value: Any) -> Any:
@@ -330,42 +339,12 @@ class Session:
 
     # ---- agent calls --------------------------------------------------------------------------------------
     def _serve_agents(self, message: dict[str, Any]) -> dict[str, Any]:
-        L = self.limits
         calls = _parse_calls(message)
-        if self.calls_made + len(calls) > L.max_agent_calls:
-            return self._stop(
-                "limit",
-                "AgentCallLimit",
-                f"the script tried to make more than {L.max_agent_calls} agent calls",
-            )
-        remaining = L.max_total_tokens - self.tokens_used
-        if remaining <= 0:
-            return self._stop(
-                "limit",
-                "TokenLimit",
-                f"the agents generated {self.tokens_used} tokens; the limit is {L.max_total_tokens}",
-            )
-        requests = []  # K per branched call (candidate c of call i at requests[first[i] + c]), else 1
-        first, width = [], []
-        for i, call in enumerate(calls):
-            messages = [{"role": "system", "content": agent_system_prompt(call.system)}, *call.history]
-            messages.append({"role": "user", "content": call.message})
-            size = sum(len(m["content"]) for m in messages)
-            if size > L.max_message_chars:
-                return self._stop(
-                    "limit", "MessageTooLarge",
-                    f"a call to agent {call.role!r} has {size} characters (system prompt, memory and message); "
-                    f"the limit is {L.max_message_chars}: send shorter messages or use memory=False",
-                )  # fmt: skip
-            k = 1 if self.branching is None else self.branching.branches(call.role)
-            first.append(len(requests))
-            width.append(k)
-            for c in range(k):
-                sampling = self.sampling.replace(
-                    max_tokens=min(self.sampling.max_tokens, remaining),
-                    seed=branch_seed(self.seed, self.calls_made + i, c),
-                )
-                requests.append(ChatRequest(messages, sampling, role=EXECUTOR, agent=call.role))
+        conversations = [_conversation(call) for call in calls]
+        stop = self._limit_stop(calls, conversations)
+        if stop is not None:
+            return stop
+        requests, first, width = self._requests(calls, conversations)
         t0 = time.perf_counter()
         try:
             completions = self.policy.generate(requests)
@@ -380,32 +359,11 @@ class Session:
         self.batches += 1
         for i, call in enumerate(calls):
             role_turn = sum(t.role == call.role for t in self.turns)
-            candidates = []
-            for c in range(width[i]):
-                request, completion = requests[first[i] + c], completions[first[i] + c]
-                candidates.append(
-                    AgentTurn(
-                        index=len(self.turns),
-                        call_index=self.calls_made + i,
-                        role_turn=role_turn,
-                        batch=batch,
-                        synthetic=completion.synthetic,
-                        role=call.role,
-                        system_prompt=call.system,
-                        messages=request.messages,
-                        response=completion.text,
-                        delivery=extract_delivery(completion.text),
-                        prompt_ids=list(completion.prompt_ids),
-                        response_ids=list(completion.response_ids),
-                        logprobs=None if completion.logprobs is None else list(completion.logprobs),
-                        finish_reason=completion.finish_reason,
-                        model=completion.model,
-                        parents=find_parents(previous, request.messages[1:], self.task_text),
-                        elapsed_s=elapsed,
-                        temperature=request.sampling.temperature,
-                    )
-                )
-                self.tokens_used += len(completion.response_ids)  # the budget counts every candidate
+            where = (self.calls_made + i, role_turn, batch, previous, elapsed)
+            candidates = [  # candidate c of call i at requests[first[i] + c]
+                self._candidate(call, requests[n], completions[n], *where) for n in range(first[i], first[i] + width[i])
+            ]
+            self.tokens_used += sum(len(t.response_ids) for t in candidates)  # the budget counts every candidate
             if width[i] == 1:
                 turn = candidates[0]
             else:
@@ -421,6 +379,84 @@ class Session:
             replies.append({"text": text, "response": turn.response})
         self.calls_made += len(calls)
         return {"op": "result", "replies": replies}
+
+    def _limit_stop(self, calls: list[_Call], conversations: list[list[dict[str, str]]]) -> dict[str, Any] | None:
+        """The stop reply when serving ``calls`` would pass a limit (agent calls, tokens, message size)."""
+        L = self.limits
+        if self.calls_made + len(calls) > L.max_agent_calls:
+            return self._stop(
+                "limit",
+                "AgentCallLimit",
+                f"the script tried to make more than {L.max_agent_calls} agent calls",
+            )
+        if L.max_total_tokens - self.tokens_used <= 0:
+            return self._stop(
+                "limit",
+                "TokenLimit",
+                f"the agents generated {self.tokens_used} tokens; the limit is {L.max_total_tokens}",
+            )
+        for call, messages in zip(calls, conversations):
+            size = sum(len(m["content"]) for m in messages)
+            if size > L.max_message_chars:
+                return self._stop(
+                    "limit", "MessageTooLarge",
+                    f"a call to agent {call.role!r} has {size} characters (system prompt, memory and message); "
+                    f"the limit is {L.max_message_chars}: send shorter messages or use memory=False",
+                )  # fmt: skip
+        return None
+
+    def _requests(
+        self, calls: list[_Call], conversations: list[list[dict[str, str]]]
+    ) -> tuple[list[ChatRequest], list[int], list[int]]:
+        """The policy requests of one batch of calls: K per branched call (candidate c of call i at
+        ``requests[first[i] + c]``, ``width[i] = K``), else 1; each capped at the tokens left."""
+        remaining = self.limits.max_total_tokens - self.tokens_used
+        requests: list[ChatRequest] = []
+        first, width = [], []
+        for i, (call, messages) in enumerate(zip(calls, conversations)):
+            k = 1 if self.branching is None else self.branching.branches(call.role)
+            first.append(len(requests))
+            width.append(k)
+            for c in range(k):
+                sampling = self.sampling.replace(
+                    max_tokens=min(self.sampling.max_tokens, remaining),
+                    seed=branch_seed(self.seed, self.calls_made + i, c),
+                )
+                requests.append(ChatRequest(messages, sampling, role=EXECUTOR, agent=call.role))
+        return requests, first, width
+
+    def _candidate(
+        self,
+        call: _Call,
+        request: ChatRequest,
+        completion: Completion,
+        call_index: int,
+        role_turn: int,
+        batch: int,
+        previous: list[AgentTurn],
+        elapsed: float,
+    ) -> AgentTurn:
+        """The turn record of one completion of an agent call (the executed turn or a group's candidate)."""
+        return AgentTurn(
+            index=len(self.turns),
+            call_index=call_index,
+            role_turn=role_turn,
+            batch=batch,
+            synthetic=completion.synthetic,
+            role=call.role,
+            system_prompt=call.system,
+            messages=request.messages,
+            response=completion.text,
+            delivery=extract_delivery(completion.text),
+            prompt_ids=list(completion.prompt_ids),
+            response_ids=list(completion.response_ids),
+            logprobs=None if completion.logprobs is None else list(completion.logprobs),
+            finish_reason=completion.finish_reason,
+            model=completion.model,
+            parents=find_parents(previous, request.messages[1:], self.task_text),
+            elapsed_s=elapsed,
+            temperature=request.sampling.temperature,
+        )
 
     def _select(self, role: str, role_turn: int, candidates: list[AgentTurn]) -> AgentTurn | None:
         """Score every candidate with the turn reward, record the group, return the executed copy of the

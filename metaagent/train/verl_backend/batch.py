@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from metaagent.learn.losses import role_advantage_scales
 from metaagent.learn.samples import Sample
 
 from .config import ADVANTAGE_PLACEMENTS
@@ -129,15 +130,47 @@ def build_update_batch(
     (:func:`metaagent.learn.losses.role_advantage_scales`)."""
     from verl import DataProto
 
-    from metaagent.learn.losses import role_advantage_scales
-
     _check(samples, dp_size, advantage_placement)
     real = list(samples)
+    rows, source, rank_tokens = _dp_rows(real, dp_size, balance)
+    # a critic batch: every sample has the critic's values and targets (the GAE token stage's executor samples)
+    critic = all(s.values is not None and s.returns is not None for s in real)
+    tensors = _layout(rows, pad_id, advantage_placement, _role_scales(real, loss_agg_mode), critic)
+    non_tensors = {
+        "uid": np.array([f"{s.key[0] if s.key else 0}:{s.task_id}" for s, _ in rows], dtype=object),
+        "mas_role": np.array([s.role for s, _ in rows], dtype=object),
+        "mas_key": np.array([",".join(map(str, s.key)) for s, _ in rows], dtype=object),
+        "is_padding": np.array([is_pad for _, is_pad in rows], dtype=bool),
+    }
+    data = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+    b, n_pad = len(rows), len(rows) - len(real)
+    response_tokens = int(tensors["response_mask"].sum())
+    metrics = {
+        "verl/rows": float(b),
+        "verl/pad_rows": float(n_pad),
+        "verl/response_tokens": float(response_tokens),
+        "verl/padded_tokens": float(tensors["input_ids"].numel()),
+        "verl/rank_tokens_max": float(max(rank_tokens)),
+        "verl/rank_tokens_min": float(min(rank_tokens)),
+    }
+    return UpdateBatch(data, dp_size, len(real), n_pad, response_tokens, rank_tokens, metrics, source)
+
+
+def _role_scales(real: Sequence[Sample], loss_agg_mode: str | None) -> dict[str, float]:
+    """Each role's advantage scale (:func:`metaagent.learn.losses.role_advantage_scales`; 1.0 without a mode)."""
     sizes: dict[str, tuple[int, int]] = {}
     for s in real:
         n, t = sizes.get(s.role, (0, 0))
         sizes[s.role] = (n + 1, t + len(s.response_ids))
-    scale = role_advantage_scales(sizes, loss_agg_mode) if loss_agg_mode else {r: 1.0 for r in sizes}
+    return role_advantage_scales(sizes, loss_agg_mode) if loss_agg_mode else {r: 1.0 for r in sizes}
+
+
+def _dp_rows(
+    real: list[Sample], dp_size: int, balance: bool
+) -> tuple[list[tuple[Sample, bool]], list[int], list[int]]:
+    """The rows ordered rank by rank, as (sample, is_padding): the real samples plus zero-weight copies of the
+    cheapest one up to a multiple of ``dp_size``. Also each row's index in ``real`` (-1: padding) and each
+    rank's token count."""
     n_pad = padded_size(len(real), dp_size) - len(real)
     filler = min(real, key=lambda s: (s.num_tokens, s.key))  # cheapest row to forward
     rows: list[tuple[Sample, bool]] = [(s, False) for s in real] + [(filler, True)] * n_pad
@@ -148,11 +181,18 @@ def build_update_batch(
         order = list(range(len(rows)))
         per = len(rows) // dp_size
         rank_tokens = [sum(seq_lens[r * per : (r + 1) * per]) for r in range(dp_size)]
-    rows = [rows[i] for i in order]
     source = [i if i < len(real) else -1 for i in order]
-    # a critic batch: every sample has the critic's values and targets (the GAE token stage's executor samples)
-    critic = all(s.values is not None and s.returns is not None for s in real)
+    return [rows[i] for i in order], source, rank_tokens
 
+
+def _layout(
+    rows: list[tuple[Sample, bool]],
+    pad_id: int,
+    advantage_placement: str,
+    scale: dict[str, float],
+    critic: bool,
+) -> dict[str, torch.Tensor]:
+    """The tensors of the module docstring's layout; padding rows are forwarded but masked out of the loss."""
     b = len(rows)
     p = max(len(s.prompt_ids) for s, _ in rows)
     r = max(len(s.response_ids) for s, _ in rows)
@@ -186,13 +226,12 @@ def build_update_batch(
         else:
             advantages[row, lr - 1] = s.advantage * scale[s.role]
     attention_mask = torch.cat([prompt_mask, resp_attn], dim=1)  # (B, P+R)
-    position_ids = torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)  # (B, P+R)
     tensors = {
         "prompts": prompts,
         "responses": responses,
         "input_ids": torch.cat([prompts, responses], dim=1),  # (B, P+R)
         "attention_mask": attention_mask,
-        "position_ids": position_ids,
+        "position_ids": torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0),  # (B, P+R)
         "response_mask": response_mask,
         "old_log_probs": old_log_probs,
         "advantages": advantages,
@@ -201,23 +240,7 @@ def build_update_batch(
     }
     if critic:
         tensors["values"] = values
-    non_tensors = {
-        "uid": np.array([f"{s.key[0] if s.key else 0}:{s.task_id}" for s, _ in rows], dtype=object),
-        "mas_role": np.array([s.role for s, _ in rows], dtype=object),
-        "mas_key": np.array([",".join(map(str, s.key)) for s, _ in rows], dtype=object),
-        "is_padding": np.array([is_pad for _, is_pad in rows], dtype=bool),
-    }
-    data = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
-    response_tokens = int(response_mask.sum())
-    metrics = {
-        "verl/rows": float(b),
-        "verl/pad_rows": float(n_pad),
-        "verl/response_tokens": float(response_tokens),
-        "verl/padded_tokens": float(b * (p + r)),
-        "verl/rank_tokens_max": float(max(rank_tokens)),
-        "verl/rank_tokens_min": float(min(rank_tokens)),
-    }
-    return UpdateBatch(data, dp_size, len(real), n_pad, response_tokens, rank_tokens, metrics, source)
+    return tensors
 
 
 def update_tensordict(batch: UpdateBatch, *, calculate_entropy: bool = False, seed: int = 0):

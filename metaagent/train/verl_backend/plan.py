@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.config import ConfigError
+from metaagent.credit import get_token_stage
 from metaagent.train.config import TrainConfig
 from metaagent.train.roles import model_plan
 from metaagent.train.schedule import DESIGNER, EXECUTOR, StageSchedule
@@ -107,8 +108,6 @@ class Plan:
 def needs_critic(cfg: TrainConfig) -> bool:
     """Whether the estimator's token stage needs a critic's values (UnityMAS-O's ``unity`` in ``mode: gae``):
     then every physical model gets a verl critic worker group beside its actor."""
-    from metaagent.credit import get_token_stage
-
     options = dict(cfg.algo.options)
     stage = get_token_stage(cfg.algo.estimator, options)
     return stage is not None and bool(stage.needs_values(options))
@@ -116,8 +115,6 @@ def needs_critic(cfg: TrainConfig) -> bool:
 
 def _check_token_stage(cfg: TrainConfig) -> None:
     """A token stage that needs reference log-probs (MAPPA's KL in the reward) has no verl pre-pass yet."""
-    from metaagent.credit import get_token_stage
-
     options = dict(cfg.algo.options)
     stage = get_token_stage(cfg.algo.estimator, options)
     if stage is not None and stage.needs_ref(options):
@@ -153,103 +150,28 @@ def _resources(cfg: TrainConfig, verl: VerlConfig, keys: list[str]) -> dict[str,
 def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
     """Validate ``cfg`` for the verl backend and resolve what runs where. Raises ``ConfigError`` naming the fix."""
     verl = verl or VerlConfig.from_train_config(cfg)
-    if cfg.optim.stage_switch != "keep":
-        raise ConfigError(
-            "optim.stage_switch=reset is not supported by the verl backend yet (the optimizer state lives in the "
-            "FSDP workers); use optim.stage_switch=keep or --backend local"
-        )
-    if cfg.optim.dpo:
-        raise ConfigError("optim.dpo (the DPO loss on preference pairs) runs on the local backend only for now")
-    _check_token_stage(cfg)
+    _check_supported(cfg)
     paths, route, designer_key, executor_keys = model_plan(cfg.policy)
     keys = list(paths)
     resources = _resources(cfg, verl, keys)
     for key, res in resources.items():
         verl.check_model(key, res)
-
-    colocated = [k for k, r in resources.items() if r.colocated]
-    if len(keys) > 1 and len(colocated) > 1:
-        raise ConfigError(
-            f"physical models {colocated} are all colocated (rollout_gpus: 0); verl 0.9.1 names hybrid vLLM servers "
-            "by replica rank only, so two of them collide in one Ray job. Give all but one of them rollout_gpus > 0 "
-            "(split placement)"
-        )
-    used = sum(r.total_gpus for r in resources.values())
-    if used > verl.total_gpus:
-        raise ConfigError(
-            f"verl.models need {used} GPUs but the cluster has verl.nnodes * verl.n_gpus_per_node = "
-            f"{verl.nnodes} * {verl.n_gpus_per_node} = {verl.total_gpus}"
-        )
-    if cfg.optim.kl_coef > 0 and not cfg.policy.lora.enabled and any(not r.colocated for r in resources.values()):
-        raise ConfigError(  # with LoRA the reference is the actor with its adapter off (verl's ref_in_actor)
-            "optim.kl_coef > 0 needs a reference model, which the verl backend hosts in the colocated "
-            "actor_rollout_ref worker only; use colocated placement (rollout_gpus: 0), policy.lora, or optim.kl_coef: 0"
-        )
-
-    if cfg.optim.tis_cap is not None and verl.old_log_prob != "recompute":
-        # TIS weighs the actor's recomputed pi_old against the rollout engine's log-probs (verl's decoupled mode;
-        # the local backend recomputes too): tis_cap implies verl.old_log_prob=recompute
-        if "old_log_prob" in (cfg.verl or {}):
-            raise ConfigError(
-                "optim.tis_cap weighs the actor's recomputed pi_old against the rollout's log-probs, so it needs "
-                f"verl.old_log_prob=recompute (implied when the key is left out), not {verl.old_log_prob}"
-            )
-        verl = dataclasses.replace(verl, old_log_prob="recompute")
-
+    used = _check_placement(cfg, verl, resources)
+    verl = _with_tis_recompute(cfg, verl)
     max_prompt, max_response = cfg.optim.max_prompt_tokens, cfg.optim.max_response_tokens
-    longest = max_prompt + max_response
-    train_tokens = verl.train_tokens_per_gpu or longest
-    if train_tokens < longest:
-        raise ConfigError(
-            f"verl.train_tokens_per_gpu = {train_tokens} is below one longest sample (optim.max_prompt_tokens + "
-            f"optim.max_response_tokens = {longest}); verl's dynamic micro-batching cannot place it. Raise it or "
-            "lower the optim lengths"
-        )
-    logprob_tokens = verl.logprob_tokens_per_gpu or 2 * train_tokens
-    if logprob_tokens < longest:
-        raise ConfigError(
-            f"verl.logprob_tokens_per_gpu = {logprob_tokens} is below one longest sample ({longest})"
-        )
+    train_tokens, logprob_tokens = _micro_batch_tokens(verl, max_prompt + max_response)
 
     frozen = cfg.rollout.frozen_designer
     designer_tokens = 0 if frozen else cfg.rollout.designer.max_tokens
     executor_tokens = cfg.rollout.executor.max_tokens
     response_length = max(designer_tokens, executor_tokens)
-
-    models = []
-    next_rank = sum(
-        resources[k].gpus // verl.rollout_tp for k in colocated
-    )  # split replicas come after these
-    for key in keys:
-        res = resources[key]
-        roles = tuple(p for p, k in route.items() if k == key)
-        if res.colocated:
-            start, replicas = 0, res.gpus // verl.rollout_tp
-        else:
-            start, replicas = next_rank, res.rollout_gpus // verl.rollout_tp
-            next_rank += replicas
-        models.append(
-            ModelPlan(
-                key=key,
-                path=paths[key],
-                roles=roles,
-                gpus=res.gpus,
-                rollout_gpus=res.rollout_gpus,
-                dp_size=res.gpus // verl.ulysses_sp,
-                rollout_replicas=replicas,
-                rollout_start_rank=start,
-            )
-        )
-
-    schedule = StageSchedule(cfg.schedule.mode, cfg.schedule.stage_len)
     m = 1 if frozen else cfg.rollout.m_designs
-    sizes = _step_sizes(cfg, verl, m, designer_tokens, executor_tokens)
     return Plan(
-        models=tuple(models),
+        models=_model_plans(verl, paths, route, resources),
         designer_key=designer_key,
         route=route,
         executor_keys=executor_keys,
-        schedule=schedule,
+        schedule=StageSchedule(cfg.schedule.mode, cfg.schedule.stage_len),
         steps=cfg.trainer.steps,
         batch_size=cfg.data.batch_size,
         m_designs=m,
@@ -267,10 +189,104 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
         used_gpus=used,
         estimator=cfg.algo.estimator,
         verl_estimator=VERL_ESTIMATORS.get(cfg.algo.estimator),
-        sizes=sizes,
+        sizes=_step_sizes(cfg, verl, m, designer_tokens, executor_tokens),
         verl=verl,
         critic=needs_critic(cfg),
     )
+
+
+def _check_supported(cfg: TrainConfig) -> None:
+    """The local-backend-only options: a reset optimizer at stage switches, DPO, a token stage needing refs."""
+    if cfg.optim.stage_switch != "keep":
+        raise ConfigError(
+            "optim.stage_switch=reset is not supported by the verl backend yet (the optimizer state lives in the "
+            "FSDP workers); use optim.stage_switch=keep or --backend local"
+        )
+    if cfg.optim.dpo:
+        raise ConfigError("optim.dpo (the DPO loss on preference pairs) runs on the local backend only for now")
+    _check_token_stage(cfg)
+
+
+def _check_placement(cfg: TrainConfig, verl: VerlConfig, resources: dict[str, ModelResources]) -> int:
+    """Checks the models' placement against the cluster and the reference model; returns the GPUs used."""
+    colocated = [k for k, r in resources.items() if r.colocated]
+    if len(resources) > 1 and len(colocated) > 1:
+        raise ConfigError(
+            f"physical models {colocated} are all colocated (rollout_gpus: 0); verl 0.9.1 names hybrid vLLM servers "
+            "by replica rank only, so two of them collide in one Ray job. Give all but one of them rollout_gpus > 0 "
+            "(split placement)"
+        )
+    used = sum(r.total_gpus for r in resources.values())
+    if used > verl.total_gpus:
+        raise ConfigError(
+            f"verl.models need {used} GPUs but the cluster has verl.nnodes * verl.n_gpus_per_node = "
+            f"{verl.nnodes} * {verl.n_gpus_per_node} = {verl.total_gpus}"
+        )
+    if cfg.optim.kl_coef > 0 and not cfg.policy.lora.enabled and any(not r.colocated for r in resources.values()):
+        raise ConfigError(  # with LoRA the reference is the actor with its adapter off (verl's ref_in_actor)
+            "optim.kl_coef > 0 needs a reference model, which the verl backend hosts in the colocated "
+            "actor_rollout_ref worker only; use colocated placement (rollout_gpus: 0), policy.lora, or optim.kl_coef: 0"
+        )
+    return used
+
+
+def _with_tis_recompute(cfg: TrainConfig, verl: VerlConfig) -> VerlConfig:
+    """TIS weighs the actor's recomputed pi_old against the rollout engine's log-probs (verl's decoupled mode;
+    the local backend recomputes too): ``optim.tis_cap`` implies ``verl.old_log_prob=recompute``."""
+    if cfg.optim.tis_cap is None or verl.old_log_prob == "recompute":
+        return verl
+    if "old_log_prob" in (cfg.verl or {}):
+        raise ConfigError(
+            "optim.tis_cap weighs the actor's recomputed pi_old against the rollout's log-probs, so it needs "
+            f"verl.old_log_prob=recompute (implied when the key is left out), not {verl.old_log_prob}"
+        )
+    return dataclasses.replace(verl, old_log_prob="recompute")
+
+
+def _micro_batch_tokens(verl: VerlConfig, longest: int) -> tuple[int, int]:
+    """The (train, log-prob) token budgets per GPU; each must hold one ``longest`` sample."""
+    train_tokens = verl.train_tokens_per_gpu or longest
+    if train_tokens < longest:
+        raise ConfigError(
+            f"verl.train_tokens_per_gpu = {train_tokens} is below one longest sample (optim.max_prompt_tokens + "
+            f"optim.max_response_tokens = {longest}); verl's dynamic micro-batching cannot place it. Raise it or "
+            "lower the optim lengths"
+        )
+    logprob_tokens = verl.logprob_tokens_per_gpu or 2 * train_tokens
+    if logprob_tokens < longest:
+        raise ConfigError(
+            f"verl.logprob_tokens_per_gpu = {logprob_tokens} is below one longest sample ({longest})"
+        )
+    return train_tokens, logprob_tokens
+
+
+def _model_plans(
+    verl: VerlConfig, paths: dict[str, str], route: dict[str, str], resources: dict[str, ModelResources]
+) -> tuple[ModelPlan, ...]:
+    """One :class:`ModelPlan` per physical model, in ``paths`` order; split models' vLLM replicas are ranked
+    after all the colocated ones."""
+    models = []
+    next_rank = sum(r.gpus // verl.rollout_tp for r in resources.values() if r.colocated)
+    for key, path in paths.items():
+        res = resources[key]
+        if res.colocated:
+            start, replicas = 0, res.gpus // verl.rollout_tp
+        else:
+            start, replicas = next_rank, res.rollout_gpus // verl.rollout_tp
+            next_rank += replicas
+        models.append(
+            ModelPlan(
+                key=key,
+                path=path,
+                roles=tuple(p for p, k in route.items() if k == key),
+                gpus=res.gpus,
+                rollout_gpus=res.rollout_gpus,
+                dp_size=res.gpus // verl.ulysses_sp,
+                rollout_replicas=replicas,
+                rollout_start_rank=start,
+            )
+        )
+    return tuple(models)
 
 
 def _step_sizes(
@@ -309,19 +325,35 @@ def _stages(schedule: StageSchedule, steps: int, shown: int = 4) -> str:
 
 def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = None) -> str:
     """The plan as the text ``--dry-run`` prints; ``verl_settings`` adds resolved verl config values per model."""
-    v, s = plan.verl, plan.sizes
     lines = [
         "metaagent verl plan (dry run: nothing was started)",
-        f"cluster: {v.nnodes} node(s) x {v.n_gpus_per_node} GPU = {plan.cluster_gpus} GPUs; this run uses {plan.used_gpus}",
+        _cluster_line(plan),
         "physical models:",
+        *_model_lines(plan, verl_settings or {}),
+        *_run_lines(plan),
+        "per step:",
+        *_step_lines(plan),
     ]
-    if v.hf_rollout and v.device == "cuda":
-        lines[1] += "; the rollout is the Hugging Face policy in this process (verl.rollout_name=hf), not vLLM"
+    return "\n".join(lines)
+
+
+def _cluster_line(plan: Plan) -> str:
+    """The devices the run uses, and where the rollout runs when it is not vLLM."""
+    v = plan.verl
     if v.device == "cpu":
-        lines[1] = (
+        return (
             f"device: cpu: {plan.used_gpus} CPU worker process(es) of verl's FSDP engine (gloo); the rollout is the "
             "Hugging Face policy in this process, synced from the actor after every update"
         )
+    line = f"cluster: {v.nnodes} node(s) x {v.n_gpus_per_node} GPU = {plan.cluster_gpus} GPUs; this run uses {plan.used_gpus}"
+    if v.hf_rollout and v.device == "cuda":
+        line += "; the rollout is the Hugging Face policy in this process (verl.rollout_name=hf), not vLLM"
+    return line
+
+
+def _model_lines(plan: Plan, verl_settings: dict[str, dict[str, Any]]) -> list[str]:
+    """A line per physical model (weights, roles, placement), each followed by its resolved verl settings."""
+    v, lines = plan.verl, []
     for mp in plan.models:
         where = (
             f"colocated on {mp.gpus} GPU(s) (FSDP dp={mp.dp_size}, {mp.rollout_replicas} vLLM replica(s) x tp={v.rollout_tp})"
@@ -331,9 +363,15 @@ def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = No
             f"weights via {v.checkpoint_engine}"
         )
         lines.append(f"  {mp.key}: {mp.path}  trains {', '.join(mp.roles)}  [{where}]")
-        for name, value in (verl_settings or {}).get(mp.key, {}).items():
+        for name, value in verl_settings.get(mp.key, {}).items():
             lines.append(f"      {name} = {value}")
-    lines += [
+    return lines
+
+
+def _run_lines(plan: Plan) -> list[str]:
+    """The rollout shape, the stage schedule, the credit estimator, the critic, the lengths and micro-batches."""
+    v = plan.verl
+    return [
         (
             f"hierarchical rollout: B={plan.batch_size} tasks x M={plan.m_designs} designs x N={plan.n_executions} "
             "executions" + (f" (frozen designer: {plan.frozen_designer})" if plan.frozen_designer else "")
@@ -367,7 +405,13 @@ def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = No
             f"micro-batches: <= {plan.train_tokens_per_gpu} tokens per GPU (train), "
             f"<= {plan.logprob_tokens_per_gpu} (log-prob)"
         ),
-        "per step:",
+    ]
+
+
+def _step_lines(plan: Plan) -> list[str]:
+    """Per step: generations, agent calls, generated tokens, trained samples, and samples per data-parallel rank."""
+    v, s = plan.verl, plan.sizes
+    lines = [
         (
             f"  designer generations: {s.designer_generations}; executions: <= {s.max_executions}; agent calls: "
             f"~{s.expected_agent_calls:g} expected (<= {s.max_agent_calls})"
@@ -389,4 +433,4 @@ def format_plan(plan: Plan, verl_settings: dict[str, dict[str, Any]] | None = No
         if any(r.startswith(EXECUTOR) for r in mp.roles):
             parts.append(f"executor stage <= ~{s.executor_stage_samples_expected / mp.dp_size:.1f}")
         lines.append(f"  {mp.key}: samples per data-parallel rank (dp={mp.dp_size}): {', '.join(parts)}")
-    return "\n".join(lines)
+    return lines

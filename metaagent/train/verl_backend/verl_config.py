@@ -11,10 +11,12 @@ Precedence: verl defaults < metaagent's settings (:func:`metaagent_settings`) < 
 from __future__ import annotations
 
 import importlib.util
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from metaagent.config import ConfigError
+from metaagent.policy.models import ALIASES, resolve_model
 from metaagent.train.config import TrainConfig
 
 from .device import critic_device_settings, device_settings
@@ -38,13 +40,13 @@ SHOWN_KEYS = (
 )
 
 
+AR = "actor_rollout_ref"  # the prefix of verl's actor, rollout and reference keys
+
 SUPPORTED_VERL = ((0, 9), (0, 10))  # [lowest, first unsupported): the range pinned in pyproject.toml
 
 
 def verl_config_dir() -> Path:
     """Folder of verl's shipped Hydra configs, found without importing verl; checks the verl version."""
-    from importlib.metadata import PackageNotFoundError, version
-
     spec = importlib.util.find_spec("verl")
     if spec is None or not spec.submodule_search_locations:
         raise ConfigError("the verl backend needs verl: pip install 'verl>=0.9,<0.10'")
@@ -71,14 +73,35 @@ def metaagent_settings(
 ) -> dict[str, Any]:
     """Dotted verl keys -> values for one physical model (module docstring)."""
     v, o = plan.verl, cfg.optim
-    rollout_nodes = max(1, model.rollout_gpus // v.n_gpus_per_node) if not model.colocated else 0
+    settings: dict[str, Any] = {
+        **_trainer_settings(cfg, plan, model, run_dir),
+        **_actor_settings(cfg, plan, model),
+        **_rollout_settings(cfg, plan, model),
+        # the workers never compute advantages (metaagent does, on the records); any name verl knows will do
+        "algorithm.adv_estimator": plan.verl_estimator or "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": cfg.algo.norm_by_std,
+        "algorithm.use_kl_in_reward": False,
+    }
+    settings.update(_lora_settings(cfg))
+    if o.tis_cap is not None:  # rollout-training mismatch correction: verl's decoupled-mode truncated IS
+        # (pi_old recomputed by the actor, the plan forces verl.old_log_prob=recompute; ModelGroup.update adds
+        # verl's rollout_is_weights to the batch, which verl's policy loss multiplies in)
+        settings["algorithm.rollout_correction.rollout_is"] = o.tis_level
+        settings["algorithm.rollout_correction.rollout_is_threshold"] = o.tis_cap
+        settings["algorithm.rollout_correction.bypass_mode"] = False
+    settings.update(device_settings(v.device, v.attn_implementation, colocated=model.colocated, hf_rollout=v.hf_rollout))
+    settings["critic.enable"] = plan.critic
+    if plan.critic:
+        settings.update(critic_settings(cfg, plan, model))
+    return settings
+
+
+def _trainer_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan, run_dir: str | None) -> dict[str, Any]:
+    """verl's ``trainer`` and ``data`` keys: the actor's nodes, the run's names and lengths."""
+    v = plan.verl
     actor_nodes = max(1, model.gpus // v.n_gpus_per_node)
     actor_gpus_per_node = min(model.gpus, v.n_gpus_per_node)
-    rollout_gpus_per_node = (
-        actor_gpus_per_node if model.colocated else min(model.rollout_gpus, v.n_gpus_per_node)
-    )
-    ar = "actor_rollout_ref"
-    settings: dict[str, Any] = {
+    return {
         "trainer.nnodes": actor_nodes,
         "trainer.n_gpus_per_node": actor_gpus_per_node,
         "trainer.project_name": "metaagent",
@@ -90,6 +113,13 @@ def metaagent_settings(
         "data.max_prompt_length": plan.max_prompt_tokens,
         "data.max_response_length": plan.rollout_response_length,
         "data.train_batch_size": plan.batch_size,
+    }
+
+
+def _actor_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[str, Any]:
+    """``actor_rollout_ref``'s model, actor (optimizer, PPO loss, micro-batches, FSDP) and ref keys."""
+    v, o, ar = plan.verl, cfg.optim, AR
+    return {
         f"{ar}.hybrid_engine": model.colocated,
         f"{ar}.model.path": model.path,
         f"{ar}.model.use_remove_padding": True,
@@ -134,6 +164,17 @@ def metaagent_settings(
         f"{ar}.actor.checkpoint.save_contents": ["model", "optimizer", "extra"]
         + (["hf_model"] if v.save_hf_model else []),
         f"{ar}.ref.log_prob_max_token_len_per_gpu": plan.logprob_tokens_per_gpu,
+    }
+
+
+def _rollout_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[str, Any]:
+    """``actor_rollout_ref.rollout``: the vLLM servers' placement, memory, lengths and log-prob contract."""
+    v, ar = plan.verl, AR
+    rollout_nodes = max(1, model.rollout_gpus // v.n_gpus_per_node) if not model.colocated else 0
+    rollout_gpus_per_node = (
+        min(model.gpus, v.n_gpus_per_node) if model.colocated else min(model.rollout_gpus, v.n_gpus_per_node)
+    )
+    return {
         f"{ar}.rollout.name": v.rollout_name,
         f"{ar}.rollout.mode": "async",
         f"{ar}.rollout.nnodes": rollout_nodes,
@@ -151,27 +192,19 @@ def metaagent_settings(
         f"{ar}.rollout.temperature": cfg.rollout.executor.temperature or 1.0,
         f"{ar}.rollout.log_prob_max_token_len_per_gpu": plan.logprob_tokens_per_gpu,
         f"{ar}.rollout.checkpoint_engine.backend": "naive" if model.colocated else v.checkpoint_engine,
-        # the workers never compute advantages (metaagent does, on the records); any name verl knows will do
-        "algorithm.adv_estimator": plan.verl_estimator or "grpo",
-        "algorithm.norm_adv_by_std_in_grpo": cfg.algo.norm_by_std,
-        "algorithm.use_kl_in_reward": False,
     }
+
+
+def _lora_settings(cfg: TrainConfig) -> dict[str, Any]:
+    """One adapter on the actor's base (per-role adapters are refused by TrainConfig); empty without LoRA."""
     lora = cfg.policy.lora
-    if lora.enabled:  # one adapter on the actor's base (per-role adapters are refused by TrainConfig)
-        settings[f"{ar}.model.lora_rank"] = lora.rank
-        settings[f"{ar}.model.lora_alpha"] = int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha
-        settings[f"{ar}.model.target_modules"] = lora.target_modules
-    if o.tis_cap is not None:  # rollout-training mismatch correction: verl's decoupled-mode truncated IS
-        # (pi_old recomputed by the actor, the plan forces verl.old_log_prob=recompute; ModelGroup.update adds
-        # verl's rollout_is_weights to the batch, which verl's policy loss multiplies in)
-        settings["algorithm.rollout_correction.rollout_is"] = o.tis_level
-        settings["algorithm.rollout_correction.rollout_is_threshold"] = o.tis_cap
-        settings["algorithm.rollout_correction.bypass_mode"] = False
-    settings.update(device_settings(v.device, v.attn_implementation, colocated=model.colocated, hf_rollout=v.hf_rollout))
-    settings["critic.enable"] = plan.critic
-    if plan.critic:
-        settings.update(critic_settings(cfg, plan, model))
-    return settings
+    if not lora.enabled:
+        return {}
+    return {
+        f"{AR}.model.lora_rank": lora.rank,
+        f"{AR}.model.lora_alpha": int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha,
+        f"{AR}.model.target_modules": lora.target_modules,
+    }
 
 
 def critic_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[str, Any]:
@@ -184,8 +217,6 @@ def critic_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[str,
     one mini-batch and one epoch per step, the clipped value loss with ``critic.cliprange_value`` and
     ``critic.loss_agg_mode``. GAE itself runs in metaagent (:func:`metaagent.credit.unity.gae_advantages`), so
     ``algorithm.gamma`` / ``lam`` only document the run."""
-    from metaagent.policy.models import ALIASES, resolve_model
-
     v, o, c = plan.verl, cfg.optim, cfg.critic
     path = model.path if c.model is None else (resolve_model(c.model) if c.model in ALIASES else c.model)
     options = dict(cfg.algo.options)

@@ -127,9 +127,19 @@ class CPUDeviceId(str):
 
 
 def install_cpu() -> None:
+    """The ``cpu`` verl platform and the patches where verl 0.9.1 assumes an accelerator (module docstring)."""
     if "cpu" in _installed:
         return
     _installed.add("cpu")
+    _register_cpu_platform()
+    _patch_process_group_backend()
+    _patch_fsdp1_sync_module_states()
+    _patch_fsdp2_offload_unpinned()
+    install_hf_rollout()
+
+
+def _register_cpu_platform() -> None:
+    """verl's ``cpu`` platform: gloo, Ray CPUs with no accelerator, a ``torch.cuda``-like module over ``torch.cpu``."""
     import torch
     from verl.plugin.platform import PlatformBase, PlatformRegistry
 
@@ -204,19 +214,25 @@ def install_cpu() -> None:
         def cudart(self):
             return None
 
-    # verl builds the backend f"cpu:gloo,{device}:{backend}" = "cpu:gloo,cpu:gloo": torch refuses the duplicate.
-    # engine_workers imported this function by name, so its defaults are patched, not the module attribute.
+
+def _patch_process_group_backend() -> None:
+    """verl builds the backend f"cpu:gloo,{device}:{backend}" = "cpu:gloo,cpu:gloo": torch refuses the duplicate.
+    engine_workers imported this function by name, so its defaults are patched, not the module attribute."""
     from verl.utils import distributed
 
     distributed.initialize_global_process_group_ray.__defaults__ = (None, "cpu:gloo")
 
-    # FSDP1 (actor.strategy=fsdp): verl always passes sync_module_states=True, which FSDP1 refuses for CPU
-    # parameters (an NCCL guard); gloo broadcasts CPU tensors.
+
+def _patch_fsdp1_sync_module_states() -> None:
+    """FSDP1 (actor.strategy=fsdp): verl always passes sync_module_states=True, which FSDP1 refuses for CPU
+    parameters (an NCCL guard); gloo broadcasts CPU tensors."""
     from torch.distributed.fsdp import _init_utils
 
     _init_utils._check_module_states_for_sync_module_states = lambda module_states: None
 
-    # FSDP2 forward-only engines (the KL reference) offload with pinned memory, which needs an accelerator.
+
+def _patch_fsdp2_offload_unpinned() -> None:
+    """FSDP2 forward-only engines (the KL reference) offload with pinned memory, which needs an accelerator."""
     from verl.utils import fsdp_utils
 
     class UnpinnedCPUOffloadPolicy(fsdp_utils.CPUOffloadPolicy):
@@ -224,7 +240,6 @@ def install_cpu() -> None:
             super().__init__(pin_memory=False)
 
     fsdp_utils.CPUOffloadPolicy = UnpinnedCPUOffloadPolicy
-    install_hf_rollout()
 
 
 def install_hf_rollout() -> None:
