@@ -189,12 +189,14 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
     if cfg.optim.tis_cap is not None and verl.old_log_prob != "recompute":
         # TIS weighs the actor's recomputed pi_old against the rollout engine's log-probs (verl's decoupled mode;
         # the local backend recomputes too): tis_cap implies verl.old_log_prob=recompute
-        if "old_log_prob" in (cfg.verl or {}):
+        if verl.old_log_prob != "auto":
             raise ConfigError(
                 "optim.tis_cap weighs the actor's recomputed pi_old against the rollout's log-probs, so it needs "
-                f"verl.old_log_prob=recompute (implied when the key is left out), not {verl.old_log_prob}"
+                f"verl.old_log_prob=recompute (implied by auto, the default), not {verl.old_log_prob}"
             )
         verl = dataclasses.replace(verl, old_log_prob="recompute")
+    elif verl.old_log_prob == "auto":
+        verl = dataclasses.replace(verl, old_log_prob="rollout")
 
     max_prompt, max_response = cfg.optim.max_prompt_tokens, cfg.optim.max_response_tokens
     longest = max_prompt + max_response
