@@ -45,7 +45,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _adapter(tp: Any) -> pydantic.TypeAdapter:
     # lax mode: "4" -> 4 and "true" -> True (command-line values), numbers -> str (a model named 7)
     return pydantic.TypeAdapter(tp, config=pydantic.ConfigDict(coerce_numbers_to_str=True))
@@ -139,6 +139,17 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
         raise
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where or cls.__name__}: {e}") from None
+
+
+def parse_sections(obj: Any) -> None:
+    """Sections of dataclass ``obj`` given as mappings (``TrainConfig(reward={"lam": 0.2})``) become their
+    config classes through :func:`from_dict`, so a wrong key or value gets the same error as in YAML."""
+    hints = _field_types(type(obj))
+    for f in dataclasses.fields(obj):
+        inner, _ = _unwrap_optional(hints[f.name])
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(inner) and isinstance(value, Mapping):
+            setattr(obj, f.name, from_dict(inner, value, where=f.name))
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

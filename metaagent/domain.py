@@ -20,7 +20,7 @@ import importlib
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,9 +105,30 @@ class Domain:
     answer_hint: str = ""
     #: the single-agent baseline's frozen script (eval method ``sa``); None: no baseline for this domain
     solo_script: str | None = None
+    #: eval's ``fixed:<template>`` on a task of this domain: (template written for another domain, this domain's
+    #: version of the same structure) pairs, e.g. ("single_math", "single_code")
+    template_twins: tuple[tuple[str, str], ...] = ()
+    #: answers are programs run on the task's tests: training on it needs an isolation layer, and distillation
+    #: words its examples as program tasks (the task text is the coder's message)
+    runs_code: bool = False
+    #: the final answer is a ``\boxed{}`` value checked against a gold ``answer`` (distillation's boxed examples)
+    boxed_answer: bool = False
+    #: this domain's share of a training batch given ``data.math_fraction`` f (math: f, code: 1 - f); None: drawn
+    #: only when no domain of the data has a share (then every domain of the data alike)
+    batch_share: Callable[[float], float] | None = None
+    #: ``metaagent-serve`` accepts a request naming this domain (its text alone is a whole task)
+    served: bool = False
+    #: serve's guess for a request without a domain: True when the text is a task of this domain
+    looks_like: Callable[[str], bool] | None = None
+    #: serve's guess when no served domain's ``looks_like`` matches (one served domain sets it)
+    guess_default: bool = False
 
     def is_valid(self, task: Task) -> bool:
         return (self.valid or self.has_reference)(task)
+
+    def twin(self, template: str) -> str | None:
+        """This domain's version of ``template`` (a template written for another domain), or None."""
+        return dict(self.template_twins).get(template)
 
 
 _DOMAINS: dict[str, Domain] = {}
@@ -163,6 +184,36 @@ def get_domain(name: str) -> Domain:
         f"unknown domain {name!r}; registered: {list(registered)}. To add one, call "
         f"metaagent.domain.register_domain(Domain(...)) in a module and name it in {PLUGINS_ENV}"
     )
+
+
+def served_domains() -> tuple[str, ...]:
+    """The domains ``metaagent-serve`` accepts by name (``Domain.served``), sorted."""
+    return tuple(name for name, d in sorted(domains().items()) if d.served)
+
+
+def guess_domain(text: str) -> str:
+    """The served domain a request without one is taken to be: the first (by name) whose ``looks_like`` matches
+    ``text``, else the one marked ``guess_default``."""
+    served = [d for _, d in sorted(domains().items()) if d.served]
+    for d in served:
+        if d.looks_like is not None and d.looks_like(text):
+            return d.name
+    fallback = [d.name for d in served if d.guess_default]
+    if len(fallback) != 1:
+        raise DomainError(f"exactly one served domain must set guess_default, found {fallback}")
+    return fallback[0]
+
+
+def batch_ratio(math_fraction: float, present: Iterable[str]) -> dict[str, float]:
+    """Each domain's share of a training batch: ``Domain.batch_share(math_fraction)`` of the domains in
+    ``present`` whose share is positive; when none has one, every domain in ``present`` alike."""
+    present = sorted(set(present))
+    ratio = {}
+    for name in present:
+        share = get_domain(name).batch_share
+        if share is not None and share(math_fraction) > 0:
+            ratio[name] = share(math_fraction)
+    return ratio or {name: 1.0 for name in present}
 
 
 def domain_tool_names() -> tuple[str, ...]:

@@ -42,6 +42,9 @@ def _cell(text: str) -> str:
 
 
 def _code(text: str) -> str:
+    if "<" in str(text):  # e.g. a regex default "(?<!...)" Markdown would read as raw HTML: an HTML code span
+        chars = " ".join(str(text).split())
+        return "<code>" + "".join(c if c.isalnum() or c == " " else f"&#{ord(c)};" for c in chars) + "</code>"
     text = _flat(text)
     return f"`{text}`" if "`" not in text else _cell(text)
 

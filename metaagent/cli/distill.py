@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from metaagent.cli.flags import Parser, add_config_flags, add_debug_flag, config_values, run_main
+from metaagent.domain import domain_names
 
 #: the teacher flags of earlier releases, kept as aliases of their fields
 ALIASES = {
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         DistillConfig,
         aliases=ALIASES,
         exclude=("rollout", "command", "vary", "save_trees"),
+        choices={"domain": domain_names()},
         title="DistillConfig fields",
     )
     return p

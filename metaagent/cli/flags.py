@@ -30,7 +30,7 @@ from metaagent.config import ConfigError
 from metaagent.errors import MetaAgentError
 
 _COMMENT_RE = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+?)\s*$")
-_DOC_RE = re.compile(r"^\s+(\w+)(?:\s*/\s*\w+)*\s*:\s*(.+?)\s*$")
+_DOC_RE = re.compile(r"^\s+(\w+(?:\s*/\s*\w+)*)\s*:\s*(.+?)\s*$")  # "name: text" or "a / b: text"
 DEST_PREFIX = "cfg__"
 
 
@@ -51,8 +51,9 @@ def _own_field_help(cls: type) -> dict[str, str]:
     names = {f.name for f in dataclasses.fields(cls)}
     for line in doc.splitlines():
         m = _DOC_RE.match("    " + line)
-        if m and m.group(1) in names and m.group(1) not in out:
-            out[m.group(1)] = m.group(2)
+        for name in (n.strip() for n in m.group(1).split("/")) if m else ():
+            if name in names and name not in out:
+                out[name] = m.group(2)
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):

@@ -50,12 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="validate the config and print the resolved plan")
     p.add_argument("--quiet", action="store_true", help="no sample outputs in the log")
     add_debug_flag(p)
-    add_config_flags(
-        p,
-        TrainConfig,
-        aliases=ALIASES,
-        exclude=("verl",),
-    )
+    add_config_flags(p, TrainConfig, aliases=ALIASES)
     return p
 
 
@@ -97,9 +92,8 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
     failed, 2 it could not start)."""
     from metaagent.cli.display import TrainDisplay
     from metaagent.learn.checkpoint import CheckpointError
-    from metaagent.train.loop import TrainError, TrainLoop
-
     from metaagent.learn.trackers import TrackerError
+    from metaagent.train.loop import TrainError, TrainLoop
 
     display = TrainDisplay(show_samples=config.trainer.show_samples and not quiet)
     start_errors: tuple[type[BaseException], ...] = (

@@ -14,9 +14,11 @@ import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from metaagent.domain import batch_ratio, domain_names
+
 from .tasks import Task
 
-DEFAULT_RATIO = {"math": 0.5, "code": 0.5}
+DEFAULT_MATH_FRACTION = 0.5  # the paper's mixture: half math, half code (Domain.batch_share)
 STATE_VERSION = 1
 
 
@@ -35,7 +37,8 @@ class MixtureSampler:
     """Infinite, seeded, resumable batches with per-domain shares.
 
     ``tasks`` is an iterable of tasks (grouped by ``task.domain``) or a mapping ``domain -> tasks``.
-    ``ratio`` maps domains to shares (normalised); a domain with share 0 is never drawn.
+    ``ratio`` maps domains to shares (normalised); a domain with share 0 is never drawn. Default: each
+    registered domain's ``batch_share`` at :data:`DEFAULT_MATH_FRACTION` (math and code half each).
     """
 
     def __init__(
@@ -52,7 +55,7 @@ class MixtureSampler:
             pools = {}
             for t in tasks:
                 pools.setdefault(t.domain, []).append(t)
-        ratio = dict(DEFAULT_RATIO if ratio is None else ratio)
+        ratio = dict(batch_ratio(DEFAULT_MATH_FRACTION, domain_names()) if ratio is None else ratio)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if any(r < 0 for r in ratio.values()) or sum(ratio.values()) <= 0:

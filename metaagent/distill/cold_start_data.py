@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from metaagent.data.tasks import Task
+from metaagent.domain import get_domain
 from metaagent.records import DESIGNER, EXECUTOR
 from metaagent.rollout.prompts import designer_messages
 from metaagent.seeding import derive_seed
@@ -176,7 +177,7 @@ def format_reply(reply: str, answer: str) -> str | None:
 def executor_examples(rows: Iterable[dict[str, Any]], tasks: Sequence[Task]) -> tuple[list[dict[str, Any]], Counter]:
     """Correct, well-formatted executor examples from the embedded model's own kept replies (math tasks with a
     gold answer); returns the rows and counts of what was kept and dropped, by reason."""
-    answers = {t.id: t.answer for t in tasks if t.domain == "math" and t.answer}
+    answers = {t.id: t.answer for t in tasks if get_domain(t.domain).boxed_answer and t.answer}
     out: list[dict[str, Any]] = []
     counts: Counter = Counter()
     seen: set[str] = set()
@@ -294,15 +295,15 @@ def reference_executor_examples(
     own = _agent_prompts(designer_rows, _is_coder)
     out: list[dict[str, Any]] = []
     for task in tasks:
-        reference = references.get(task.id)
-        if not reference or task.domain not in (("code", "math") if math else ("code",)):
+        reference, domain = references.get(task.id), get_domain(task.domain)
+        if not reference or not (domain.runs_code or (math and domain.boxed_answer)):
             continue
-        prompts = own.get(task.id) or (_family_pool(own, tasks, task) if task.domain == "math" else [])
+        prompts = own.get(task.id) or (_family_pool(own, tasks, task) if domain.boxed_answer else [])
         if not prompts:
             continue
         rng = random.Random(derive_seed(seed, "reference-executor", task.id))
         for i, prompt in enumerate(rng.sample(prompts, min(per_task, len(prompts)))):
-            message = task.question if task.domain == "code" else rng.choice(CODER_MESSAGES).format(task=task.question)
+            message = task.question if domain.runs_code else rng.choice(CODER_MESSAGES).format(task=task.question)
             out.append(_executor_row(prompt, message, _program_reply(reference), task, i, seed, REFERENCE_SOURCE))
     return out
 
@@ -323,7 +324,7 @@ def tool_reader_examples(
     prompts = _agent_prompts(designer_rows, _is_reader)
     out: list[dict[str, Any]] = []
     for task in tasks:
-        if task.domain != "math" or not task.answer:
+        if not get_domain(task.domain).boxed_answer or not task.answer:
             continue
         pool = _family_pool(prompts, tasks, task)
         rng = random.Random(derive_seed(seed, "tool-reader", task.id))

@@ -18,11 +18,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError, from_dict
+from metaagent.domain import domain_names
 from metaagent.rollout.config import RolloutConfig
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
@@ -67,12 +68,12 @@ def _flag(name: str) -> str:
 class TeacherConfig(Checked):
     """An OpenAI-compatible teacher endpoint. The key is read from ``$api_key_env``, never stored."""
 
-    base_url: str = DEEPSEEK_BASE_URL
-    model: str = DEEPSEEK_MODEL
-    api_key_env: str = DEEPSEEK_KEY_ENV
-    max_concurrency: PositiveInt = 16
-    timeout_s: PositiveFloat = 120.0
-    max_retries: NonNegativeInt = 5
+    base_url: str = DEEPSEEK_BASE_URL  # the endpoint's API root (http or https)
+    model: str = DEEPSEEK_MODEL  # the served model name
+    api_key_env: str = DEEPSEEK_KEY_ENV  # environment variable holding the API key
+    max_concurrency: PositiveInt = 16  # teacher requests in flight at once
+    timeout_s: PositiveFloat = 120.0  # seconds one teacher request may take
+    max_retries: NonNegativeInt = 5  # retries of a failed request, with exponential backoff
 
     field_label: ClassVar[Any] = staticmethod(lambda name: "--teacher." + name.replace("_", "-"))
 
@@ -121,7 +122,7 @@ class DistillConfig(Checked):
     device: str = "cpu"
     data: list[Any] = field(default_factory=lambda: ["bundled:train"])
     levels: list[int] | None = None
-    domain: Literal["math", "code"] | None = None
+    domain: str | None = None
     limit: PositiveInt | None = None
     rollout: RolloutConfig | dict[str, Any] | None = None
     max_tasks: PositiveInt | None = None
@@ -139,6 +140,8 @@ class DistillConfig(Checked):
         super().__post_init__()
         if not self.out:
             raise ConfigError("--out must name the output directory, e.g. --out sft_data/run1")
+        if self.domain is not None and self.domain not in domain_names():
+            raise ConfigError(f"--domain {self.domain!r} is not a registered domain; use one of {list(domain_names())}")
         if self.rollout is None:
             self.rollout = default_rollout(self.template_only)
         if isinstance(self.rollout, dict):

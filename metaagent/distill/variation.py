@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from metaagent.data.tasks import Task
+from metaagent.domain import get_domain
 
 # ---- the tables (plain data) -------------------------------------------------------------------------------
 
@@ -188,22 +189,20 @@ class TaskFacts:
 
 def task_facts(task: Task) -> TaskFacts:
     """Topic (from :data:`MATH_TOPICS` / :data:`CODE_TOPICS`) and focus sentences read off the task text."""
-    text = task.question.strip()
-    topics, default = (
-        (CODE_TOPICS, CODE_DEFAULT_TOPIC) if task.domain == "code" else (MATH_TOPICS, MATH_DEFAULT_TOPIC)
-    )
+    text, program = task.question.strip(), get_domain(task.domain).runs_code  # a program task: code's vocabulary
+    topics, default = (CODE_TOPICS, CODE_DEFAULT_TOPIC) if program else (MATH_TOPICS, MATH_DEFAULT_TOPIC)
     topic, adjective, prefix = default
     for pattern, t, adj, pre in topics:
         if re.search(pattern, text, re.IGNORECASE | re.MULTILINE):
             topic, adjective, prefix = t, adj, pre
             break
-    return TaskFacts(topic, adjective, prefix, _focus(task.domain, text), _subject(task.domain, text))
+    return TaskFacts(topic, adjective, prefix, _focus(program, text), _subject(program, text))
 
 
-def _subject(domain: str, text: str) -> str:
-    """What the short prompts (``short=True``) name after the topic: a code task's function, a math task's
+def _subject(program: bool, text: str) -> str:
+    """What the short prompts (``short=True``) name after the topic: a program task's function, a math task's
     expression, first counted thing or first named person; "" when there is none."""
-    if domain == "code":
+    if program:
         m = re.search(r"`(\w+)\(", text) or re.search(r"\bRead(?:s)? (\w+ \w+)", text)
         return m.group(1) if m else ""
     m = re.fullmatch(r"\s*What is ([-\d\s+*/().^]+)\?\s*", text)
@@ -218,9 +217,9 @@ def _subject(domain: str, text: str) -> str:
     return m.group(1) if m else ""
 
 
-def _focus(domain: str, text: str) -> tuple[str, ...]:
+def _focus(program: bool, text: str) -> tuple[str, ...]:
     out: list[str] = []
-    if domain == "code":
+    if program:
         m = re.search(r"`(\w+)\(([^)`]*)\)`", text)
         if m:
             out.append(f"Define {m.group(1)}({m.group(2)}) exactly as the task specifies.")

@@ -1,9 +1,16 @@
 """Code: hidden ``tests``; the last fenced program of the answer runs on them (all must pass, or the pass rate
-with ``reward.code_correct=pass_rate``); serve votes on the program text."""
+with ``reward.code_correct=pass_rate``); serve votes on the program text.
+
+Serve's guess (documented in the API): a text without a stated domain is ``code`` when it contains a fenced code
+block, or any of :data:`CODE_CUES` (case-insensitive, on word boundaries); everything else is ``math``, the
+served domain marked ``guess_default``. Clients that know the domain should send it (``domain`` in
+``/v1/teams``, ``metaagent.domain`` in chat requests).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from metaagent.data.tasks import Task
@@ -15,6 +22,34 @@ from metaagent.rewards.score import RewardConfig, code_limits
 
 #: sandbox counters of a tested program that mean it tried to decide its own verdict (shortcut forged_verdict)
 FORGERY_COUNTERS = ("sandbox/forged_result", "sandbox/non_plain_value")
+#: phrases that make serve take a text without a stated domain for a code task (module docstring)
+CODE_CUES = (
+    "write a function",
+    "write a program",
+    "write code",
+    "implement",
+    "python",
+    "program that",
+    "function that",
+    "def ",
+    "stdin",
+    "standard input",
+    "input format",
+    "output format",
+    "class solution",
+)
+_CUE_RE = re.compile("|".join(rf"\b{re.escape(c.strip())}\b" for c in CODE_CUES), re.IGNORECASE)
+#: (math template, its code version): eval's fixed:<template> runs the code version on code tasks
+TEMPLATE_TWINS = (
+    ("single_math", "single_code"),
+    ("reflection", "reflection_code"),
+    ("ensemble_judge", "ensemble_code"),
+)
+
+
+def looks_like(text: str) -> bool:
+    """A fenced code block or a :data:`CODE_CUES` phrase (module docstring)."""
+    return "```" in text or _CUE_RE.search(text) is not None
 
 
 def score(task: Task, execution: Execution, cfg: RewardConfig) -> Verdict:
@@ -64,5 +99,10 @@ CODE = register_domain(
         answer_hint="The final answer must be a complete Python program in a ```python block.",
         solo_script='solver = Agent("Assistant", "Answer with a complete Python program in one ```python block.")\n'
         "submit(solver(task))\n",
+        template_twins=TEMPLATE_TWINS,
+        runs_code=True,
+        batch_share=lambda math_fraction: 1.0 - math_fraction,
+        served=True,
+        looks_like=looks_like,
     )
 )

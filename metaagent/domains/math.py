@@ -7,6 +7,7 @@ import re
 
 from metaagent.data.tasks import Task
 from metaagent.domain import Domain, Verdict, register_domain, short_key
+from metaagent.domains.code import TEMPLATE_TWINS as CODE_TWINS
 from metaagent.records import Execution
 from metaagent.rewards.math import check_math, extract_answer, find_boxed, normalize_answer
 from metaagent.rewards.score import RewardConfig
@@ -59,5 +60,10 @@ MATH = register_domain(
         answer_hint="The final answer must be submitted in \\boxed{}.",
         solo_script='solver = Agent("Assistant", "Answer the question. Put the final answer in \\\\boxed{}.")\n'
         "submit(solver(task))\n",
+        template_twins=tuple((code, math) for math, code in CODE_TWINS),
+        boxed_answer=True,
+        batch_share=lambda math_fraction: math_fraction,
+        served=True,
+        guess_default=True,
     )
 )

@@ -3,8 +3,8 @@
 - ``sa``: the single-agent baseline: the bare model answers the task once per sample, with a minimal
   format instruction and no role or method (the domain's ``Domain.solo_script``, one frozen script per domain);
 - ``fixed:<template>``: a template of the bank as a frozen design (every fixed multi-agent baseline). A
-  template written for the other domain is swapped for its twin of :data:`DOMAIN_TWINS` on each task
-  (``fixed:single_math`` runs ``single_code`` on code tasks), so one method covers a math+code benchmark;
+  template written for another domain is swapped for the task domain's twin of it (``Domain.template_twins``:
+  ``fixed:single_math`` runs ``single_code`` on code tasks), so one method covers a math+code benchmark;
 - ``auto``: the designer writes a team per sample and the executor runs it (the paper's method).
 
 One *sample* of a task is one (design, execution) outcome: ``sa`` and ``fixed:`` run their frozen design
@@ -32,11 +32,6 @@ from .errors import EvalError
 SA, AUTO, FIXED_PREFIX = "sa", "auto", "fixed:"
 EVAL_MODE = "eval"  # RolloutTree.mode of every evaluation tree
 EVAL_KEY = "eval"  # tree.config[EVAL_KEY]: method, benchmark, n, seed of the tree
-
-#: the same structure written for the other domain (both directions)
-DOMAIN_TWINS = {"single_math": "single_code", "reflection": "reflection_code", "ensemble_judge": "ensemble_code"}
-DOMAIN_TWINS.update({v: k for k, v in list(DOMAIN_TWINS.items())})
-
 
 @dataclass(frozen=True)
 class Method:
@@ -83,10 +78,10 @@ def frozen_for(method: Method, task: Task, templates: Sequence[Any]) -> FrozenDe
 
 
 def template_for(name: str, domain: str, templates: Sequence[Any]) -> str:
-    """``name``, or its twin of :data:`DOMAIN_TWINS` when ``name`` is written for another domain."""
+    """``name``, or ``domain``'s twin of it (``Domain.template_twins``) when ``name`` is written for another domain."""
     bank = {t.name: t for t in templates}
     own = bank.get(name)
-    twin = DOMAIN_TWINS.get(name)
+    twin = get_domain(domain).twin(name)
     if own is not None and domain not in own.domains and twin in bank and domain in bank[twin].domains:
         return twin
     return name

@@ -233,10 +233,10 @@ class CoachConfig:
     backend: str | None = None  # null (no coach) | openai | hf | rule
     model: str = ""  # openai: the served model name; hf: a model path or alias; rule: a name in RULES
     base_url: str | None = None  # openai: the API root
-    api_key_env: str = "OPENAI_API_KEY"
-    template: str = "mappa_math"
-    temperature: float = 0.0
-    max_tokens: int = 1024
+    api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable holding the API key
+    template: str = "mappa_math"  # the coach's prompt and score format (a name in TEMPLATES)
+    temperature: float = 0.0  # sampling temperature of the coach (paper: 0)
+    max_tokens: int = 1024  # longest coach reply, in tokens
     max_retries: int = 5  # API retries with exponential backoff (openai backend)
     format_retries: int = 1  # re-asks with a format reminder after an unreadable reply
     on_failure: str = "error"  # error: the turn is not trained (counted) | fallback: score fallback_score

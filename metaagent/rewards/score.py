@@ -54,13 +54,13 @@ class RewardConfig(Checked):
     # tasks with their own limits (CodeContests: metadata time_limit_s / memory_limit_bytes): the test gets
     # max(time_limit_floor_s, limit x time_limit_multiplier) CPU seconds and max(memory_floor_mb, limit) MB
     time_limit_multiplier: PositiveFloat = 1.0
-    time_limit_floor_s: PositiveFloat = 1.0
-    memory_floor_mb: Annotated[int, Field(ge=64)] = 256
+    time_limit_floor_s: PositiveFloat = 1.0  # least CPU seconds per test of a task with its own time limit
+    memory_floor_mb: Annotated[int, Field(ge=64)] = 256  # least MB per test of a task with its own memory limit
     code_workers: PositiveInt = DEFAULT_WORKERS  # code tests of one program run in parallel
     stop_on_failure: bool = True  # all_pass only: skip remaining tests after the first failure
     site_packages: bool = False  # let tested programs import installed packages (slower start)
-    math_rel_tol: Annotated[float, Field(gt=0, lt=1)] = DEFAULT_REL_TOL
-    math_timeout_s: PositiveFloat = DEFAULT_TIMEOUT_S
+    math_rel_tol: Annotated[float, Field(gt=0, lt=1)] = DEFAULT_REL_TOL  # relative tolerance of numeric answers
+    math_timeout_s: PositiveFloat = DEFAULT_TIMEOUT_S  # seconds one math check (symbolic equality) may take
     # an answer to a plain-number reference must be a number ("strict") or may be any symbolically equal
     # expression ("lenient"); a copy of the question's expression is incorrect in both (rewards/shortcuts.py)
     math_final_form: Literal[FINAL_FORMS] = "strict"

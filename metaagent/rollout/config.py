@@ -21,11 +21,11 @@ TEMPLATE_SELECTIONS = ("domain", "uniform")
 class SamplingConfig:
     """Sampling of one role. ``temperature: 0`` is greedy (evaluation); training samples at 1.0."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_tokens: int = 512
-    stop: list[str] = field(default_factory=list)
+    temperature: float = 1.0  # softmax temperature of sampling; 0 = greedy
+    top_p: float = 1.0  # nucleus sampling: keep the smallest token set of this probability mass (1 = off)
+    top_k: int = 0  # keep only the k most likely tokens (0 = off)
+    max_tokens: int = 512  # most tokens generated per call (a reply that reaches it is cut there)
+    stop: list[str] = field(default_factory=list)  # generation stops after any of these strings
 
     def __post_init__(self) -> None:
         self.params()  # validates
@@ -82,8 +82,8 @@ class RolloutConfig(Checked):
     # designer prompt: full (API reference + in-context templates, for teachers and untrained models), compact
     # (a short API summary, no examples, for trained designers), auto (the one the designer model records, else full)
     designer_prompt: Literal["auto", "full", "compact"] = "auto"
-    designer: SamplingConfig = field(default_factory=_default_designer_sampling)
-    executor: SamplingConfig = field(default_factory=_default_executor_sampling)
+    designer: SamplingConfig = field(default_factory=_default_designer_sampling)  # sampling of designer scripts
+    executor: SamplingConfig = field(default_factory=_default_executor_sampling)  # sampling of agent replies
     frozen_designer: str | None = None
     limits: dict[str, Any] = field(default_factory=lambda: {"timeout_s": 120.0, "total_timeout_s": 600.0})
     sandbox_workers: PositiveInt = 8

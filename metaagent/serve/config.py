@@ -110,7 +110,7 @@ class ServeConfig(Checked):
     api_key: Annotated[str, Field(min_length=8)] | None = None
     served_model_name: Annotated[str, Field(min_length=1, pattern=r"^\S+$")] = DEFAULT_SERVED_NAME
     max_request_bytes: PositiveInt = 1_000_000
-    max_task_chars: PositiveInt = 20_000
+    max_task_chars: PositiveInt = 20_000  # tasks longer than this many characters get 413
     max_concurrent_requests: PositiveInt = 16
 
     sandbox_workers: PositiveInt = 4

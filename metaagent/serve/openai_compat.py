@@ -11,7 +11,7 @@ instructions, previous turns) are put before it as context::
     Task:
     <last user message>
 
-Domain: ``metaagent.domain`` when given, else :func:`~metaagent.serve.domain.guess_domain` on the last user
+Domain: ``metaagent.domain`` when given, else :func:`~metaagent.domain.guess_domain` on the last user
 message. Sampling: ``temperature``, ``top_p`` and ``max_completion_tokens``/``max_tokens`` (per agent turn)
 apply to the team's agents; the designer keeps the server's defaults.
 
@@ -40,7 +40,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .domain import guess_domain
+from metaagent.domain import guess_domain
+
 from .errors import ServeError, bad_request, error_body
 from .protocol import (
     ChatChoice,

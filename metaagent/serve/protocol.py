@@ -17,11 +17,21 @@ request may carry the extension ``metaagent: {"domain", "n_designs", "n_executio
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-Domain = Literal["math", "code"]
+from metaagent.domain import served_domains
+
+
+def _served(name: str) -> str:
+    if name not in served_domains():
+        raise ValueError(f"unknown domain {name!r}; this server accepts {list(served_domains())}")
+    return name
+
+
+#: a domain the server accepts (``Domain.served`` in metaagent.domain: math, code)
+Domain = Annotated[str, AfterValidator(_served)]
 Select = Literal["first", "majority", "judge"]
 TeamStatus = Literal["answered", "no_answer", "designed"]
 
@@ -61,7 +71,9 @@ class TaskSpec(_Strict):
 class TeamOptions(_Strict):
     """What the team should do; shared by ``/v1/teams`` and the chat extension field."""
 
-    domain: Domain | None = Field(None, description="math or code; guessed from the text when omitted")
+    domain: Domain | None = Field(
+        None, description="a domain the server accepts (math, code); guessed from the text when omitted"
+    )
     n_designs: int = Field(1, ge=1, description="designs sampled (capped by the server's --max-designs)")
     n_executions: int = Field(1, ge=1, description="executions per valid design (capped by --max-executions)")
     select: Select = Field("first", description="how the answer is picked among executions")

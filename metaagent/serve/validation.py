@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 
 from metaagent.data.tasks import ADHOC, Task, TaskError
+from metaagent.domain import guess_domain
 from metaagent.policy.base import RequestError, SamplingParams
 from metaagent.rollout.config import SamplingConfig
 
 from .config import ServeConfig
-from .domain import guess_domain
 from .errors import ServeError, bad_request, too_large
 from .protocol import SamplingSpec, TaskSpec, TeamRequest
 from .team import TeamSpec

@@ -101,25 +101,25 @@ class SFTConfig(OptimizerConfig):
     model: str = "embedded"
     out: str = "runs/sft"
     epochs: PositiveInt = 1
-    max_steps: PositiveInt | None = None
+    max_steps: PositiveInt | None = None  # cap on the total optimizer steps (null: epochs decide)
     lr: PositiveFloat | None = None  # peak learning rate; None: 2e-4 with LoRA, 1e-5 for full fine-tuning
     batch_size: PositiveInt = 8
     max_len: Annotated[int, Field(ge=2)] = 1536
     kinds: list[Literal[KINDS]] = field(default_factory=lambda: list(KINDS))
     chat_template_kwargs: dict[str, Any] | None = None  # None: the template's default (Qwen3: no thinking)
     lora_rank: NonNegativeInt = 0
-    lora_alpha: PositiveFloat | None = None
-    lora_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    lora_targets: str = "all-linear"
+    lora_alpha: PositiveFloat | None = None  # LoRA scaling alpha (alpha / rank); null: 2 x lora_rank
+    lora_dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # LoRA dropout probability
+    lora_targets: str = "all-linear"  # peft's target_modules: the layers that get adapters
     init_adapter: str | None = None  # LoRA only: start from this adapter folder (same rank and targets)
     schedule: Literal[SCHEDULES] = "cosine"  # learning rate after warmup: cosine to min_lr_ratio * lr, or constant
     weight_decay: NonNegativeFloat = 0.0  # AdamW decoupled weight decay (none for SFT)
     save_every: NonNegativeInt = 0
-    keep_last: PositiveInt | None = None
-    seed: int = 0
-    device: str = "cpu"
+    keep_last: PositiveInt | None = None  # keep only the newest k checkpoints (null: keep all)
+    seed: int = 0  # seed of data order, LoRA init and dropout
+    device: str = "cpu"  # torch device of the training ("cpu", "cuda")
     threads: PositiveInt | None = None
-    tensorboard: bool = False
+    tensorboard: bool = False  # also log metrics to TensorBoard (metrics.jsonl is always written)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
-from metaagent.config import Checked, ConfigError, load_config, to_dict
+from metaagent.config import Checked, ConfigError, load_config, parse_sections, to_dict
 from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
 from metaagent.execution.isolation import ExecutionConfig
 from metaagent.learn.optim import (  # noqa: F401
@@ -25,8 +25,10 @@ from metaagent.learn.optim import (  # noqa: F401
 from metaagent.policy.factory import MODEL_BACKENDS
 from metaagent.policy.precision import DTYPES, resolve_dtype
 from metaagent.rewards.coach import CoachConfig
+from metaagent.rewards.score import RewardConfig
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
+from metaagent.train.verl_backend.config import VerlConfig
 
 from .schedule import MODES
 
@@ -46,10 +48,10 @@ class LoraSettings(Checked):
     adapter parameters; checkpoints hold the adapters (peft folders); ``metaagent-export`` merges one into a
     full model folder. verl backend: ``actor_rollout_ref.model.lora_rank / lora_alpha / target_modules``."""
 
-    enabled: bool = False
+    enabled: bool = False  # train LoRA adapters on frozen base weights instead of the full model
     rank: PositiveInt = 16  # r (verl: lora_rank)
     alpha: PositiveFloat = 32.0  # scaling alpha / r (verl: lora_alpha)
-    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0  # LoRA dropout probability (verl: must be 0)
     target_modules: str | list[str] = "all-linear"  # peft's target_modules (verl: target_modules)
 
 
@@ -64,20 +66,21 @@ class PolicyConfig(Checked):
     (partial sharing); those models are trained with the executor samples of matching roles.
     """
 
-    model: str = "embedded"
-    weights: Literal[WEIGHTS] = "shared"
-    designer_model: str | None = None
-    executor_model: str | None = None
+    model: str = "embedded"  # the trained model: "embedded", "tiny", a local Hugging Face folder or a hub name
+    weights: Literal[WEIGHTS] = "shared"  # shared: one model plays both roles; separate: one copy per role
+    designer_model: str | None = None  # weights=separate: the designer's starting model (null: policy.model)
+    executor_model: str | None = None  # weights=separate: the executor's starting model (null: policy.model)
+    # executor role-name pattern (e.g. "executor:*Critic*") -> a further trained model for matching agents
     role_models: dict[str, str] = field(default_factory=dict)
-    backend: Literal[MODEL_BACKENDS] = "hf"
-    device: str = "cpu"
+    backend: Literal[MODEL_BACKENDS] = "hf"  # how the rollout generates: hf (transformers), vllm, openai (remote)
+    device: str = "cpu"  # torch device of the local models ("cpu", "cuda", "cuda:1")
     # the rollout's dtype (hf backend; the trained weights stay fp32): "auto" = bfloat16 where the device has bf16
     # matrix units (avx512_bf16 / amx_bf16 CPUs, CUDA), else float32; resolved when the config loads. The
     # rollout then generates from a bf16 copy of the weights, refreshed after every update
     # (metaagent.policy.precision); optim.tis_cap corrects the mismatch. LoRA: auto = float32
     dtype: Literal[DTYPES] = "auto"
-    max_batch_size: PositiveInt = 32
-    max_wait_s: Annotated[float, Field(ge=0)] = 0.005
+    max_batch_size: PositiveInt = 32  # most requests one generate call batches together
+    max_wait_s: Annotated[float, Field(ge=0)] = 0.005  # seconds the batcher waits for more requests to join
     # continuous batching: the step's designer generations and agent calls join one running batch between decode
     # steps, and each call returns when its own rows finish (benchmarks/step.py measures it against static
     # batching). Which rows decode together then depends on timing, and a matmul's rounding on its row count, so
@@ -91,9 +94,9 @@ class PolicyConfig(Checked):
     # extra chat-template variables, used identically by rollout, training, SFT and serving; None = the
     # template's default ({enable_thinking: false} where the template knows it: the paper's no-thinking mode)
     chat_template_kwargs: dict[str, Any] | None = None
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    lora: LoraSettings = field(default_factory=LoraSettings)
+    base_url: str | None = None  # backend=openai: the OpenAI-compatible endpoint's API root
+    api_key_env: str = "OPENAI_API_KEY"  # backend=openai: environment variable holding the API key
+    lora: LoraSettings = field(default_factory=LoraSettings)  # LoRA RL: adapters on frozen base weights
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -115,9 +118,12 @@ class PolicyConfig(Checked):
 class DataConfig(Checked):
     """Training/validation tasks and the per-batch domain mixture (paper: batch 8, half math, half code)."""
 
+    # training datasets (metaagent.data.DatasetSpec mappings: source, split, limit, ...)
     train: list[dict[str, Any]] = field(default_factory=lambda: [{"source": "bundled", "split": "train"}])
+    # validation datasets (trainer.val_every), same form as data.train
     val: list[dict[str, Any]] = field(default_factory=lambda: [{"source": "bundled", "split": "val"}])
-    batch_size: PositiveInt = 8
+    batch_size: PositiveInt = 8  # tasks per training step (paper: 8)
+    # share of a batch's tasks drawn from math when the data holds math and code (paper: 0.5)
     math_fraction: Annotated[float, Field(ge=0, le=1)] = 0.5
 
     def __post_init__(self) -> None:
@@ -133,8 +139,8 @@ class DynamicSamplingConfig(Checked):
     role, at most ``max_extra_tasks`` extra tasks (full M x N trees) per step. Off: zero-variance groups stay
     in the batch with advantage 0 (masked with ``algo.filter_zero_var``)."""
 
-    enabled: bool = False
-    max_extra_tasks: NonNegativeInt = 16
+    enabled: bool = False  # redraw tasks until every trained role has a full batch of informative groups
+    max_extra_tasks: NonNegativeInt = 16  # most extra tasks (full M x N trees) rolled out per step for it
 
 
 @dataclass
@@ -145,7 +151,8 @@ class OverlongConfig(Checked):
     with ``L_max = rollout.executor.max_tokens`` and ``L_cache = buffer`` on every executor turn, added to its
     execution's reward (:mod:`metaagent.rewards.overlong`; verl's ``reward.overlong_buffer``)."""
 
-    filter: bool = False
+    filter: bool = False  # mask samples that ended at a length limit out of the loss
+    # the roles whose truncated samples filter masks
     filter_roles: list[Literal["designer", "executor"]] = field(default_factory=lambda: ["designer", "executor"])
     buffer: NonNegativeInt = 0  # L_cache of Eq. 13 (DAPO: 4096 of 20480); 0 = no soft punishment
     penalty_factor: Annotated[float, Field(ge=0)] = 1.0  # verl's overlong_buffer.penalty_factor
@@ -157,16 +164,17 @@ class AlgoConfig(Checked):
 
     estimator: str = "hierarchical"  # any name in metaagent.credit's registry (list_estimators())
     options: dict[str, Any] = field(default_factory=dict)  # keyword options of other estimators
-    eps: PositiveFloat = 1e-6
-    executor_group: Literal[EXECUTOR_GROUPS] = "question"
+    eps: PositiveFloat = 1e-6  # added to a group's reward std before dividing (Eq. 5, 7)
+    executor_group: Literal[EXECUTOR_GROUPS] = "question"  # which executor samples form one advantage group
     executor_unit: Literal[EXECUTOR_UNITS] = "call"  # "call" (Eq. 6-7: each agent call is a group member) | "execution"
     # how the designs of a question weigh in its executor group: "member" (Eq. 6, each member alike), "design"
     # (each design alike whatever its executions: unequal N), "auto" (design when rollout.adaptive_budget is on)
     executor_balance: Literal[EXECUTOR_BALANCES] = "auto"
-    norm_by_std: bool = True
-    filter_zero_var: bool = False
+    norm_by_std: bool = True  # divide advantages by the group's reward std (GRPO); false: mean-centred only
+    filter_zero_var: bool = False  # mask groups whose rewards are all equal (advantage 0) out of the loss
+    # DAPO's dynamic sampling: redraw tasks until the batch holds enough informative groups
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
-    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)  # DAPO's overlong filter and soft penalty
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -184,8 +192,10 @@ class AlgoConfig(Checked):
 class ScheduleConfig(Checked):
     """Which role is trained at each step (paper Eq. 9): stagewise alternation every ``stage_len`` steps."""
 
+    # stagewise: alternate the trained role every stage_len steps; coupled: both roles every step; designer_only,
+    # executor_only: one role throughout
     mode: Literal[MODES] = "stagewise"
-    stage_len: PositiveInt = 30
+    stage_len: PositiveInt = 30  # steps per stage of the stagewise schedule (paper: 30)
 
 
 @dataclass
@@ -204,9 +214,9 @@ class OptimConfig(LossConfig, OptimizerConfig):
     # train on the preference pairs the records carry (evaluation-aligned credit's failure route) with the DPO
     # loss, beside PPO-clip; loads a frozen reference model
     dpo: bool = False
-    dpo_beta: PositiveFloat = 0.1
-    max_prompt_tokens: PositiveInt = 4096
-    max_response_tokens: PositiveInt = 2048
+    dpo_beta: PositiveFloat = 0.1  # beta of the DPO loss (optim.dpo): strength of the implicit KL to the reference
+    max_prompt_tokens: PositiveInt = 4096  # longest prompt of a training sample, in tokens (longer: dropped, counted)
+    max_response_tokens: PositiveInt = 2048  # longest response of a training sample, in tokens (longer: cut)
 
     def optimizer(self) -> OptimizerConfig:
         """The optimizer part alone."""
@@ -225,15 +235,15 @@ class OptimConfig(LossConfig, OptimizerConfig):
 class TrainerConfig(Checked):
     """Loop, logging and checkpoints."""
 
-    steps: NonNegativeInt = 300
-    seed: int = 0
-    out: str = "runs/metaagent"
-    backend: Literal[TRAIN_BACKENDS] = "local"
+    steps: NonNegativeInt = 300  # training steps of the run (one batch of tasks each)
+    seed: int = 0  # seed of data order, sampling and initialisation; the same seed replays the same run
+    out: str = "runs/metaagent"  # run directory (config, metrics, rollouts, checkpoints)
+    backend: Literal[TRAIN_BACKENDS] = "local"  # local (this process, CPU or one GPU) or verl (Ray, FSDP, vLLM)
     save_every: NonNegativeInt = 30  # 0 = only at the end
     val_every: NonNegativeInt = 0  # 0 = no validation
-    val_tasks: int = 16
-    val_repeats: int = 1
-    val_greedy: bool = True
+    val_tasks: int = 16  # validation tasks per validation round (the first of data.val)
+    val_repeats: int = 1  # rollouts per validation task (metrics averaged)
+    val_greedy: bool = True  # validate with greedy decoding (temperature 0) instead of the training sampling
     tensorboard: bool = True  # false drops tensorboard from loggers
     # metric destinations (metaagent.learn.trackers): jsonl (required), tensorboard, wandb, mlflow (verl's
     # trainer.logger, OpenRLHF's --use_wandb / --use_tensorboard); wandb and mlflow need their pip extras
@@ -298,26 +308,26 @@ class CriticConfig(Checked):
 
 @dataclass
 class TrainConfig:
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    reward: dict[str, Any] = field(default_factory=dict)  # metaagent.rewards.RewardConfig fields
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
-    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    verl: dict[str, Any] = field(default_factory=dict)  # GPU backend settings (see metaagent.train.verl_backend)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)  # the trained models and how they generate
+    data: DataConfig = field(default_factory=DataConfig)  # training and validation tasks, batch mixture
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # M designs x N executions per task, sampling
+    reward: RewardConfig = field(default_factory=RewardConfig)  # how executions are scored (paper App. B, Eq. 10)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)  # credit assignment (paper Eq. 4-7)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)  # which role trains at each step (Eq. 9)
+    optim: OptimConfig = field(default_factory=OptimConfig)  # optimizer, loss and sample lengths
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # loop length, logging, checkpoints
+    verl: VerlConfig = field(default_factory=VerlConfig)  # GPU backend settings (trainer.backend=verl)
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)  # isolation of model-written code
     # evaluation-aligned credit's post-rollout stage (seed 002); used when algo.estimator is eval_aligned
     eval_aligned: EvalAlignedConfig = field(default_factory=EvalAlignedConfig)
     # MAPPA's coach: a judge that scores every agent action after each training execution (metaagent.rewards.coach)
     coach: CoachConfig = field(default_factory=CoachConfig)
-    turn_reward: TurnRewardConfig = field(default_factory=TurnRewardConfig)
+    turn_reward: TurnRewardConfig = field(default_factory=TurnRewardConfig)  # per-turn reward allocator
     critic: CriticConfig = field(default_factory=CriticConfig)  # GAE estimators' value model (unity mode: gae)
 
     def __post_init__(self) -> None:
+        parse_sections(self)  # TrainConfig(reward={...}): a section given as a mapping is parsed like YAML
         self._resolve_precision()
-        self.reward_config()  # validate now, not at step 1
         if self.algo.estimator == "mappa" and self.coach.backend is None:
             raise ConfigError(
                 "algo.estimator=mappa trains on coach scores: set coach.backend (openai, hf or rule; see "
@@ -382,13 +392,9 @@ class TrainConfig:
             return "design" if self.rollout.adaptive_budget.enabled else "member"
         return b
 
-    def reward_config(self):
-        from metaagent.rewards import RewardConfig
-
-        try:
-            return RewardConfig(**self.reward)
-        except TypeError as e:
-            raise ConfigError(f"reward: {e}") from None
+    def reward_config(self) -> RewardConfig:
+        """The ``reward`` section (how executions are scored)."""
+        return self.reward
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

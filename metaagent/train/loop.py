@@ -23,15 +23,16 @@ from typing import Any
 import yaml
 
 from metaagent import __version__
+from metaagent.domain import batch_ratio, get_domain
 from metaagent.errors import MetaAgentError
+from metaagent.learn.metrics import MetricsLogger, cuda_peak_mib
+from metaagent.learn.trackers import step_samples
 from metaagent.records import DESIGNER, EXECUTOR, RolloutTree, TreeWriter
 from metaagent.rollout.engine import RolloutEngine, RolloutObserver
 from metaagent.rollout.metrics import rollout_metrics
 from metaagent.seeding import derive_seed
 from metaagent.train.backend import Backend, Needs
 from metaagent.train.config import TrainConfig
-from metaagent.learn.metrics import MetricsLogger, cuda_peak_mib
-from metaagent.learn.trackers import step_samples
 
 ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
 
@@ -167,15 +168,14 @@ class TrainLoop:
             )
         if cfg.optim.dpo and not can.preference_pairs:
             raise TrainError(
-                f"the DPO loss on preference pairs (optim.dpo) runs on the local backend only for now; "
+                "the DPO loss on preference pairs (optim.dpo) runs on the local backend only for now; "
                 "set optim.dpo=false or trainer.backend=local"
             )
 
     def _init_data(self, resume: str | bool | None) -> None:
         from metaagent.data import MixtureSampler
-        from metaagent.train.schedule import StageSchedule
-
         from metaagent.learn.trackers import check_available
+        from metaagent.train.schedule import StageSchedule
 
         cfg = self.config
         check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
@@ -189,9 +189,7 @@ class TrainLoop:
             raise TrainError("data.train yielded no tasks; check the dataset specs in the config")
         self.isolation = _isolation_for_training(cfg, self.train_tasks)
         self.val_tasks = load_tasks(cfg.data.val)[: cfg.trainer.val_tasks] if cfg.trainer.val_every else []
-        ratio = {"math": cfg.data.math_fraction, "code": 1.0 - cfg.data.math_fraction}
-        present = {t.domain for t in self.train_tasks}
-        ratio = {d: r for d, r in ratio.items() if r > 0 and d in present} or {d: 1.0 for d in present}
+        ratio = batch_ratio(cfg.data.math_fraction, {t.domain for t in self.train_tasks})  # Domain.batch_share
         self.sampler = MixtureSampler(
             self.train_tasks, batch_size=cfg.data.batch_size, ratio=ratio, seed=cfg.trainer.seed
         )
@@ -525,7 +523,8 @@ def _isolation_for_training(cfg: TrainConfig, tasks: list[Any]) -> Any:
     tasks refuses to start without one unless the config accepts that with ``execution.isolation=none``."""
     from metaagent.execution.isolation import IsolationError, for_config
 
-    code = any(getattr(t, "domain", None) == "code" for t in tasks) and cfg.data.math_fraction < 1.0
+    shares = batch_ratio(cfg.data.math_fraction, {t.domain for t in tasks})  # the domains the sampler draws
+    code = any(get_domain(name).runs_code for name in shares)
     try:
         return for_config(cfg.execution, purpose="train", code_tasks=code)
     except IsolationError as e:

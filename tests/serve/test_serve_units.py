@@ -7,11 +7,11 @@ import re
 import pytest
 
 from metaagent.config import ConfigError
+from metaagent.domain import guess_domain
 from metaagent.policy import ChatRequest, PolicyError, SamplingParams, ScriptedPolicy
 from metaagent.records import CheckReport, Design, Execution
 from metaagent.serve import selection
 from metaagent.serve.config import ServeConfig, is_loopback
-from metaagent.serve.domain import guess_domain
 from metaagent.serve.errors import ServeError, error_body
 from metaagent.serve.metrics import Metrics
 from metaagent.serve.openai_compat import event_text, task_text

@@ -34,6 +34,7 @@ class EvalAlignedConfig:
     prefix_judge: str = "mc"  # Eq. 8 J_Omega: mc (forced-prefix continuations) | rule:<name> | policy
     mc_continuations: int = 4  # mc: OK iff one of this many continuations succeeds
     nbest: int = 4  # N-best resampling of the failing turn for the preferred reply (Eq. 10, source iii)
+    # where a failing turn's preferred reply comes from: success_episode (a succeeding execution's turn), resample
     pair_sources: list[str] = field(default_factory=lambda: ["success_episode", "resample"])
     correction_check: bool = True  # re-run with the failing reply replaced by the preferred one (§5)
     max_runs_per_step: int = 512  # counterfactual + prefix + correction re-executions per training step

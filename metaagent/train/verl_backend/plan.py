@@ -157,7 +157,7 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
     for key, res in resources.items():
         verl.check_model(key, res)
     used = _check_placement(cfg, verl, resources)
-    verl = _with_tis_recompute(cfg, verl)
+    verl = _resolve_old_log_prob(cfg, verl)
     max_prompt, max_response = cfg.optim.max_prompt_tokens, cfg.optim.max_response_tokens
     train_tokens, logprob_tokens = _micro_batch_tokens(verl, max_prompt + max_response)
 
@@ -230,15 +230,16 @@ def _check_placement(cfg: TrainConfig, verl: VerlConfig, resources: dict[str, Mo
     return used
 
 
-def _with_tis_recompute(cfg: TrainConfig, verl: VerlConfig) -> VerlConfig:
-    """TIS weighs the actor's recomputed pi_old against the rollout engine's log-probs (verl's decoupled mode;
-    the local backend recomputes too): ``optim.tis_cap`` implies ``verl.old_log_prob=recompute``."""
-    if cfg.optim.tis_cap is None or verl.old_log_prob == "recompute":
-        return verl
-    if "old_log_prob" in (cfg.verl or {}):
+def _resolve_old_log_prob(cfg: TrainConfig, verl: VerlConfig) -> VerlConfig:
+    """``verl.old_log_prob: auto`` resolved: TIS weighs the actor's recomputed pi_old against the rollout engine's
+    log-probs (verl's decoupled mode; the local backend recomputes too), so ``optim.tis_cap`` implies ``recompute``;
+    without TIS, ``auto`` is ``rollout``."""
+    if cfg.optim.tis_cap is None:
+        return verl if verl.old_log_prob != "auto" else dataclasses.replace(verl, old_log_prob="rollout")
+    if verl.old_log_prob not in ("auto", "recompute"):
         raise ConfigError(
             "optim.tis_cap weighs the actor's recomputed pi_old against the rollout's log-probs, so it needs "
-            f"verl.old_log_prob=recompute (implied when the key is left out), not {verl.old_log_prob}"
+            f"verl.old_log_prob=recompute (implied by auto, the default), not {verl.old_log_prob}"
         )
     return dataclasses.replace(verl, old_log_prob="recompute")
 
