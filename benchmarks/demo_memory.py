@@ -4,7 +4,7 @@ The demo's command (``train-metaagent --config default --stage-len 1 --steps 3 -
 fresh subprocesses, one per variant per round, ``--rounds`` times:
 
 - ``selective``: the code as it is: the update's heap mode (:func:`metaagent.train.local.models.update_heap`) and
-  selective recomputation (``UpdateOptions.recompute``, :mod:`metaagent.learn.recompute`: decoder layers keep only
+  selective recomputation (``optim.recompute``, :mod:`metaagent.learn.recompute`: decoder layers keep only
   their matrix products' outputs for backward);
 - ``keep-all``: heap mode, every activation kept (the default before selective recomputation);
 - ``no-heap``: neither (the mode replaced by a no-op, everything kept).
@@ -36,7 +36,7 @@ DEMO = ["--config", "default", "--stage-len", "1", "--steps", "3", "--data.batch
 MAIN = "from metaagent.cli.train import main; raise SystemExit(main())"
 NO_HEAP = "import contextlib, metaagent.train.local.models as m; m.update_heap = contextlib.nullcontext\n"
 # a dataclass default is baked into __init__: the updater's call is replaced (the model then keeps everything)
-KEEP_ALL = "import metaagent.train.local.update as u; u.enable_recompute = lambda model, mode: None\n"
+KEEP_ALL = "import metaagent.train.local.update as u; u.enable_recompute = lambda model, mode: None  # as optim.recompute=off\n"
 RUNNER = {"selective": MAIN, "keep-all": KEEP_ALL + MAIN, "no-heap": NO_HEAP + KEEP_ALL + MAIN}
 STEP_LINE = re.compile(r"\| (\d+)s \(rollout (\d+)s, update (\d+)s\)")
 

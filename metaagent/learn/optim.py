@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked
+from metaagent.learn.recompute import Recompute
 
 SCHEDULES = ("constant", "cosine")
 #: verl 0.9's POLICY_LOSS_REGISTRY (bypass_mode needs rollout importance weights: not offered)
@@ -64,6 +65,10 @@ class OptimizerConfig(Checked):
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1  # cosine: floor as a fraction of lr
     micro_batch_tokens: PositiveInt = 4096  # padded tokens (rows x longest sequence) per forward/backward pass
     logprob_chunk: PositiveInt = 256  # response tokens per LM-head chunk (never the B x T x V logits)
+    # what decoder layers keep for backward in the local update (metaagent.learn.recompute): "selective" keeps the
+    # matrix products' outputs and recomputes the elementwise rest (same gradients; make demo's peak 3.54 vs 3.99 GB,
+    # updates ~1.14x slower: benchmarks/demo_memory.py); "full" recomputes whole layers; "off" keeps everything
+    recompute: Recompute = "selective"
     # "bfloat16" autocasts forward passes; master weights stay fp32 (no fp16: no loss scaler); "auto": bfloat16
     # where the device has bf16 matrix units (metaagent.policy.precision), else off
     autocast: Literal["auto", "bfloat16"] | None = None

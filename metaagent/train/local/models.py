@@ -185,7 +185,7 @@ def make_updaters(
 
     updaters = {}
     for key, model in models.models.items():
-        options = UpdateOptions(pad_id=models.tokenizers[key].pad_token_id or 0)
+        options = UpdateOptions(pad_id=models.tokenizers[key].pad_token_id or 0, recompute=optim.recompute)
         reference: dict[str, Any] = {}
         lora: dict[str, Any] = {}
         if key in models.adapters:  # only this key's adapter is optimised, with it active in every forward

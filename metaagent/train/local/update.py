@@ -61,10 +61,7 @@ class UpdateOptions(Checked):
 
     logprob_impl: Literal[LOGPROB_IMPLS] = "chunked"  # or "naive" (full B x L x V logits; reference for benchmarks)
     compute_entropy: bool = True  # log train/entropy (detached, chunked)
-    # what decoder layers keep for backward (metaagent.learn.recompute): "selective" keeps the matrix products'
-    # outputs and recomputes the elementwise rest (same gradients; make demo's peak 3.54 vs 3.99 GB, updates ~1.14x
-    # slower: benchmarks/demo_memory.py); "full" recomputes whole layers (long sequences); "off" keeps everything
-    recompute: Literal[RECOMPUTE] = "selective"
+    recompute: Literal[RECOMPUTE] = "selective"  # what decoder layers keep for backward: OptimConfig.recompute
     pad_id: int = 0
 
 
