@@ -19,6 +19,7 @@ the tasks already recorded; another limit, more methods, benchmarks or models si
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import platform
@@ -77,8 +78,17 @@ class EvalObserver:
     def finish(self) -> None: ...
 
 
+#: longest folder-name part made from a model path or name; a longer one keeps its tail and a hash of the whole
+#: (a checkpoint path can exceed the file system's 255 bytes a name once designer and executor are both in it)
+MAX_NAME_PART = 96
+
+
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+=-]+", "_", name).strip("_") or "_"
+    safe = re.sub(r"[^A-Za-z0-9._+=-]+", "_", name).strip("_") or "_"
+    if len(safe) <= MAX_NAME_PART:
+        return safe
+    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+    return f"{digest}_{safe[-(MAX_NAME_PART - len(digest) - 1):]}"
 
 
 def cell_label(designer: str, executor: str) -> str:

@@ -297,3 +297,20 @@ def test_openai_compatible_endpoint_as_the_model(tmp_path, pool):
     entry = _entry(results, "bundled:test/math", "sa", cell="served")
     assert entry["tasks"] == 2 and entry["reward_errors"] == 0
     assert entry["metrics"]["avg@2"]["mean"] == 0.5  # right on the first task only
+
+
+def test_record_folders_of_long_checkpoint_paths_fit_the_file_system(tmp_path):
+    """A checkpoint path as designer and executor (auto) would make a folder name over 255 bytes; a long name
+    keeps its tail and a hash of the whole, so two checkpoints of one run still get different folders."""
+    from metaagent.eval.methods import parse_method
+    from metaagent.eval.runner import MAX_NAME_PART, record_path
+
+    ckpt = "/tmp/" + "deep_folder_name/" * 12 + "checkpoints/step_{:08d}/models/policy"
+    paths = [record_path(tmp_path, parse_method("auto", []), ckpt.format(s), ckpt.format(s), "suite_arith:test") for s in (1, 2)]
+    for path in paths:
+        assert all(len(part) <= 2 * MAX_NAME_PART + 8 for part in path.relative_to(tmp_path).parts)
+        path.parent.mkdir(parents=True)  # would raise OSError (File name too long) before
+        assert "step_0000000" in path.parent.parent.name
+    assert paths[0] != paths[1]
+    short = record_path(tmp_path, parse_method("sa", []), "embedded-sft-suite", "embedded-sft-suite", "suite_arith:test")
+    assert short.parent.parent.name == "e=embedded-sft-suite"  # short names are unchanged (records resume)
