@@ -39,16 +39,13 @@ def _saved_ops() -> frozenset[Any]:
     return frozenset(getattr(torch.ops.aten, name).default for name in SAVED_OPS if hasattr(torch.ops.aten, name))
 
 
-def _policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
-    from torch.utils.checkpoint import CheckpointPolicy
-
-    return CheckpointPolicy.MUST_SAVE if op in _saved_ops() else CheckpointPolicy.PREFER_RECOMPUTE
-
-
 def _selective_contexts() -> Any:
-    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+    """The forward/recompute contexts of one checkpointed layer call; the policy runs for every op, so it only
+    looks up a set."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-    return create_selective_checkpoint_contexts(_policy)
+    saved, keep, redo = _saved_ops(), CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_RECOMPUTE
+    return create_selective_checkpoint_contexts(lambda ctx, op, *args, **kwargs: keep if op in saved else redo)
 
 
 def enable_recompute(model: Any, mode: Recompute) -> None:
