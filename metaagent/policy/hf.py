@@ -44,6 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import packed
 from .base import ChatRequest, Completion, Policy, PolicyError, RequestError
 from .chat import chat_prompt_ids, resolve_chat_template_kwargs
 from .models import fix_chat_tokens, load_model_and_tokenizer, torch_dtype
@@ -148,6 +149,7 @@ class HFPolicy(Policy):
         self._active: PreTrainedModel = model  # the model of the run in progress (_run)
         self.dtype = str(want or model.dtype).removeprefix("torch.")  # what generation runs in
         use_decode_attention(self.decoder)  # keys and values in the decode loop's own store (metaagent.policy.kv)
+        packed.install(self.decoder)  # bf16 linear layers multiply by prepacked weights while generating
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
         self.max_batch_size = max_batch_size
@@ -171,10 +173,12 @@ class HFPolicy(Policy):
         return self._copy.model() if self._copy is not None else self.model
 
     def free_memory(self) -> None:
-        """Drop the cached prefixes and the decode copy's weights (cast again at the next generate)."""
+        """Drop the cached prefixes, the packed weights and the decode copy's weights (made again at the next
+        generate)."""
         with self._lock:
             if self.prefix_cache is not None:
                 self.prefix_cache.clear()
+            packed.drop(self._copy.held if self._copy is not None else self.model)
             if self._copy is not None:
                 self._copy.release()
 
@@ -319,7 +323,11 @@ class HFPolicy(Policy):
         was_training = model.training
         model.eval()
         try:
-            with self.model_context() if self.model_context else contextlib.nullcontext(), torch.inference_mode():
+            with (
+                self.model_context() if self.model_context else contextlib.nullcontext(),
+                torch.inference_mode(),
+                packed.packing(),
+            ):
                 fn()
         except torch.OutOfMemoryError as e:  # type: ignore[attr-defined]
             raise PolicyError(

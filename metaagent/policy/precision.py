@@ -102,6 +102,11 @@ class DecodeCopy:
             self.syncs += 1
         return self._copy
 
+    @property
+    def held(self) -> Any:
+        """The copy as it is now, without refreshing it (to free what hangs on it)."""
+        return self._copy
+
     def release(self) -> None:
         """Free the copy's weights until the next :meth:`model` (e.g. while the master is being trained: the
         update changes them anyway); :meth:`model` casts them again."""
