@@ -20,7 +20,8 @@ Variants: ``today`` = the tree at ``--baseline`` (the commit before #41; its def
 static batching) in a subprocess whose ``metaagent`` is imported from an export of that commit; ``fp32`` = this
 tree with ``policy.dtype=float32 optim.autocast=null policy.continuous=false``; ``bf16`` = this tree's defaults
 (on a CPU with avx512_bf16/amx_bf16: bf16 rollout from a copy of the fp32 weights, bf16 autocast in the update,
-TIS at 2.0, continuous batching). Ratios are against ``today``: they are what the change bought; seconds depend on
+TIS at 2.0, continuous batching, decode weights prepacked); ``bf16-plain`` = ``bf16`` with
+``policy.prepack=false``. Ratios are against ``today``: they are what the change bought; seconds depend on
 the load of this shared machine (the load average is printed with every row).
 
 ``--part limit``: one step of the configured variant split into designer generation, executions and update,
@@ -28,7 +29,7 @@ beside "the limit" (the same model generating exactly the tokens that step produ
 phase, plus one more update on the very same samples). ``--part designer``: the step's B*M designer prompts
 with prefix reuse (``policy.prefix_cache_mb``) and without it (medians of alternating runs).
 
-    .venv/bin/python benchmarks/step.py [--part speed|limit|designer] [--steps 2] [--baseline REF]
+    .venv/bin/python benchmarks/step.py [--part speed|limit|designer] [--steps 2 (0: decode only)] [--baseline REF]
                                         [--variants today,fp32,bf16] [--set policy.prefix_cache_mb=0 ...]
 """
 
@@ -55,6 +56,7 @@ VARIANTS = {
     "today": [],
     "fp32": ["policy.dtype=float32", "optim.autocast=null", "policy.continuous=false"],
     "bf16": [],
+    "bf16-plain": ["policy.prepack=false"],  # the bf16 path without prepacked decode weights
 }
 
 
@@ -288,7 +290,8 @@ def run_decode(cfg, variant: str, rows_list: list[int], max_tokens: int) -> dict
 
     from metaagent.policy.hf import HFPolicy
 
-    options = {} if variant == "today" else {"dtype": "bfloat16" if variant == "bf16" else "float32"}
+    options = {} if variant == "today" else {"dtype": "bfloat16" if variant.startswith("bf16") else "float32",
+                                             "prepack": variant != "bf16-plain"}  # fmt: skip
     hf = HFPolicy(cfg.policy.model, device=cfg.policy.device, max_batch_size=max(rows_list), prefix_cache_mb=0, **options)
     model = hf.model
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -434,6 +437,9 @@ def speed(args) -> None:
             ratio = f"{d['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "-"
             print(f"  {v:<8}{rows:>6}{d['tokens']:>8}{d['decode_s']:>10.1f}{d['tokens_per_s']:>9.1f}{d['gflops']:>9.1f}"
                   f"{d['gflops'] / peak[dtype]:>9.0%}{ratio:>10}")  # fmt: skip
+    if args.steps == 0:  # the decode table only
+        print(f"[{_load()}]")
+        return
     steps, rss = {}, {}
     for v in variants:
         steps[v], rss[v] = _spawn(args, v, "step", tree if v == "today" else None)
@@ -468,7 +474,7 @@ def main() -> None:
     p.add_argument("--set", nargs="*", default=[], help="config overrides, e.g. policy.prefix_cache_mb=0")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     p.add_argument("--repeats", type=int, default=3, help="designer part: alternating runs per setting (median)")
-    p.add_argument("--steps", type=int, default=2, help="speed part: training steps per variant")
+    p.add_argument("--steps", type=int, default=2, help="speed part: training steps per variant (0: only the matmul peak and the decode table)")
     p.add_argument("--variants", default="today,fp32,bf16", help=f"speed part: any of {sorted(VARIANTS)}")
     p.add_argument("--baseline", default=BASELINE, help="speed part: the commit 'today' runs")
     p.add_argument("--rows", default="8,32", help="speed part: decode rows (the default B*M, max_batch_size)")

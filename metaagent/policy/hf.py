@@ -115,6 +115,8 @@ class HFPolicy(Policy):
         prefix_block: tokens per cached block, the granularity of reuse.
         model_context: a context manager factory entered around every run of the model (the trainer's LoRA
             adapters: makes this policy's adapter the active one on a base shared with other policies).
+        prepack: bf16 linear layers on CPU multiply by weights prepacked for oneDNN while generating
+            (:mod:`metaagent.policy.packed`); False: torch's plain linear.
     """
 
     def __init__(
@@ -132,6 +134,7 @@ class HFPolicy(Policy):
         prefix_cache_mb: float = DEFAULT_PREFIX_CACHE_MB,
         prefix_block: int = DEFAULT_BLOCK,
         model_context: Callable[[], Any] | None = None,
+        prepack: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
@@ -149,7 +152,8 @@ class HFPolicy(Policy):
         self._active: PreTrainedModel = model  # the model of the run in progress (_run)
         self.dtype = str(want or model.dtype).removeprefix("torch.")  # what generation runs in
         use_decode_attention(self.decoder)  # keys and values in the decode loop's own store (metaagent.policy.kv)
-        packed.install(self.decoder)  # bf16 linear layers multiply by prepacked weights while generating
+        if prepack:
+            packed.install(self.decoder)  # bf16 linear layers multiply by prepacked weights while generating
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
         self.max_batch_size = max_batch_size

@@ -103,3 +103,10 @@ def test_generation_with_packed_weights_matches_the_plain_path_and_follows_weigh
         if step == 1:
             policy.free_memory()  # the trainer's call before an update drops the packs with the copy
             assert not any(packed.CACHE in vars(m) for m in linears)
+
+
+def test_prepack_false_keeps_torchs_linear():
+    policy = HFPolicy("tiny", dtype="bfloat16", prefix_cache_mb=0, prepack=False)
+    assert not any("forward" in vars(m) for m in policy.decoder.modules() if type(m) is torch.nn.Linear)
+    policy.generate(_requests()[:1])
+    assert not any(packed.CACHE in vars(m) for m in policy.decoder.modules())

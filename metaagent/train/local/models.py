@@ -162,6 +162,7 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             continuous=cfg.continuous,
             model_id=path,
             prefix_cache_mb=cfg.prefix_cache_mb,
+            prepack=cfg.prepack,
             chat_template_kwargs=cfg.chat_template_kwargs,
             model_context=context,
             batching=True,
