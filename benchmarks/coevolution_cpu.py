@@ -25,9 +25,10 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   ``.jsonl.xz`` without their log-probs, results.json, table.md, report.html), so ``metaagent-replay`` opens
   any held-out task without the checkpoints.
 
-``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline:
-``designer_only`` at lr 1e-30 (updates that change no weight), so its step ``s`` is the untrained model's rollout
-of step ``s`` with the same tasks and seeds; the table then also gives each mode's reward gain over it step by
+``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline: the
+trainer's ``frozen`` schedule mode (no role trained, no update), so its step ``s`` is the untrained model's
+rollout of step ``s`` with the same tasks and seeds (the results committed before this mode existed ran
+``designer_only`` at lr 1e-30, updates that change no weight: the same rollouts at the cost of the updates); the table then also gives each mode's reward gain over it step by
 step, which removes the task-to-task spread that dominates a 2-task step's reward.
 
 Everything is resumable: run it again with the same arguments and it continues (``--resume`` is implied when a
@@ -58,11 +59,10 @@ sys.path.insert(0, str(ROOT))
 
 MODES = ("stagewise", "coupled", "designer_only", "executor_only")
 START = "start"  # the held-out row of the model every mode starts from
-# the paired baseline: the same task stream and seeds with updates that change nothing (designer_only at lr 1e-30:
-# the AdamW step is ~1e-30 a weight, below float32 resolution of every nonzero weight), so its step s is the
-# untrained model's rollout of step s, and "mode minus frozen" at a step is free of which tasks were drawn
+# the paired baseline: the same task stream and seeds without updates (the trainer's schedule mode "frozen"), so
+# its step s is the untrained model's rollout of step s, and "mode minus frozen" at a step is free of which tasks
+# were drawn
 FROZEN = "frozen"
-FROZEN_ARGS = ("optim.lr=1e-30",)
 ROLES = ("designer", "executor")
 BENCHMARKS = ("bundled:test/math", "bundled:test/code")  # the held-out tasks
 NUMERAL = re.compile(r"-?\d+(?:\.\d+)?")  # a plain number: a boxed math answer in final form
@@ -107,11 +107,10 @@ def train(args: argparse.Namespace, mode: str, until: int | None = None) -> bool
         return False
     cmd = [
         sys.executable, "-m", "metaagent.cli.train", "--config", args.config,
-        "--model", args.model, "--mode", "designer_only" if mode == FROZEN else mode,
+        "--model", args.model, "--mode", mode,
         "--stage-len", str(args.stage_len),
         "--steps", str(args.steps), "--out", str(folder), "--trainer.save-every", str(args.save_every),
         "--trainer.val-every", "0", f"trainer.seed={args.seed}", *args.train_args,
-        *(FROZEN_ARGS if mode == FROZEN else ()),
     ]  # fmt: skip
     if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
         cmd.append("--resume")
@@ -528,7 +527,7 @@ def parser(doc: str, choices: tuple[str, ...], **defaults) -> argparse.ArgumentP
     d.update(defaults)
     p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--modes", nargs="+", default=d["modes"], choices=(*choices, FROZEN),
-                   help=f"modes to train; '{FROZEN}' adds the paired baseline (no-op updates, same tasks and seeds)")
+                   help=f"modes to train; '{FROZEN}' adds the paired baseline (no updates, same tasks and seeds)")
     p.add_argument("--steps", type=int, default=d["steps"])
     p.add_argument("--stage-len", type=int, default=d["stage_len"])
     p.add_argument("--save-every", type=int, default=d["save_every"])

@@ -7,7 +7,8 @@ step, and a held-out table against ``sa``, the best single template and the per-
 
 The machinery is v1's (``benchmarks/coevolution_cpu.py``, imported): each mode runs ``train-metaagent`` from
 ``--model`` (default ``embedded-sft-suite``) with the same seed and task stream, round-robin ``--chunk`` steps at
-a time, resumed from its newest checkpoint (``--resume`` is implied); ``frozen`` is ``designer_only`` at lr 1e-30.
+a time, resumed from its newest checkpoint (``--resume`` is implied); ``frozen`` is the trainer's schedule mode
+of that name (no role trained, no update: the paired baseline).
 What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train split of ``--families``, B
 ``--batch-size`` tasks a step with the math families and code drawn in proportion to their count, M
 ``--designs``, N ``--executions``, the matrix's token limits) and the report:

@@ -197,7 +197,7 @@ class ScheduleConfig(Checked):
     """Which role is trained at each step (paper Eq. 9): stagewise alternation every ``stage_len`` steps."""
 
     # stagewise: alternate the trained role every stage_len steps; coupled: both roles every step; designer_only,
-    # executor_only: one role throughout
+    # executor_only: one role throughout; frozen: no role (no update; the paired baseline of an experiment)
     mode: Literal[MODES] = "stagewise"
     stage_len: PositiveInt = 30  # steps per stage of the stagewise schedule (paper: 30)
 

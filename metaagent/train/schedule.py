@@ -6,7 +6,8 @@ Stagewise co-evolution alternates fixed phases of K steps, executor first (steps
                          (1, 0)   if floor(t / K) mod 2 == 1     designer stage
 
 The ablations of §4.3 are the other modes: ``coupled`` (both roles every step), ``designer_only`` and
-``executor_only``.
+``executor_only``. ``frozen`` trains no role: the same task stream and seeds with no update at all, the paired
+baseline of an experiment (rollouts, rewards and records as in the other modes; checkpoints unchanged).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ FIXED_MODES: dict[str, frozenset[str]] = {
     "coupled": frozenset(ROLES),
     "designer_only": frozenset({DESIGNER}),
     "executor_only": frozenset({EXECUTOR}),
+    "frozen": frozenset(),
 }
 MODES = ("stagewise", *FIXED_MODES)
 MODE_TEXT = {
     "coupled": "coupled: both roles every step",
     "designer_only": "designer only",
     "executor_only": "executor only",
+    "frozen": "frozen: no role trained (the paired baseline)",
 }
 DEFAULT_STAGE_LEN = 30  # paper §4.1: K = 30
 
@@ -72,7 +75,7 @@ class StageSchedule:
         step = self._check_step(step)
         if self.mode != "stagewise":
             roles = FIXED_MODES[self.mode]
-            return Stage(0, next(iter(roles)) if len(roles) == 1 else "coupled", roles)
+            return Stage(0, next(iter(roles)) if len(roles) == 1 else "coupled" if roles else "frozen", roles)
         index = step // self.stage_len
         role = EXECUTOR if index % 2 == 0 else DESIGNER  # Eq. 9
         return Stage(index, role, frozenset({role}))

@@ -40,7 +40,7 @@ def test_stagewise_matches_eq9_for_other_k():
 
 @pytest.mark.parametrize(
     "mode, roles, name",
-    [("coupled", {D, E}, "coupled"), ("designer_only", {D}, D), ("executor_only", {E}, E)],
+    [("coupled", {D, E}, "coupled"), ("designer_only", {D}, D), ("executor_only", {E}, E), ("frozen", set(), "frozen")],
 )
 def test_fixed_modes_over_100_steps(mode, roles, name):
     s = StageSchedule(mode, 30)

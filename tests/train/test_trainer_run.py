@@ -231,3 +231,32 @@ def test_continuous_batching_option_reaches_the_rollout_policy():
         assert sorted(out) == list(range(6)) and all(len(out[i].response_ids) <= 4 + i for i in out)
     finally:
         models.close()
+
+
+def test_frozen_mode_draws_the_same_tasks_and_seeds_and_changes_no_weight(tmp_path):
+    """schedule.mode=frozen, the paired baseline of an experiment: the rollouts of a trained run's steps (same
+    tasks, same seeds), no update and no optimizer state touched, checkpoints of the unchanged weights."""
+
+    def run(out: Path, mode: str) -> tuple[dict, dict, list[dict]]:
+        cfg = _config(out, *RESUME, f"schedule.mode={mode}", "trainer.steps=2")
+        with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+            before = _params(trainer)
+            trainer.train()
+            after = _params(trainer)
+        return before, after, [r for r in read_metrics(out / "metrics.jsonl")[0] if r["step"] >= 0]
+
+    before, after, rows = run(tmp_path / "frozen", "frozen")
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert [r["schedule/active"] for r in rows] == ["none", "none"]
+    for r in rows:  # no role's samples were built, and each model skipped its update
+        assert r["samples/designer"] == 0 and r["samples/executor"] == 0 and r["samples/inactive/designer"] > 0
+        assert r["train/designer/skipped_step"] == 1.0 and r["train/executor/skipped_step"] == 1.0
+    _, trained, _ = run(tmp_path / "trained", "coupled")
+    assert any(not torch.equal(before[k], trained[k]) for k in before)  # the same settings do train in another mode
+
+    def drawn(out: Path, step: int) -> list:
+        trees = [json.loads(x) for x in (out / "rollouts" / f"step_{step:06d}.jsonl").read_text().splitlines()]
+        return [(t["task"]["id"], t["seed"], [[e["seed"] for e in d["executions"]] for d in t["designs"]]) for t in trees]
+
+    for step in (0, 1):
+        assert drawn(tmp_path / "frozen", step) == drawn(tmp_path / "trained", step)
