@@ -110,7 +110,7 @@ class TrainDisplay(RolloutObserver):
             f"correct {m.get('rollout/correct', 0):.2f} | valid scripts {m.get('rollout/valid_script_rate', 0):.0%} | "
             f"exec ok {status['ok']} err {status['error']} timeout {status['timeout']} limit {status['limit']} | "
             f"samples D {int(m.get('train/samples/designer', 0))} E {int(m.get('train/samples/executor', 0))} "
-            f"loss {m.get('train/loss', 0):+.4f} | {m.get('time/step_s', 0):.0f}s "
+            f"loss {_loss_text(m)} | {m.get('time/step_s', 0):.0f}s "
             f"(rollout {m.get('time/rollout_s', 0):.0f}s, update {m.get('time/update_s', 0):.0f}s)"
         )
         self.console.print(line, highlight=False)
@@ -143,3 +143,13 @@ def _clip(text: str, n: int) -> str:
 
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
+
+
+def _loss_text(m: dict[str, Any]) -> str:
+    """The step's loss: one model's ``train/loss``, each model's (``train/<key>/loss``, separate weights), or ``-``
+    when no update ran (no sample of an active role, or the frozen mode): never a 0 that no update computed."""
+    if "train/loss" in m:
+        return f"{m['train/loss']:+.4f}"
+    per_model = {k.split("/")[1]: v for k, v in m.items() if k.startswith("train/") and k.count("/") == 2 and k.endswith("/loss")}
+    return " ".join(f"{key} {v:+.4f}" for key, v in sorted(per_model.items())) or "-"
+
