@@ -7,8 +7,9 @@ step, and a held-out table against ``sa``, the best single template and the per-
 
 The machinery is v1's (``benchmarks/coevolution_cpu.py``, imported): each mode runs ``train-metaagent`` from
 ``--model`` (default ``embedded-sft-suite``) with the same seed and task stream, round-robin ``--chunk`` steps at
-a time, resumed from its newest checkpoint (``--resume`` is implied); ``frozen`` is the trainer's schedule mode
-of that name (no role trained, no update: the paired baseline).
+a time, ``--jobs`` (default 2) modes at once, resumed from its newest checkpoint (``--resume`` is implied);
+``frozen`` is the trainer's schedule mode of that name (no role trained, no update: the paired baseline). The
+held-out evaluations also run ``--jobs`` at a time.
 What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train split of ``--families``, B
 ``--batch-size`` tasks a step with the math families and code drawn in proportion to their count, M
 ``--designs``, N ``--executions``, the matrix's token limits) and the report:
@@ -108,12 +109,16 @@ def heldout_dir(args: argparse.Namespace, mode: str) -> Path:
     return Path(args.runs) / f"heldout_{mode}"
 
 
-def evaluate(args: argparse.Namespace, oracle: Oracle, mode: str) -> None:
-    """Held-out: one ``metaagent-eval`` run per family (its oracle and the best single method differ)."""
-    for family in args.families:
+def evaluations(args: argparse.Namespace, oracle: Oracle, mode: str) -> list:
+    """Held-out: one ``metaagent-eval`` run per family (its oracle and the best single method differ), as calls
+    for :func:`v1.run_jobs`."""
+
+    def one(family: str) -> None:
         v1.evaluate(args, mode, benchmarks=(f"suite_{family}:test",), methods=oracle.eval_methods(family),
                     out=heldout_dir(args, mode) / "evals" / family,
                     extra=("--dtype", args.dtype, "--no-html", "--sandbox-workers", "2"))  # fmt: skip
+
+    return [lambda family=family: one(family) for family in args.families]
 
 
 # ---- per-step structure ---------------------------------------------------------------------------------------
@@ -338,10 +343,10 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
         rows.append(f"| {mode} | {done} of {args.steps} | {', '.join(held) or '-'} |")
     per_step = v1.mean(times) if times else PRIOR_STEP_S
     basis = f"the mean of the {len(times)} steps so far" if times else "expected: no step measured yet"
-    train_h = (left * per_step + chunks * PRIOR_CHUNK_S) / 3600
+    train_h = (left * per_step + chunks * PRIOR_CHUNK_S) / 3600 / args.jobs  # --jobs modes at once
     evaluated = 1 + sum(1 for m in args.modes if m != v1.FROZEN)  # the start model and each trained mode
     records = evaluated * args.eval_limit * sum(len(oracle.eval_methods(f)) for f in args.families)
-    eval_h = [records * args.eval_n / 4 / rate / 60 for rate in EVAL_RECORDS_PER_MIN[::-1]]
+    eval_h = [records * args.eval_n / 4 / rate / 60 / args.jobs for rate in EVAL_RECORDS_PER_MIN[::-1]]
     (results / "STATUS.md").write_text("\n".join([
         f"# Co-evolution v2 — status: {'training done' if not left else 'PARTIAL'}",
         "",
@@ -358,8 +363,8 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
         f"Time: {per_step:.0f} s a training step ({basis}; {PRIOR_STEP_S:.0f} s is expected on the shared 2-core "
         f"host from v1's bf16 steps, {V1_STEP_S[0]}-{V1_STEP_S[1]} s at B = 2, M = N = 2, times 4 for the larger "
         f"step), plus about "
-        f"{PRIOR_CHUNK_S:.0f} s a chunk to restart the trainer: {left} steps in {chunks} chunks left, about "
-        f"{train_h:.1f} h of training. Then {records} held-out records (checkpoint x family x method x task, "
+        f"{PRIOR_CHUNK_S:.0f} s a chunk to restart the trainer: {left} steps in {chunks} chunks left, {args.jobs} "
+        f"at once: about {train_h:.1f} h of training. Then {records} held-out records (checkpoint x family x method x task, "
         f"n = {args.eval_n}) at the structure matrix's {EVAL_RECORDS_PER_MIN[0]}-{EVAL_RECORDS_PER_MIN[1]} records "
         f"a minute (n = 4): {eval_h[0]:.1f}-{eval_h[1]:.1f} h "
         "on an idle host, longer on a shared one. See table.md for the numbers.",
@@ -374,7 +379,7 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
 def main() -> None:
     p = v1.parser(__doc__, v1.MODES, modes=list(DEFAULT_MODES), save_every=5, model="embedded-sft-suite",
                   runs="runs/coevolution_v2", results="benchmarks/results/coevolution_v2", eval_limit=30, eval_n=4,
-                  designer_max_tokens=384)  # fmt: skip
+                  designer_max_tokens=384, jobs=2)  # fmt: skip
     p.add_argument("--families", nargs="+", default=None, help="suite families (default: every family of --oracle)")
     p.add_argument("--oracle", default=ORACLE, help="the structure matrix's matrix.json (oracle per family)")
     p.add_argument("--batch-size", type=int, default=4, help="B: tasks a step")
@@ -394,8 +399,8 @@ def main() -> None:
     if not args.report_only:
         v1.train_round_robin(args, lambda: report(args))
         if not args.no_eval:
-            for mode in (v1.START, *(m for m in args.modes if m != v1.FROZEN)):  # frozen's model is the start
-                evaluate(args, oracle, mode)
+            modes = (v1.START, *(m for m in args.modes if m != v1.FROZEN))  # frozen's final model is the start
+            v1.run_jobs(args.jobs, [call for mode in modes for call in evaluations(args, oracle, mode)])
     report(args)
 
 
