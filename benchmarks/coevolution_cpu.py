@@ -25,11 +25,12 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   ``.jsonl.xz`` without their log-probs, results.json, table.md, report.html), so ``metaagent-replay`` opens
   any held-out task without the checkpoints.
 
-``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired baseline: the
-trainer's ``frozen`` schedule mode (no role trained, no update), so its step ``s`` is the untrained model's
-rollout of step ``s`` with the same tasks and seeds (the results committed before this mode existed ran
-``designer_only`` at lr 1e-30, updates that change no weight: the same rollouts at the cost of the updates); the table then also gives each mode's reward gain over it step by
-step, which removes the task-to-task spread that dominates a 2-task step's reward.
+``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired
+baseline: the trainer's ``frozen`` schedule mode (no role trained, no update), so its step ``s`` is the
+untrained model's rollout of step ``s`` with the same tasks and seeds (the results committed before this mode
+existed ran ``designer_only`` at lr 1e-30, updates that change no weight: the same rollouts at the cost of the
+updates); the table then also gives each mode's reward gain over it step by step, which removes the
+task-to-task spread that dominates a 2-task step's reward.
 
 Everything is resumable: run it again with the same arguments and it continues (``--resume`` is implied when a
 run folder has checkpoints). The modes are trained round-robin, ``--chunk`` steps at a time (default
@@ -184,7 +185,7 @@ def run_jobs(jobs: int, calls: list) -> None:
     error is raised once every call has ended."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(call) for call in calls]
     for future in futures:
         future.result()
@@ -534,6 +535,13 @@ def report(args: argparse.Namespace) -> None:
     print("\n".join(text))
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive count; give 1 or more")
+    return value
+
+
 def parser(doc: str, choices: tuple[str, ...], **defaults) -> argparse.ArgumentParser:
     """The flags of a co-evolution script (this one and its successors): the modes to choose from (``choices``,
     and ``frozen``), and each flag's default from ``defaults`` (keyword = the flag's dest) over this script's."""
@@ -551,7 +559,7 @@ def parser(doc: str, choices: tuple[str, ...], **defaults) -> argparse.ArgumentP
     p.add_argument("--stage-len", type=int, default=d["stage_len"])
     p.add_argument("--save-every", type=int, default=d["save_every"])
     p.add_argument("--chunk", type=int, default=0, help="steps per mode per round (0: --save-every)")
-    p.add_argument("--jobs", type=int, default=d["jobs"],
+    p.add_argument("--jobs", type=_positive, default=d["jobs"],
                    help="modes trained (and held-out evaluations run) at once: the decode loop keeps about one core "
                         "busy, so two jobs use a 2-core host (measured: one eval process 1.1 cores, two 1.9)")
     p.add_argument("--seed", type=int, default=0)

@@ -364,8 +364,8 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
         f"host from v1's bf16 steps, {V1_STEP_S[0]}-{V1_STEP_S[1]} s at B = 2, M = N = 2, times 4 for the larger "
         f"step), plus about "
         f"{PRIOR_CHUNK_S:.0f} s a chunk to restart the trainer: {left} steps in {chunks} chunks left, {args.jobs} "
-        f"at once: about {train_h:.1f} h of training. Then {records} held-out records (checkpoint x family x method x task, "
-        f"n = {args.eval_n}) at the structure matrix's {EVAL_RECORDS_PER_MIN[0]}-{EVAL_RECORDS_PER_MIN[1]} records "
+        f"at once: about {train_h:.1f} h of training. Then {records} held-out records (checkpoint x family x "
+        f"method x task, n = {args.eval_n}) at the structure matrix's {EVAL_RECORDS_PER_MIN[0]}-{EVAL_RECORDS_PER_MIN[1]} records "
         f"a minute (n = 4): {eval_h[0]:.1f}-{eval_h[1]:.1f} h "
         "on an idle host, longer on a shared one. See table.md for the numbers.",
         "",

@@ -29,8 +29,9 @@ beside "the limit" (the same model generating exactly the tokens that step produ
 phase, plus one more update on the very same samples). ``--part designer``: the step's B*M designer prompts
 with prefix reuse (``policy.prefix_cache_mb``) and without it (medians of alternating runs).
 
-    .venv/bin/python benchmarks/step.py [--part speed|limit|designer] [--steps 2 (0: decode only)] [--baseline REF]
+    .venv/bin/python benchmarks/step.py [--part speed|limit|designer] [--steps 2] [--baseline REF]
                                         [--variants today,fp32,bf16] [--set policy.prefix_cache_mb=0 ...]
+                                        (--steps 0: the decode table only)
 """
 
 from __future__ import annotations
@@ -290,8 +291,8 @@ def run_decode(cfg, variant: str, rows_list: list[int], max_tokens: int) -> dict
 
     from metaagent.policy.hf import HFPolicy
 
-    options = {} if variant == "today" else {"dtype": "bfloat16" if variant.startswith("bf16") else "float32",
-                                             "prepack": variant != "bf16-plain"}  # fmt: skip
+    # today: the baseline's own defaults; the others: the variant's config (VARIANTS and --set)
+    options = {} if variant == "today" else {"dtype": cfg.policy.dtype, "prepack": cfg.policy.prepack}
     hf = HFPolicy(cfg.policy.model, device=cfg.policy.device, max_batch_size=max(rows_list), prefix_cache_mb=0, **options)
     model = hf.model
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
@@ -474,7 +475,8 @@ def main() -> None:
     p.add_argument("--set", nargs="*", default=[], help="config overrides, e.g. policy.prefix_cache_mb=0")
     p.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     p.add_argument("--repeats", type=int, default=3, help="designer part: alternating runs per setting (median)")
-    p.add_argument("--steps", type=int, default=2, help="speed part: training steps per variant (0: only the matmul peak and the decode table)")
+    p.add_argument("--steps", type=int, default=2,
+                   help="speed part: training steps per variant (0: only the matmul peak and the decode table)")
     p.add_argument("--variants", default="today,fp32,bf16", help=f"speed part: any of {sorted(VARIANTS)}")
     p.add_argument("--baseline", default=BASELINE, help="speed part: the commit 'today' runs")
     p.add_argument("--rows", default="8,32", help="speed part: decode rows (the default B*M, max_batch_size)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -150,6 +151,5 @@ def _loss_text(m: dict[str, Any]) -> str:
     when no update ran (no sample of an active role, or the frozen mode): never a 0 that no update computed."""
     if "train/loss" in m:
         return f"{m['train/loss']:+.4f}"
-    per_model = {k.split("/")[1]: v for k, v in m.items() if k.startswith("train/") and k.count("/") == 2 and k.endswith("/loss")}
+    per_model = {k.split("/")[1]: v for k, v in m.items() if re.fullmatch(r"train/[^/]+/loss", k)}
     return " ".join(f"{key} {v:+.4f}" for key, v in sorted(per_model.items())) or "-"
-

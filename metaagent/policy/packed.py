@@ -69,13 +69,12 @@ def install(model: Any) -> int:
 
     if not supported():
         return 0
-    count = 0
-    for module in model.modules():
-        if type(module) is torch.nn.Linear and module.weight.dtype == torch.bfloat16 and module.weight.device.type == "cpu":
-            if "forward" not in vars(module):
-                module.forward = types.MethodType(_forward, module)
-            count += 1
-    return count
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    mine = [m for m in linears if m.weight.dtype == torch.bfloat16 and m.weight.device.type == "cpu"]
+    for module in mine:
+        if "forward" not in vars(module):
+            module.forward = types.MethodType(_forward, module)
+    return len(mine)
 
 
 def drop(model: Any) -> None:

@@ -75,7 +75,7 @@ class StageSchedule:
         step = self._check_step(step)
         if self.mode != "stagewise":
             roles = FIXED_MODES[self.mode]
-            return Stage(0, next(iter(roles)) if len(roles) == 1 else "coupled" if roles else "frozen", roles)
+            return Stage(0, next(iter(roles)) if len(roles) == 1 else self.mode, roles)  # coupled, frozen
         index = step // self.stage_len
         role = EXECUTOR if index % 2 == 0 else DESIGNER  # Eq. 9
         return Stage(index, role, frozenset({role}))
