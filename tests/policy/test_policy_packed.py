@@ -75,17 +75,23 @@ def _requests() -> list[ChatRequest]:
     ]
 
 
-def _unpacked(policy: HFPolicy, monkeypatch) -> list:
-    import contextlib
+def _plain_logprobs(policy: HFPolicy, completion) -> torch.Tensor:
+    """Log-probs of a completion's own tokens from one plain forward of the generation model (torch's linear,
+    current weights, temperature 1): a score that does not depend on which tokens a CPU happens to sample."""
+    from metaagent.policy.logsoftmax import log_softmax
 
-    with monkeypatch.context() as m:
-        m.setattr(packed, "packing", contextlib.nullcontext)
-        return policy.generate(_requests())
+    ids = torch.tensor([completion.prompt_ids + completion.response_ids])
+    with torch.inference_mode():
+        logits = policy.decoder(ids).logits[0].float()  # outside packing(): nn.Linear's own path
+    n = len(completion.prompt_ids)
+    return log_softmax(logits)[n - 1 : -1].gather(1, torch.tensor(completion.response_ids)[:, None]).squeeze(1)
 
 
-def test_generation_with_packed_weights_matches_the_plain_path_and_follows_weight_changes(monkeypatch):
-    """A bf16 policy over fp32 master weights (the training rollout): the same tokens as without packing, within
-    the log-prob tolerance of the decode tests, before and after the master moves and after free_memory."""
+def test_generation_with_packed_weights_scores_like_the_plain_path_and_follows_weight_changes():
+    """A bf16 policy over fp32 master weights (the training rollout): each generated token's log-prob equals the
+    plain path's score of the same tokens, before and after the master moves and after free_memory. Measured on
+    the tiny model: at most 6e-3 apart (bf16 prefill vs incremental decode); 0.23-0.58 with packs that do not
+    follow the weights."""
     model, tokenizer = load_model_and_tokenizer("tiny")
     policy = HFPolicy(model, tokenizer, dtype="bfloat16", prefix_cache_mb=0)
     linears = [m for m in policy.decoder.modules() if type(m) is torch.nn.Linear]
@@ -93,10 +99,8 @@ def test_generation_with_packed_weights_matches_the_plain_path_and_follows_weigh
     for step in range(3):
         got = policy.generate(_requests())
         assert all(packed.CACHE in vars(m) for m in linears)
-        want = _unpacked(policy, monkeypatch)
-        assert [c.response_ids for c in got] == [c.response_ids for c in want]
-        for a, b in zip(got, want):
-            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), rtol=0, atol=2e-3)
+        for c in got:
+            torch.testing.assert_close(torch.tensor(c.logprobs), _plain_logprobs(policy, c), rtol=0, atol=0.05)
         with torch.no_grad():
             for p in model.parameters():
                 p.mul_(1.25)  # an update: the next generation must use the new weights, not stale packs
