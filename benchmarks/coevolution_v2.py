@@ -22,6 +22,7 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
   designer's valid designs whose pattern is the family's oracle pattern (from the rollout records of each step);
   designer stages of the stagewise run shaded;
 - ``table.md``: the training table, the slope of each family's oracle share over the designer-trained steps,
+  per family the count and mean design reward of each pattern the designer wrote (what its gradient sees),
   v1's role slopes and paired gains over ``frozen``, the shortcut counters, and the held-out table: each final
   checkpoint's ``auto`` (and the start model's) on the suite's test split of every family (``--eval-limit`` tasks,
   ``--eval-n`` samples) against ``sa``, the best single method and the oracle, run with the same checkpoint as
@@ -124,20 +125,75 @@ def evaluations(args: argparse.Namespace, oracle: Oracle, mode: str) -> list:
 # ---- per-step structure ---------------------------------------------------------------------------------------
 
 
-def oracle_shares(folder: Path, oracle: Oracle) -> dict[str, list[tuple[int, float]]]:
-    """family -> (step, share of the step's valid designs on that family's tasks whose pattern is its oracle's)."""
-    from metaagent.eval.matrix import pattern_share
+def step_trees(folder: Path) -> list[tuple[int, list]]:
+    """(step, the step's rollout trees) for every rollout record of a run, in step order."""
     from metaagent.records import glob_records, read_trees
 
-    out: dict[str, list[tuple[int, float]]] = {f: [] for f in oracle.patterns}
+    out = []
     for path in glob_records(folder / "rollouts", "step_*.jsonl"):
         trees, _ = read_trees(path)
+        if trees:
+            out.append((trees[0].step, trees))
+    return sorted(out, key=lambda st: st[0])
+
+
+def family_of(tree) -> str | None:
+    return (tree.task.get("metadata") or {}).get("family")
+
+
+def oracle_shares(steps: list[tuple[int, list]], oracle: Oracle) -> dict[str, list[tuple[int, float]]]:
+    """family -> (step, share of the step's valid designs on that family's tasks whose pattern is its oracle's)."""
+    from metaagent.eval.matrix import pattern_share
+
+    out: dict[str, list[tuple[int, float]]] = {f: [] for f in oracle.patterns}
+    for step, trees in steps:
         for family, pattern in oracle.patterns.items():
-            mine = [t for t in trees if (t.task.get("metadata") or {}).get("family") == family]
-            share = pattern_share(mine, pattern)["share"]
-            if mine and share is not None:
-                out[family].append((mine[0].step, share))
-    return {f: sorted(v) for f, v in out.items()}
+            share = pattern_share([t for t in trees if family_of(t) == family], pattern)["share"]
+            if share is not None:
+                out[family].append((step, share))
+    return out
+
+
+#: the label of a design whose script failed the checks (it has no pattern)
+INVALID = "(invalid)"
+
+
+def pattern_rewards(steps: list[tuple[int, list]]) -> dict[str, dict[str, list[float]]]:
+    """family -> pattern (``INVALID`` for a design that failed the checks) -> the rewards of its designs (Eq. 4:
+    the mean of the design's executions' rewards), over every step of a run."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for _, trees in steps:
+        for t in trees:
+            for d in t.designs:
+                pattern = (d.structure or {}).get("pattern") if d.valid else INVALID
+                out.setdefault(family_of(t), {}).setdefault(str(pattern), []).append(d.reward)
+    return out
+
+
+def pattern_section(families: list[str], modes: list[str], by_mode: dict[str, dict]) -> list[str]:
+    """Per family: each pattern's designs per mode (count, and mean design reward), all steps."""
+    lines = [
+        "Design reward by pattern: what the designer's gradient sees. Per family, the designs of each",
+        "pattern over all steps of a mode (count, mean design reward = the mean of its executions' R =",
+        "R_correct + 0.4 R_format: 0.4 is a well-formed wrong answer, 1.4 a right one). GRPO moves the designer",
+        "toward the patterns that pay more than the other designs of the same task; the oracle pattern is the",
+        "best *fixed template* of the structure matrix, which need not be the best pattern the designer writes.",
+        "",
+    ]
+    for f in families:
+        counts: dict[str, int] = {}
+        for m in modes:
+            for pattern, rs in by_mode.get(m, {}).get(f, {}).items():
+                counts[pattern] = counts.get(pattern, 0) + len(rs)
+        rows = []
+        for pattern in sorted(counts, key=lambda p: -counts[p]):
+            cells = []
+            for m in modes:
+                rs = by_mode.get(m, {}).get(f, {}).get(pattern, [])
+                cells.append(f"{len(rs)} ({v1.mean(rs):.2f})" if rs else "0")
+            rows.append(f"| {pattern} | " + " | ".join(cells) + " |")
+        lines += [f"{f}:", "", *family_table("pattern", modes, rows)]
+    return lines
 
 
 def shortcut_series(rows: list[dict]) -> list[tuple[int, float]]:
@@ -230,9 +286,10 @@ def heldout_section(args: argparse.Namespace, oracle: Oracle) -> list[str]:
     ]
 
 
-def family_table(first: str, families: list[str], rows: list[str]) -> list[str]:
-    """A markdown table with a column per family after ``first``, and a blank line after it."""
-    return [f"| {first} | " + " | ".join(families) + " |", "| --- |" + " --- |" * len(families), *rows, ""]
+def family_table(first: str, columns: list[str], rows: list[str]) -> list[str]:
+    """A markdown table with a column per name of ``columns`` (families, modes) after ``first``, and a blank line
+    after it."""
+    return [f"| {first} | " + " | ".join(columns) + " |", "| --- |" + " --- |" * len(columns), *rows, ""]
 
 
 # ---- report ---------------------------------------------------------------------------------------------------
@@ -259,7 +316,7 @@ def report(args: argparse.Namespace) -> None:
     lines = [f"| mode | steps | designer reward (first 10 → last 10) | executor reward (first 10 → last 10) | "
              f"valid-script rate (last 10) | {head} | shortcut executions |",
              "| --- |" + " --- |" * (5 + len(args.families))]  # fmt: skip
-    share_slopes = []
+    share_slopes, by_pattern = [], {}
     for mode in args.modes:
         folder = v1.run_dir(args, mode)
         rows = v1.read_metrics(folder)
@@ -269,7 +326,9 @@ def report(args: argparse.Namespace) -> None:
         curves["shortcuts"] = shortcut_series(rows)
         for ax, key in zip(axes[0], top):
             v1.plot_smoothed(ax, curves[key], mode, args.smooth)
-        shares = oracle_shares(folder, oracle)
+        steps = step_trees(folder)
+        shares = oracle_shares(steps, oracle)
+        by_pattern[mode] = pattern_rewards(steps)
         for ax, f in zip(axes[1], args.families):
             v1.plot_smoothed(ax, shares.get(f, []), mode, args.smooth)
 
@@ -316,6 +375,7 @@ def report(args: argparse.Namespace) -> None:
         "step), least squares with a 95% t interval:",
         "",
         *family_table("mode", args.families, share_slopes),
+        *pattern_section(args.families, args.modes, by_pattern),
         *v1.role_sections(args),
         *v1.shortcut_section(args),
         *heldout_section(args, oracle),

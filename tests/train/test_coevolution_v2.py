@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -55,6 +56,22 @@ def test_oracle_methods_per_family(tmp_path):
     assert oracle.eval_methods("code") == ("auto", "sa", "fixed:sample_tests")  # the matrix never ran tool_pair on code
     with pytest.raises(SystemExit, match="does not exist"):
         v2.Oracle.read(tmp_path / "missing.json")
+
+
+def test_design_rewards_by_pattern_keep_invalid_designs_apart():
+    v2 = load_script()
+
+    def design(valid, pattern, reward):
+        return SimpleNamespace(valid=valid, structure={"pattern": pattern} if valid else None, reward=reward)
+
+    tree = SimpleNamespace(task={"metadata": {"family": "arith"}},
+                           designs=[design(True, "tool-pair", 1.4), design(True, "tool-pair", 0.4),
+                                    design(False, None, 0.0), design(True, "single", 0.4)])  # fmt: skip
+    by_family = v2.pattern_rewards([(0, [tree]), (1, [tree])])
+    assert by_family == {"arith": {"tool-pair": [1.4, 0.4] * 2, v2.INVALID: [0.0] * 2, "single": [0.4] * 2}}
+    section = "\n".join(v2.pattern_section(["arith"], ["frozen", "coupled"], {"frozen": by_family, "coupled": {}}))
+    assert "| tool-pair | 4 (0.90) | 0 |" in section  # most designs first; a mode without any: 0
+    assert section.index("| tool-pair |") < section.index(f"| {v2.INVALID} |")
 
 
 def steps(folder: Path) -> list[int]:
