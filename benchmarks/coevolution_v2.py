@@ -22,7 +22,7 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
   designer's valid designs whose pattern is the family's oracle pattern (from the rollout records of each step);
   designer stages of the stagewise run shaded;
 - ``table.md``: the training table, the slope of each family's oracle share over the designer-trained steps,
-  per family the count and mean design reward of each pattern the designer wrote (what its gradient sees),
+  per family the count, mean design reward and mean advantage of each pattern the designer wrote,
   v1's role slopes and paired gains over ``frozen``, the shortcut counters, and the held-out table: each final
   checkpoint's ``auto`` (and the start model's) on the suite's test split of every family (``--eval-limit`` tasks,
   ``--eval-n`` samples) against ``sa``, the best single method and the oracle, run with the same checkpoint as
@@ -158,39 +158,43 @@ def oracle_shares(steps: list[tuple[int, list]], oracle: Oracle) -> dict[str, li
 INVALID = "(invalid)"
 
 
-def pattern_rewards(steps: list[tuple[int, list]]) -> dict[str, dict[str, list[float]]]:
-    """family -> pattern (``INVALID`` for a design that failed the checks) -> the rewards of its designs (Eq. 4:
-    the mean of the design's executions' rewards), over every step of a run."""
-    out: dict[str, dict[str, list[float]]] = {}
+def pattern_designs(steps: list[tuple[int, list]]) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """family -> pattern (``INVALID`` for a design that failed the checks) -> (reward, advantage) of each of its
+    designs over every step of a run: the design's reward (Eq. 4, the mean of its executions' rewards) and its
+    designer advantage (its reward against the other designs of the same task, computed in every mode)."""
+    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for _, trees in steps:
         for t in trees:
             for d in t.designs:
                 pattern = (d.structure or {}).get("pattern") if d.valid else INVALID
-                out.setdefault(family_of(t), {}).setdefault(str(pattern), []).append(d.reward)
+                out.setdefault(family_of(t), {}).setdefault(str(pattern), []).append((d.reward, d.advantage))
     return out
 
 
 def pattern_section(families: list[str], modes: list[str], by_mode: dict[str, dict]) -> list[str]:
-    """Per family: each pattern's designs per mode (count, and mean design reward), all steps."""
+    """Per family: each pattern's designs per mode (count, mean design reward, mean designer advantage)."""
     lines = [
-        "Design reward by pattern: what the designer's gradient sees. Per family, the designs of each",
-        "pattern over all steps of a mode (count, mean design reward = the mean of its executions' R =",
-        "R_correct + 0.4 R_format: 0.4 is a well-formed wrong answer, 1.4 a right one). GRPO moves the designer",
-        "toward the patterns that pay more than the other designs of the same task; the oracle pattern is the",
-        "best *fixed template* of the structure matrix, which need not be the best pattern the designer writes.",
+        "Designs by pattern: what the designer's gradient sees. Per family, the designs of each pattern over all",
+        "steps of a mode: count (mean design reward, mean designer advantage). A design's reward is the mean of",
+        "its executions' R = R_correct + 0.4 R_format (0.4: a well-formed wrong answer, 1.4: a right one); its",
+        "advantage compares it with the other designs of the same task. The designer's update moves each pattern",
+        "by about count x mean advantage, so a pattern sampled often with a small advantage can outgrow a rarer",
+        "one with a large advantage. The oracle pattern is the best *fixed template* of the structure matrix,",
+        "which need not be the best pattern the designer itself writes.",
         "",
     ]
     for f in families:
         counts: dict[str, int] = {}
         for m in modes:
-            for pattern, rs in by_mode.get(m, {}).get(f, {}).items():
-                counts[pattern] = counts.get(pattern, 0) + len(rs)
+            for pattern, designs in by_mode.get(m, {}).get(f, {}).items():
+                counts[pattern] = counts.get(pattern, 0) + len(designs)
         rows = []
         for pattern in sorted(counts, key=lambda p: -counts[p]):
             cells = []
             for m in modes:
-                rs = by_mode.get(m, {}).get(f, {}).get(pattern, [])
-                cells.append(f"{len(rs)} ({v1.mean(rs):.2f})" if rs else "0")
+                designs = by_mode.get(m, {}).get(f, {}).get(pattern, [])
+                rewards, advantages = [r for r, _ in designs], [a for _, a in designs]
+                cells.append(f"{len(designs)} ({v1.mean(rewards):.2f}, {v1.mean(advantages):+.2f})" if designs else "0")
             rows.append(f"| {pattern} | " + " | ".join(cells) + " |")
         lines += [f"{f}:", "", *family_table("pattern", modes, rows)]
     return lines
@@ -328,7 +332,7 @@ def report(args: argparse.Namespace) -> None:
             v1.plot_smoothed(ax, curves[key], mode, args.smooth)
         steps = step_trees(folder)
         shares = oracle_shares(steps, oracle)
-        by_pattern[mode] = pattern_rewards(steps)
+        by_pattern[mode] = pattern_designs(steps)
         for ax, f in zip(axes[1], args.families):
             v1.plot_smoothed(ax, shares.get(f, []), mode, args.smooth)
 

@@ -58,20 +58,22 @@ def test_oracle_methods_per_family(tmp_path):
         v2.Oracle.read(tmp_path / "missing.json")
 
 
-def test_design_rewards_by_pattern_keep_invalid_designs_apart():
+def test_designs_by_pattern_keep_invalid_designs_apart():
     v2 = load_script()
 
-    def design(valid, pattern, reward):
-        return SimpleNamespace(valid=valid, structure={"pattern": pattern} if valid else None, reward=reward)
+    def design(valid, pattern, reward, advantage):
+        return SimpleNamespace(valid=valid, structure={"pattern": pattern} if valid else None, reward=reward,
+                               advantage=advantage)  # fmt: skip
 
     tree = SimpleNamespace(task={"metadata": {"family": "arith"}},
-                           designs=[design(True, "tool-pair", 1.4), design(True, "tool-pair", 0.4),
-                                    design(False, None, 0.0), design(True, "single", 0.4)])  # fmt: skip
-    by_family = v2.pattern_rewards([(0, [tree]), (1, [tree])])
-    assert by_family == {"arith": {"tool-pair": [1.4, 0.4] * 2, v2.INVALID: [0.0] * 2, "single": [0.4] * 2}}
+                           designs=[design(True, "tool-pair", 1.4, 1.2), design(True, "tool-pair", 0.4, -0.2),
+                                    design(False, None, 0.0, -1.0), design(True, "single", 0.4, 0.0)])  # fmt: skip
+    by_family = v2.pattern_designs([(0, [tree]), (1, [tree])])
+    assert by_family == {"arith": {"tool-pair": [(1.4, 1.2), (0.4, -0.2)] * 2, v2.INVALID: [(0.0, -1.0)] * 2,
+                                   "single": [(0.4, 0.0)] * 2}}  # fmt: skip
     section = "\n".join(v2.pattern_section(["arith"], ["frozen", "coupled"], {"frozen": by_family, "coupled": {}}))
-    assert "| tool-pair | 4 (0.90) | 0 |" in section  # most designs first; a mode without any: 0
-    assert section.index("| tool-pair |") < section.index(f"| {v2.INVALID} |")
+    assert "| tool-pair | 4 (0.90, +0.50) | 0 |" in section  # most designs first; a mode without any: 0
+    assert section.index("| tool-pair |") < section.index(f"| {v2.INVALID} | 2 (0.00, -1.00) | 0 |")
 
 
 def steps(folder: Path) -> list[int]:
