@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from statistics import fmean
@@ -15,8 +16,14 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 def rollout_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
-    """Reward per role and domain, valid-script rate, structure shares, execution statuses, tokens, and the
-    reward's shortcut counters (``reward/shortcut/<class>``, ``reward/no_agent_runs``: hacking shows at step 1)."""
+    """Reward per role and domain, valid-script rate, structure shares, the spread of the designer's patterns,
+    execution statuses, tokens, and the reward's shortcut counters (``reward/shortcut/<class>``,
+    ``reward/no_agent_runs``: hacking shows at step 1).
+
+    ``rollout/pattern_entropy`` (nats) and ``rollout/top_pattern_share`` are over the patterns
+    (``workflow.analysis``) of the designer's valid sampled designs: the entropy falls toward 0 and the top share
+    toward 1 as the designer collapses onto one team for every task, the designer's counterpart of an actor's
+    token entropy."""
     m: dict[str, float] = {}
     designs = [d for t in trees for d in t.designs]
     executions = [(t, e) for t in trees for _, e in t.executions()]
@@ -29,6 +36,11 @@ def rollout_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
         m["rollout/valid_script_rate"] = _mean([1.0 if d.valid else 0.0 for d in sampled])
         m["rollout/tokens/designer"] = sum(len(d.sample.response_ids) for d in sampled)  # type: ignore[union-attr]
         m["rollout/designer_truncated"] = _mean([d.sample.finish_reason == "length" for d in sampled])  # type: ignore[union-attr]
+        patterns = Counter((d.structure or {}).get("pattern", "other") for d in sampled if d.valid)
+        if patterns:
+            shares = [count / patterns.total() for count in patterns.values()]
+            m["rollout/pattern_entropy"] = -sum(p * math.log(p) for p in shares)
+            m["rollout/top_pattern_share"] = max(shares)
     design_rewards = [d.reward for d in designs if d.reward is not None]
     m["rollout/reward/designer"] = _mean(design_rewards)
 
