@@ -33,11 +33,12 @@ updates); the table then also gives each mode's reward gain over it step by step
 task-to-task spread that dominates a 2-task step's reward.
 
 Everything is resumable: run it again with the same arguments and it continues (``--resume`` is implied when a
-run folder has checkpoints). The modes are trained round-robin, ``--chunk`` steps at a time (default
-``--save-every``): each chunk resumes the mode's run with its full ``--steps`` (so the learning-rate schedule is
-the one of an uninterrupted run) and stops it once the checkpoint at the chunk's end is written (``--jobs`` modes
-at once, and as many held-out evaluations: one decode loop keeps about one core busy). A partial result
-therefore covers all four modes to within one chunk of each other; the table says how many steps each has.
+run folder has checkpoints). The modes are trained ``--chunk`` steps at a time (default ``--save-every``): each
+chunk resumes the mode's run with its full ``--steps`` (so the learning-rate schedule is the one of an
+uninterrupted run) and stops it once the checkpoint at the chunk's end is written; ``--jobs`` modes at once (and
+as many held-out evaluations: one decode loop keeps about one core busy), a free job taking the mode with the
+fewest steps. A partial result therefore covers all modes to within about a chunk of each other; the table says
+how many steps each has.
 
 ``benchmarks/coevolution_v2.py`` (the same experiment on the structure-sensitive suite) imports this script's
 training loop, evaluation, flags, plots and role tables.
@@ -192,21 +193,38 @@ def run_jobs(jobs: int, calls: list) -> None:
 
 
 def train_round_robin(args: argparse.Namespace, on_chunk) -> None:
-    """Train every mode of ``args.modes`` to ``--steps``, ``--chunk`` steps a mode at a time (round-robin),
-    ``--jobs`` modes at once, and call ``on_chunk()`` after each chunk that trained something (the report of what
-    exists; one at a time)."""
+    """Train every mode of ``args.modes`` to ``--steps``, ``--chunk`` steps a mode at a time, ``--jobs`` modes at
+    once, and call ``on_chunk()`` after each chunk that trained something (the report of what exists; one at a
+    time). A job that ends takes the mode with the fewest steps that no job is training (ties: ``--modes``
+    order), so a fast mode (``frozen``) never waits for a slow one to finish a round, and the modes stay within
+    about a chunk of each other. A chunk that fails is raised once every job has ended; its mode is not retried."""
     chunk = args.chunk or args.save_every
     if chunk % args.save_every:
         raise SystemExit(f"--chunk {chunk} must be a multiple of --save-every {args.save_every}")
-    lock = threading.Lock()
+    pick, report = threading.Lock(), threading.Lock()
+    reached = {mode: checkpoint_step(run_dir(args, mode)) for mode in args.modes}
+    busy: set[str] = set()  # modes a job is training, or whose chunk failed
 
-    def one(mode: str, until: int) -> None:
-        if train(args, mode, until):
-            with lock:
-                on_chunk()
+    def take() -> str | None:
+        with pick:
+            free = [m for m in args.modes if m not in busy and reached[m] < args.steps]
+            if not free:
+                return None
+            mode = min(free, key=lambda m: reached[m])  # min keeps the first of equals: --modes order
+            busy.add(mode)
+            return mode
 
-    for until in range(chunk, args.steps + chunk, chunk):  # round-robin: every mode to `until`, then on
-        run_jobs(args.jobs, [lambda mode=mode, until=until: one(mode, until) for mode in args.modes])
+    def job() -> None:
+        while (mode := take()) is not None:
+            trained = train(args, mode, (reached[mode] // chunk + 1) * chunk)  # raises: the mode stays busy
+            with pick:
+                reached[mode] = checkpoint_step(run_dir(args, mode))
+                busy.discard(mode)
+            if trained:
+                with report:
+                    on_chunk()
+
+    run_jobs(args.jobs, [job] * args.jobs)
 
 
 # ---- figures ---------------------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ step, and a held-out table against ``sa``, the best single template and the per-
     .venv/bin/python benchmarks/coevolution_v2.py --report-only  # rewrite the figures from what exists
 
 The machinery is v1's (``benchmarks/coevolution_cpu.py``, imported): each mode runs ``train-metaagent`` from
-``--model`` (default ``embedded-sft-suite``) with the same seed and task stream, round-robin ``--chunk`` steps at
-a time, ``--jobs`` (default 2) modes at once, resumed from its newest checkpoint (``--resume`` is implied);
+``--model`` (default ``embedded-sft-suite``) with the same seed and task stream, ``--chunk`` steps at a time,
+``--jobs`` (default 2) modes at once (a free job takes the mode with the fewest steps), resumed from its newest
+checkpoint (``--resume`` is implied);
 ``frozen`` is the trainer's schedule mode of that name (no role trained, no update: the paired baseline). The
 held-out evaluations also run ``--jobs`` at a time.
 What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train split of ``--families``, B
@@ -417,7 +418,8 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
         "## How to run",
         "",
         "From the repository root; rerunning the same command continues every mode from its newest checkpoint",
-        "(round-robin, `--chunk` steps a mode at a time), then runs the held-out evaluations, which resume too:",
+        "(`--chunk` steps a mode at a time, the mode with the fewest steps first), then runs the held-out",
+        "evaluations, which resume too:",
         "",
         f"    {command(args)}",
         "",

@@ -171,7 +171,7 @@ def main() -> None:
         row = [ci(matrix[f].get(m)) + (" **oracle**" if per_family[f]["oracle"] == m else "") for f in families]
         lines.append(f"| `{m}` | " + " | ".join(row) + f" | {pct(mix['methods'][m])} |")
     lines += [
-        f"| per-family oracle | " + " | ".join(f"`{per_family[f]['oracle']}`" for f in families) + f" | {pct(mix['oracle'])} |",
+        "| per-family oracle | " + " | ".join(f"`{per_family[f]['oracle']}`" for f in families) + f" | {pct(mix['oracle'])} |",
         "",
         "## Per family",
         "",
@@ -204,7 +204,7 @@ def main() -> None:
         "",
         f"- families where a template beats `sa` by >= {GAIN_POINTS:.0f} points with a CI above 0 (need >= 2): "
         + (", ".join(f"{f} ({', '.join(ms)})" for f, ms in strong.items()) or "none"),
-        f"- best template per family: " + ", ".join(f"{f} `{m}`" for f, m in best_templates.items())
+        "- best template per family: " + ", ".join(f"{f} `{m}`" for f, m in best_templates.items())
         + f" (differs: {criteria['best_template_differs_between_families']})",
         f"- families best served by a single agent: {', '.join(single) or 'none'}",
         f"- oracle - best single on the mixture: {100 * gap['diff']:+.1f} points (need >= {ORACLE_POINTS:.0f})",

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -74,6 +75,62 @@ def test_designs_by_pattern_keep_invalid_designs_apart():
     section = "\n".join(v2.pattern_section(["arith"], ["frozen", "coupled"], {"frozen": by_family, "coupled": {}}))
     assert "| tool-pair | 4 (0.90, +0.50) | 0 |" in section  # most designs first; a mode without any: 0
     assert section.index("| tool-pair |") < section.index(f"| {v2.INVALID} | 2 (0.00, -1.00) | 0 |")
+
+
+class FakeRuns:
+    """v1's ``train`` and ``checkpoint_step`` over a dict of steps per mode: each call is logged, and a mode's
+    ``hooks`` entry runs inside its chunk (to block it, or to fail it)."""
+
+    def __init__(self, monkeypatch, v1, steps: dict[str, int], hooks=None):
+        self.steps, self.hooks, self.calls, self.lock = dict(steps), hooks or {}, [], threading.Lock()
+        monkeypatch.setattr(v1, "run_dir", lambda args, mode: Path(mode))
+        monkeypatch.setattr(v1, "checkpoint_step", lambda folder: self.steps[folder.name])
+        monkeypatch.setattr(v1, "train", self.train)
+
+    def train(self, args, mode, until):
+        with self.lock:
+            self.calls.append((mode, until))
+        if mode in self.hooks:
+            self.hooks[mode]()
+        self.steps[mode] = until
+        return True
+
+
+def schedule_args(modes, steps, jobs, chunk=1):
+    return argparse.Namespace(modes=modes, steps=steps, jobs=jobs, chunk=chunk, save_every=1)
+
+
+def test_the_mode_with_the_fewest_steps_goes_first_and_finished_modes_are_skipped(monkeypatch):
+    v1 = load_script().v1
+    runs = FakeRuns(monkeypatch, v1, {"a": 2, "b": 0, "c": 4})
+    reports = []
+    v1.train_round_robin(schedule_args(["a", "b", "c"], steps=4, jobs=1, chunk=2), lambda: reports.append(1))
+    assert runs.calls == [("b", 2), ("a", 4), ("b", 4)]  # ties in --modes order; c had its 4 steps
+    assert runs.steps == {"a": 4, "b": 4, "c": 4} and len(reports) == 3
+
+
+def test_a_slow_mode_does_not_hold_a_fast_one_back(monkeypatch):
+    v1 = load_script().v1
+    fast_done = threading.Event()
+    # the slow mode's first chunk ends only once the fast mode has all its steps: a round barrier (every mode
+    # one chunk, then the next round) would keep the fast mode at step 1 and the wait would time out
+    runs = FakeRuns(monkeypatch, v1, {"fast": 0, "slow": 0}, hooks={"slow": lambda: fast_done.wait(timeout=20)})
+    v1.train_round_robin(schedule_args(["slow", "fast"], steps=3, jobs=2),
+                         lambda: runs.steps["fast"] == 3 and fast_done.set())  # fmt: skip
+    assert fast_done.is_set()
+    assert runs.calls.index(("fast", 3)) < runs.calls.index(("slow", 2)) and runs.steps == {"fast": 3, "slow": 3}
+
+
+def test_a_failed_chunk_is_raised_after_the_other_modes_finish_and_not_retried(monkeypatch):
+    v1 = load_script().v1
+
+    def fail():
+        raise RuntimeError("trainer exited with 1")
+
+    runs = FakeRuns(monkeypatch, v1, {"bad": 0, "good": 0}, hooks={"bad": fail})
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        v1.train_round_robin(schedule_args(["bad", "good"], steps=3, jobs=2), lambda: None)
+    assert runs.steps == {"bad": 0, "good": 3} and runs.calls.count(("bad", 1)) == 1
 
 
 def steps(folder: Path) -> list[int]:
