@@ -181,6 +181,12 @@ def evaluate(
     return out
 
 
+def eval_modes(args: argparse.Namespace) -> tuple[str, ...]:
+    """The held-out evaluations' modes, in the order they run: the start model (every gain is paired to it), then
+    ``--modes``; ``frozen``'s final model is the start."""
+    return (START, *(m for m in args.modes if m != FROZEN))
+
+
 def run_jobs(jobs: int, calls: list) -> None:
     """Run the zero-argument ``calls``, ``jobs`` at a time (each starts a subprocess and waits for it); the first
     error is raised once every call has ended."""
@@ -192,39 +198,75 @@ def run_jobs(jobs: int, calls: list) -> None:
         future.result()
 
 
-def train_round_robin(args: argparse.Namespace, on_chunk) -> None:
+def train_round_robin(args: argparse.Namespace, on_chunk, evals: dict[str, list] | None = None) -> None:
     """Train every mode of ``args.modes`` to ``--steps``, ``--chunk`` steps a mode at a time, ``--jobs`` modes at
     once, and call ``on_chunk()`` after each chunk that trained something (the report of what exists; one at a
     time). A job that ends takes the mode with the fewest steps that no job is training (ties: ``--modes``
     order), so a fast mode (``frozen``) never waits for a slow one to finish a round, and the modes stay within
-    about a chunk of each other. A chunk that fails is raised once every job has ended; its mode is not retried."""
+    about a chunk of each other.
+
+    ``evals`` maps a mode to its held-out evaluations (zero-argument calls): a job with no mode to train runs the
+    next evaluation whose mode is ready (has its ``--steps``, or is not trained here, like ``start``), in
+    ``evals`` order, so a core never idles while the last modes train. A chunk that fails is not retried and its
+    mode's evaluations are dropped; the first error (chunk or evaluation) is raised once every job has ended."""
     chunk = args.chunk or args.save_every
     if chunk % args.save_every:
         raise SystemExit(f"--chunk {chunk} must be a multiple of --save-every {args.save_every}")
-    pick, report = threading.Lock(), threading.Lock()
+    report = threading.Lock()
+    work = threading.Condition()  # guards reached, training, failed, pending, errors
     reached = {mode: checkpoint_step(run_dir(args, mode)) for mode in args.modes}
-    busy: set[str] = set()  # modes a job is training, or whose chunk failed
+    training: set[str] = set()  # modes a job is training
+    failed: set[str] = set()  # modes whose chunk failed: neither trained nor evaluated again
+    pending = {mode: list(calls) for mode, calls in (evals or {}).items()}
+    errors: list[BaseException] = []
 
-    def take() -> str | None:
-        with pick:
-            free = [m for m in args.modes if m not in busy and reached[m] < args.steps]
-            if not free:
-                return None
-            mode = min(free, key=lambda m: reached[m])  # min keeps the first of equals: --modes order
-            busy.add(mode)
-            return mode
+    def ready(mode: str) -> bool:
+        return mode not in reached or reached[mode] >= args.steps
+
+    def take():
+        """("train", mode), ("eval", call), or None when nothing is left; waits while the only evaluations left
+        belong to modes that another job is training."""
+        with work:
+            while True:
+                free = [m for m in args.modes if m not in training | failed and reached[m] < args.steps]
+                if free:
+                    mode = min(free, key=lambda m: reached[m])  # min keeps the first of equals: --modes order
+                    training.add(mode)
+                    return "train", mode
+                for mode, calls in pending.items():
+                    if calls and mode not in failed and ready(mode):
+                        return "eval", calls.pop(0)
+                if not any(calls and mode in training for mode, calls in pending.items()):
+                    return None
+                work.wait()
 
     def job() -> None:
-        while (mode := take()) is not None:
-            trained = train(args, mode, (reached[mode] // chunk + 1) * chunk)  # raises: the mode stays busy
-            with pick:
-                reached[mode] = checkpoint_step(run_dir(args, mode))
-                busy.discard(mode)
-            if trained:
-                with report:
-                    on_chunk()
+        while (task := take()) is not None:
+            kind, what = task
+            try:
+                if kind == "eval":
+                    what()
+                    continue
+                trained = train(args, what, (reached[what] // chunk + 1) * chunk)
+                with work:
+                    reached[what] = checkpoint_step(run_dir(args, what))
+                if trained:
+                    with report:
+                        on_chunk()
+            except Exception as e:  # noqa: BLE001 - raised below, once every job has ended
+                with work:
+                    errors.append(e)
+                    if kind == "train":
+                        failed.add(what)
+            finally:
+                if kind == "train":
+                    with work:
+                        training.discard(what)
+                        work.notify_all()
 
     run_jobs(args.jobs, [job] * args.jobs)
+    if errors:
+        raise errors[0]
 
 
 # ---- figures ---------------------------------------------------------------------------------------------------
@@ -601,10 +643,8 @@ def main() -> None:
     args = parser(__doc__, MODES).parse_args()
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     if not args.report_only:
-        train_round_robin(args, lambda: report(args))
-        if not args.no_eval:
-            modes = (START, *(m for m in args.modes if m != FROZEN))  # frozen's final model is the start
-            run_jobs(args.jobs, [lambda mode=mode: evaluate(args, mode) for mode in modes])
+        evals = {} if args.no_eval else {mode: [lambda mode=mode: evaluate(args, mode)] for mode in eval_modes(args)}
+        train_round_robin(args, lambda: report(args), evals)
     report(args)
 
 

@@ -113,7 +113,7 @@ def heldout_dir(args: argparse.Namespace, mode: str) -> Path:
 
 def evaluations(args: argparse.Namespace, oracle: Oracle, mode: str) -> list:
     """Held-out: one ``metaagent-eval`` run per family (its oracle and the best single method differ), as calls
-    for :func:`v1.run_jobs`."""
+    for :func:`v1.train_round_robin`'s ``evals``."""
 
     def one(family: str) -> None:
         v1.evaluate(args, mode, benchmarks=(f"suite_{family}:test",), methods=oracle.eval_methods(family),
@@ -463,10 +463,8 @@ def main() -> None:
     args.train_args = [*suite_overrides(args), *args.train_args]
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     if not args.report_only:
-        v1.train_round_robin(args, lambda: report(args))
-        if not args.no_eval:
-            modes = (v1.START, *(m for m in args.modes if m != v1.FROZEN))  # frozen's final model is the start
-            v1.run_jobs(args.jobs, [call for mode in modes for call in evaluations(args, oracle, mode)])
+        evals = {} if args.no_eval else {mode: evaluations(args, oracle, mode) for mode in v1.eval_modes(args)}
+        v1.train_round_robin(args, lambda: report(args), evals)
     report(args)
 
 

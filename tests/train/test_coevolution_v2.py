@@ -133,6 +133,42 @@ def test_a_failed_chunk_is_raised_after_the_other_modes_finish_and_not_retried(m
     assert runs.steps == {"bad": 0, "good": 3} and runs.calls.count(("bad", 1)) == 1
 
 
+def test_a_job_with_nothing_to_train_evaluates_a_finished_mode_while_another_trains(monkeypatch):
+    v1 = load_script().v1
+    log, start_done = [], threading.Event()
+    # the slow mode's chunk ends only once the start model's evaluation ran: a version that evaluates after all
+    # training (or lets the second job idle) would time out the wait and log the evaluation after the chunk
+    runs = FakeRuns(monkeypatch, v1, {"done": 3, "slow": 2}, hooks={"slow": lambda: start_done.wait(timeout=20)})
+
+    def evaluation(name, event=None):
+        def call():
+            with runs.lock:
+                log.append((name, dict(runs.steps)))
+            if event:
+                event.set()
+        return call
+
+    evals = {"start": [evaluation("start", start_done)], "slow": [evaluation("slow")], "done": [evaluation("done")]}
+    v1.train_round_robin(schedule_args(["slow", "done"], steps=3, jobs=2), lambda: None, evals)
+    assert start_done.is_set() and log[0] == ("start", {"done": 3, "slow": 2})
+    # a mode is evaluated once it has its steps, never mid-training
+    assert ("slow", {"done": 3, "slow": 3}) in log and {name for name, _ in log} == {"start", "slow", "done"}
+
+
+def test_a_failed_modes_evaluations_are_dropped_and_the_error_raised_after_the_rest(monkeypatch):
+    v1 = load_script().v1
+    log = []
+
+    def fail():
+        raise RuntimeError("trainer exited with 1")
+
+    FakeRuns(monkeypatch, v1, {"bad": 0, "good": 2}, hooks={"bad": fail})
+    evals = {mode: [lambda mode=mode: log.append(mode)] for mode in ("start", "bad", "good")}
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        v1.train_round_robin(schedule_args(["bad", "good"], steps=2, jobs=2), lambda: None, evals)
+    assert sorted(log) == ["good", "start"]
+
+
 def steps(folder: Path) -> list[int]:
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     return [r["step"] for r in rows if r.get("step", -1) >= 0]
