@@ -37,7 +37,7 @@ run folder has checkpoints). The modes are trained ``--chunk`` steps at a time (
 chunk resumes the mode's run with its full ``--steps`` (so the learning-rate schedule is the one of an
 uninterrupted run) and stops it once the checkpoint at the chunk's end is written; ``--jobs`` modes at once (and
 as many held-out evaluations: one decode loop keeps about one core busy), a free job taking the mode with the
-fewest steps. A partial result therefore covers all modes to within about a chunk of each other; the table says
+fewest steps, or, with none left to train, the held-out evaluation of a mode that has its steps. A partial result therefore covers all modes to within about a chunk of each other; the table says
 how many steps each has.
 
 ``benchmarks/coevolution_v2.py`` (the same experiment on the structure-sensitive suite) imports this script's

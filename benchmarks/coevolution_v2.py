@@ -10,7 +10,8 @@ The machinery is v1's (``benchmarks/coevolution_cpu.py``, imported): each mode r
 ``--jobs`` (default 2) modes at once (a free job takes the mode with the fewest steps), resumed from its newest
 checkpoint (``--resume`` is implied);
 ``frozen`` is the trainer's schedule mode of that name (no role trained, no update: the paired baseline). The
-held-out evaluations also run ``--jobs`` at a time.
+held-out evaluations share the ``--jobs``: a job with no mode to train evaluates the next mode that has its
+steps (the start model first, then ``--modes`` order).
 What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train split of ``--families``, B
 ``--batch-size`` tasks a step with the math families and code drawn in proportion to their count, M
 ``--designs``, N ``--executions``, the matrix's token limits) and the report:
@@ -418,8 +419,8 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
         "## How to run",
         "",
         "From the repository root; rerunning the same command continues every mode from its newest checkpoint",
-        "(`--chunk` steps a mode at a time, the mode with the fewest steps first), then runs the held-out",
-        "evaluations, which resume too:",
+        "(`--chunk` steps a mode at a time, the mode with the fewest steps first); a job with no mode left to train",
+        "runs the held-out evaluations of the modes that have their steps, which resume too:",
         "",
         f"    {command(args)}",
         "",
