@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import lzma
 import os
 import subprocess
 import sys
@@ -31,6 +32,21 @@ def load_script():
     sys.modules[spec.name] = module  # its dataclass looks its module up while the class is made
     spec.loader.exec_module(module)
     return module
+
+
+def test_results_copy_compresses_summaries_and_replaces_a_stale_plain_copy(tmp_path):
+    v1 = load_script().v1
+    src, dst = tmp_path / "run", tmp_path / "results"
+    (src / "evals" / "arith").mkdir(parents=True)
+    (src / "evals" / "arith" / "results.json").write_text('{"cells": "new"}')
+    (src / "evals" / "arith" / "table.md").write_text("| table |")
+    (dst / "evals" / "arith").mkdir(parents=True)
+    (dst / "evals" / "arith" / "results.json").write_text('{"cells": "old, plain"}')  # an earlier report's copy
+    (dst / "evals" / "arith" / "results.json.xz").write_bytes(lzma.compress(b'{"cells": "old"}'))
+    v1.copy_compressed(src, dst)
+    assert sorted(p.name for p in (dst / "evals" / "arith").iterdir()) == ["results.json.xz", "table.md"]
+    assert lzma.decompress((dst / "evals" / "arith" / "results.json.xz").read_bytes()) == b'{"cells": "new"}'
+    assert (src / "evals" / "arith" / "results.json").is_file()  # the run's own summary stays plain
 
 
 def test_suite_preset_draws_the_families_in_proportion_and_sets_the_sizes():
@@ -208,7 +224,9 @@ def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
     assert any(line.startswith("| start | ") and line.count("(1)") == 3 for line in held)  # auto - sa/best/oracle
     assert any(line.startswith("| stagewise | ") and "solved only here" in line for line in held)  # App. C column
     assert (results / "curves.png").read_bytes()[:4] == b"\x89PNG"
-    assert (results / "heldout" / "stagewise" / "evals" / "arith" / "results.json").is_file()
+    summary = results / "heldout" / "stagewise" / "evals" / "arith" / "results.json"
+    assert json.loads(lzma.decompress(summary.with_name("results.json.xz").read_bytes()))["cells"]
+    assert not summary.exists()  # committed compressed only (the size budget of tests/test_repository.py)
     status = (results / "STATUS.md").read_text()
     assert "| frozen | 2 of 2 | - |" in status and "| stagewise | 2 of 2 | arith |" in status
     assert "python benchmarks/coevolution_v2.py --config tiny" in status
