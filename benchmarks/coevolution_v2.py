@@ -31,7 +31,8 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
   executor (paired bootstrap CIs over tasks), and against the start model's ``auto`` with App. C's split of the
   tasks only the trained model solves into executor gain (same structure) and designer flip;
 - ``STATUS.md``: the command, the steps each mode has, seconds per step so far and the time left at that rate;
-- ``metrics_<mode>.jsonl`` and ``heldout/<mode>/`` (compressed evaluation records, replayable).
+- ``metrics_<mode>.jsonl.xz`` (each run's metrics) and ``heldout/<mode>/`` (the evaluation records and
+  summaries, compressed; ``metaagent-replay`` opens them).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,7 +327,7 @@ def report(args: argparse.Namespace) -> None:
         folder = v1.run_dir(args, mode)
         rows = v1.read_metrics(folder)
         if rows:
-            shutil.copyfile(folder / "metrics.jsonl", results / f"metrics_{mode}.jsonl")
+            v1.copy_metrics(folder, results, mode)
         curves = {key: v1.series(rows, key) for key in top if key != "shortcuts"}
         curves["shortcuts"] = shortcut_series(rows)
         for ax, key in zip(axes[0], top):

@@ -34,7 +34,7 @@ def load_script():
     return module
 
 
-def test_results_copy_compresses_summaries_and_replaces_a_stale_plain_copy(tmp_path):
+def test_results_copies_are_compressed_and_replace_a_stale_plain_copy(tmp_path):
     v1 = load_script().v1
     src, dst = tmp_path / "run", tmp_path / "results"
     (src / "evals" / "arith").mkdir(parents=True)
@@ -47,6 +47,12 @@ def test_results_copy_compresses_summaries_and_replaces_a_stale_plain_copy(tmp_p
     assert sorted(p.name for p in (dst / "evals" / "arith").iterdir()) == ["results.json.xz", "table.md"]
     assert lzma.decompress((dst / "evals" / "arith" / "results.json.xz").read_bytes()) == b'{"cells": "new"}'
     assert (src / "evals" / "arith" / "results.json").is_file()  # the run's own summary stays plain
+
+    (src / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1}\n')
+    (dst / "metrics_coupled.jsonl").write_text('{"step": 0}\n')  # an earlier report's plain copy
+    v1.copy_metrics(src, dst, "coupled")
+    assert lzma.decompress((dst / "metrics_coupled.jsonl.xz").read_bytes()) == b'{"step": 0}\n{"step": 1}\n'
+    assert not (dst / "metrics_coupled.jsonl").exists() and (src / "metrics.jsonl").is_file()
 
 
 def test_suite_preset_draws_the_families_in_proportion_and_sets_the_sizes():
@@ -227,6 +233,8 @@ def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
     summary = results / "heldout" / "stagewise" / "evals" / "arith" / "results.json"
     assert json.loads(lzma.decompress(summary.with_name("results.json.xz").read_bytes()))["cells"]
     assert not summary.exists()  # committed compressed only (the size budget of tests/test_repository.py)
+    metrics = lzma.decompress((results / "metrics_stagewise.jsonl.xz").read_bytes()).decode().splitlines()
+    assert [json.loads(line)["step"] for line in metrics] == [0, 1]
     status = (results / "STATUS.md").read_text()
     assert "| frozen | 2 of 2 | - |" in status and "| stagewise | 2 of 2 | arith |" in status
     assert "python benchmarks/coevolution_v2.py --config tiny" in status
