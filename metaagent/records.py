@@ -574,11 +574,12 @@ def without_logprobs(line: str) -> str:
 
 
 def compress(path: str | os.PathLike[str], *, logprobs: bool = True) -> Path:
-    """Replace a plain file by ``<name>.xz`` (read back and compared before the plain file is removed; an older
-    compressed copy is replaced); returns the compressed path. Used for ``*.jsonl`` record files and, as plain
-    bytes, for the metrics and evaluation summaries committed beside them. ``logprobs=False`` (records only)
-    empties the log-probs on the way (:func:`without_logprobs`): what training needs and compresses worst (about two
-    thirds of a compressed evaluation record), read by no table, report or replay view."""
+    """Replace a plain file by ``<name>.xz`` (read back and compared before the plain file is removed; an
+    older compressed copy is replaced); returns the compressed path. Used for ``*.jsonl`` record files and,
+    as plain bytes, for the metrics and evaluation summaries committed beside them. ``logprobs=False``
+    (records only) empties the log-probs on the way (:func:`without_logprobs`): what training needs and
+    compresses worst (about two thirds of a compressed evaluation record), read by no table, report or
+    replay view."""
     path = Path(path)
     raw = path.read_bytes()
     if not logprobs:
