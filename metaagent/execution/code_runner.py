@@ -44,7 +44,7 @@ from .code_tests import TestSuite, call_result_matches, outputs_match
 from .errors import RunnerError
 from . import cgroup
 from .isolation import CHILD_DIR, active, cgroup_slots
-from .process import kill_group, kill_process
+from .process import WALL_FACTOR, kill_group, kill_process
 
 TEST_STATUSES = ("passed", "wrong_answer", "runtime_error", "timeout", "memory", "skipped")
 #: what the runner saw a program do to its sandbox, per test (reward details; all counts):
@@ -79,7 +79,7 @@ class CaseLimits:
     max_output_bytes: int = 16 << 20
     python: str = sys.executable
     site_packages: bool = False  # False: ``python -S`` (stdlib only, ~25 ms faster start per test)
-    wall_factor: float = 3.0
+    wall_factor: float = WALL_FACTOR
 
     @property
     def wall_limit_s(self) -> float:

@@ -1,12 +1,29 @@
-"""Killing a helper process and everything it started: the one implementation behind the sandbox
-workers, the helper pools and the code-test runner. Every such process is started with
-``start_new_session=True``, so its process group id is its pid."""
+"""Killing a helper process and everything it started, and reading its CPU time: the one implementation
+behind the sandbox workers, the helper pools and the code-test runner. Every such process is started with
+``start_new_session=True``, so its process group id is its pid.
+
+Deadlines of model code and of checkers are CPU time; the wall clock allows :data:`WALL_FACTOR` times as
+much, and only stops a process that never gets the CPU to finish (a busy machine fails nothing)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+
+#: the wall clock allows this many times a CPU deadline (code tests, math checks)
+WALL_FACTOR = 3.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (Linux ``/proc``); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14 and 15 of stat)
 
 
 def kill_group(pid: int) -> None:

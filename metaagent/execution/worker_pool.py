@@ -9,6 +9,10 @@ that created it; :func:`shared_pool` gives each process its own).
 
 Protocol: the helper writes one JSON line ``{"ready": true}`` after start-up, then answers each request
 line with exactly one response line.
+
+A request's deadline is CPU time of the helper, as for code tests (:mod:`.code_runner`): a helper that has
+used ``timeout_s`` CPU seconds on the request is stopped, and the wall clock (``WALL_FACTOR`` times as
+much) only stops one that never gets the CPU to finish. A check is not failed because the machine was busy.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import CheckTimeout, ExecutionError, WorkerCrashed
-from .process import kill_process
+from .process import WALL_FACTOR, cpu_seconds, kill_process
 
 
 class _HelperWorker:
@@ -54,10 +58,28 @@ class _HelperWorker:
             raise WorkerCrashed(f"helper {argv!r} did not report ready: {ready[:200]!r}")
 
     def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """The answer to ``payload``; :class:`CheckTimeout` once the helper has used ``timeout_s`` CPU seconds
+        on it, or after ``WALL_FACTOR * timeout_s`` of wall clock (where CPU time cannot be read: the wall
+        clock alone, ``timeout_s``)."""
         assert self.proc.stdin is not None
+        cpu_start = cpu_seconds(self.proc.pid)
         self.proc.stdin.write(json.dumps(payload).encode() + b"\n")
         self.proc.stdin.flush()
-        line = self._read_line(time.monotonic() + timeout_s)
+        start = time.monotonic()
+        wall_end = start + (timeout_s if cpu_start is None else WALL_FACTOR * timeout_s)
+        deadline = start + timeout_s
+        while True:
+            try:
+                line = self._read_line(min(deadline, wall_end))
+                break
+            except CheckTimeout:
+                cpu_now = None if cpu_start is None else cpu_seconds(self.proc.pid)
+                if cpu_start is None or cpu_now is None or time.monotonic() >= wall_end:
+                    raise
+                left = timeout_s - (cpu_now - cpu_start)
+                if left <= 0.01:
+                    raise
+                deadline = time.monotonic() + left  # the helper waited for the CPU: it may use what is left
         try:
             return json.loads(line)
         except json.JSONDecodeError:
@@ -95,9 +117,10 @@ class WorkerPool:
     """Up to ``size`` helper processes running ``argv``; thread-safe.
 
     :meth:`call` sends one request to an idle helper (starting one if fewer than ``size`` run, else waiting
-    for one to be free) and returns its answer. If the answer does not come within ``timeout_s`` (counted
-    from when the request is sent, not from when the caller started waiting for a free helper), the helper
-    is killed and :class:`CheckTimeout` is raised; if the helper dies, :class:`WorkerCrashed`.
+    for one to be free) and returns its answer. If the helper spends ``timeout_s`` CPU seconds on the request
+    without answering (or ``WALL_FACTOR`` times that in wall clock, counted from when the request is sent, not
+    from when the caller started waiting for a free helper), it is killed and :class:`CheckTimeout` is
+    raised; if the helper dies, :class:`WorkerCrashed`.
     """
 
     def __init__(

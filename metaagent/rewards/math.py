@@ -24,7 +24,8 @@ How equivalence is decided, in order:
 3. Identical normalised strings are equal.
 4. Otherwise math-verify (``parse`` + ``verify``, which use sympy: radicals, pi, intervals, sets, tuples,
    equations such as ``x=3`` vs ``3``, units) runs in a helper process with its own signal-based timeouts
-   disabled; the deadline ``timeout_s`` is enforced by killing the helper. A prediction that makes it miss the
+   disabled; the deadline ``timeout_s`` (CPU seconds of the helper; the wall clock allows 3x, so a busy
+   machine does not fail a check) is enforced by killing the helper. A prediction that makes it miss the
    deadline (or exhaust memory or recursion) is ``incorrect``; only when the reference alone cannot be
    verified is the status ``timeout`` / ``error``. If math-verify says no, closed-form finite numbers are
    compared numerically with ``rel_tol`` relative to the reference.

@@ -60,7 +60,7 @@ class RewardConfig(Checked):
     stop_on_failure: bool = True  # all_pass only: skip remaining tests after the first failure
     site_packages: bool = False  # let tested programs import installed packages (slower start)
     math_rel_tol: Annotated[float, Field(gt=0, lt=1)] = DEFAULT_REL_TOL  # relative tolerance of numeric answers
-    math_timeout_s: PositiveFloat = DEFAULT_TIMEOUT_S  # seconds one math check (symbolic equality) may take
+    math_timeout_s: PositiveFloat = DEFAULT_TIMEOUT_S  # CPU seconds one math check (symbolic equality) may take
     # an answer to a plain-number reference must be a number ("strict") or may be any symbolically equal
     # expression ("lenient"); a copy of the question's expression is incorrect in both (rewards/shortcuts.py)
     math_final_form: Literal[FINAL_FORMS] = "strict"
@@ -139,9 +139,10 @@ def score_execution(
     reply) stays in the record for replay. Otherwise a crashed design would keep most of a clean design's
     reward and the designer would never be taught to write scripts that finish.
 
-    An execution in which no agent call ran (a script that submits text it built itself) scores 0 for both
-    ``R_correct`` and ``R_format``: the team did no work. Every shortcut class the execution tried
-    (:mod:`metaagent.rewards.shortcuts`) is listed in ``details["shortcuts"]``.
+    An execution in which no agent call ran scores 0 for both ``R_correct`` and ``R_format``: the team did no
+    work. It is counted as the shortcut ``no_agent_runs`` only when the script submitted text it built itself;
+    a script that fails before its first agent call earned nothing to refuse (its status counts it). Every
+    shortcut class the execution tried (:mod:`metaagent.rewards.shortcuts`) is listed in ``details["shortcuts"]``.
     """
     cfg = config or RewardConfig()
     task = _as_task(task)
@@ -158,7 +159,8 @@ def score_execution(
         )
 
     if not execution.turns:
-        found.append("no_agent_runs")
+        if execution.submitted:  # a script that fails before its first call is an error, not a shortcut
+            found.append("no_agent_runs")
         fmt["format"] = 0.0
         correct = 0.0
     elif not execution.submitted:

@@ -16,7 +16,8 @@ class                   rule (where)
 ``inexact_number``      an integer or fraction reference is compared exactly: ``35.00001`` is not ``35``
 ``verifier_timeout``    the prediction made the verifier run past its deadline (or out of memory/recursion):
                         incorrect, never a dropped sample
-``no_agent_runs``       an execution in which no agent call ran scores 0 for correctness and format
+``no_agent_runs``       an execution that submits with no agent call run scores 0 for correctness and format
+                        (a script failing before its first call is counted by its status, not here)
 ``empty_delivery``      an agent turn whose ``<delivery>`` block is empty earns no delivery credit
 ``forged_verdict``      model code tried to decide its own test verdict (the parent decides it)
 ======================  =================================================================================
@@ -45,7 +46,7 @@ SHORTCUT_CLASSES: dict[str, str] = {
     "question_copy": "an answer that re-states the question's expression is incorrect",
     "inexact_number": "integer and fraction references are compared exactly",
     "verifier_timeout": "a prediction that stalls the verifier is incorrect, not dropped",
-    "no_agent_runs": "an execution in which no agent call ran scores 0",
+    "no_agent_runs": "an answer submitted with no agent call run scores 0",
     "empty_delivery": "an empty <delivery> block earns no delivery credit",
     "forged_verdict": "model code cannot decide its own test verdict",
 }
@@ -149,7 +150,7 @@ def shortcuts_of(record: RewardRecord | None) -> list[str]:
 
 def shortcut_metrics(records: Iterable[RewardRecord | None]) -> dict[str, float]:
     """``reward/shortcut/<class>`` counts over ``records`` for every class (0 included, so curves start at 0),
-    and ``reward/no_agent_runs``: the executions zeroed because no agent call ran."""
+    and ``reward/no_agent_runs``: the executions zeroed because they submitted with no agent call run."""
     counts: Counter[str] = Counter()
     for record in records:
         counts.update(set(shortcuts_of(record)))

@@ -164,6 +164,14 @@ def test_no_agent_runs_scores_nothing():
     assert (record.total, record.correct, record.format) == (0.0, 0.0, 0.0)
 
 
+def test_a_script_failing_before_its_first_call_is_no_shortcut():
+    # it earns nothing either way; counting it as a shortcut would make broken scripts read as reward hacking
+    failed = Execution(index=0, status="error", answer=None, submitted=False, turns=[])
+    record = score_execution(TASK, failed)
+    assert (record.total, record.correct, record.format) == (0.0, 0.0, 0.0)
+    assert record.details["shortcuts"] == []
+
+
 def test_an_empty_delivery_earns_nothing():
     for empty in ("<delivery></delivery>", "<delivery>   </delivery>", "<delivery>\n</delivery>"):
         execution = Execution(index=0, status="ok", answer="\\boxed{35}", submitted=True, turns=[turn(empty)])

@@ -9,6 +9,7 @@ import time
 import pytest
 from builders import HANG_MARGIN_S
 
+from metaagent.execution.process import WALL_FACTOR
 from metaagent.execution.worker_pool import WorkerCrashed, WorkerPool
 from metaagent.rewards.errors import CheckTimeout
 
@@ -20,6 +21,9 @@ for line in sys.stdin:
     if req.get("die"):
         os._exit(3)
     time.sleep(req.get("sleep", 0))
+    end = time.process_time() + req.get("spin", 0)
+    while time.process_time() < end:
+        pass
     print(json.dumps({"echo": req.get("x"), "pid": os.getpid()}), flush=True)
 """
 
@@ -50,10 +54,21 @@ def test_timeout_kills_the_worker_and_a_new_one_starts(pool):
     pid = pool.call({"x": 0}, timeout_s=5)["pid"]
     start = time.monotonic()
     with pytest.raises(CheckTimeout):
-        pool.call({"sleep": 30}, timeout_s=0.5)
-    assert time.monotonic() - start < 0.5 + HANG_MARGIN_S  # killed at the timeout, not after the 30 s sleep
+        pool.call({"spin": 30}, timeout_s=0.5)
+    assert time.monotonic() - start < 0.5 * WALL_FACTOR + HANG_MARGIN_S  # killed at its CPU deadline
     assert not _alive(pid) and pool.killed == 1
     assert pool.call({"x": 5}, timeout_s=5)["pid"] != pid
+
+
+def test_the_deadline_is_cpu_time_and_the_wall_clock_allows_three_times_it(pool):
+    # a helper that waits (as one does for the CPU on a busy machine) past the deadline still answers ...
+    assert pool.call({"x": 1, "sleep": 1.0}, timeout_s=0.5)["echo"] == 1
+    # ... unless it waits past the wall clock
+    start = time.monotonic()
+    with pytest.raises(CheckTimeout):
+        pool.call({"sleep": 30}, timeout_s=0.5)
+    assert 0.5 * WALL_FACTOR <= time.monotonic() - start < 0.5 * WALL_FACTOR + HANG_MARGIN_S
+    assert pool.killed == 1
 
 
 def test_crash_is_reported(pool):
