@@ -364,7 +364,7 @@ def report(args: argparse.Namespace) -> None:
             ax.legend(fontsize=7)
     v1.shade_stages(axes.flat, args)
     fig.tight_layout()
-    fig.savefig(results / "curves.png", dpi=100)
+    v1.save_png(fig, results / "curves.png", dpi=100)
     plt.close(fig)
     text = [
         f"# Co-evolution v2 ({args.model} on the suite's train split)",
