@@ -1,4 +1,4 @@
-"""Probe for a task family that one agent serves best (issue #42's missing suite property), and why none is found.
+"""Probe for a task family that one agent serves best (the suite property issue #42 still misses).
 
 A family is best served by a single agent only if *every* team is below `sa` there. Majority voting over the same
 model (`fixed:self_consistency`) falls below one agent only where the model's most common answer is wrong while the
@@ -46,107 +46,69 @@ EVAL_FLAGS = [
 ]  # fmt: skip
 
 Row = dict
-Add = Callable[[str, str, int], None]
 
+# ---- the kinds of questions and the batches, as generated for the runs (seeds and draw order fix the tasks) -----
 
-# ---- the three batches of tasks, as generated for the runs (their seeds and call order fix the tasks) --------
-
-
-def _batch1(r: random.Random, add: Add) -> None:
-    for _ in range(8):
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b = r.sample(range(3, 40), 2)
-        add("earlier", f"{n} had {a} {g} in the morning. By evening {n} had {b} {g}. "
-            f"How many {g} did {n} have in the morning?", a)  # fmt: skip
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b = r.sample(range(3, 40), 2)
-        add("later", f"{n} had {b} {g} in the morning. By evening {n} had {a} {g}. "
-            f"How many {g} did {n} have in the evening?", a)  # fmt: skip
-        p1, p2 = r.sample(NAMES, 2)
-        an = r.choice(ANIMALS)
-        a, b = r.sample(range(3, 40), 2)
-        add("samenoun_first", f"{p1} has {a} {an} and {p2} has {b} {an}. How many {an} does {p1} have?", a)
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b = r.sample(range(3, 40), 2)
-        add("not", f"{n} has {a} {g}, not {b}. How many {g} does {n} have?", a)
-
-
-def _batch2(r: random.Random, add: Add) -> None:
-    for _ in range(8):
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b = r.sample(range(3, 40), 2)
-        add("monday", f"{n} had {a} {g} on Monday. On Tuesday {n} sold some and had {b} {g} left. "
-            f"How many {g} did {n} have on Monday?", a)  # fmt: skip
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b = r.sample(range(3, 40), 2)
-        add("start", f"{n} started the day with {a} {g} and ended it with {b}. "
-            f"How many {g} did {n} start the day with?", a)  # fmt: skip
-        g = r.choice(GOODS)[0]
-        a, b = r.sample(range(3, 40), 2)
-        add("before", f"Before the sale, the shop had {a} {g}. After the sale it had {b} {g}. "
-            f"How many {g} did the shop have before the sale?", a)  # fmt: skip
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b = r.sample(range(3, 40), 2)
-        add("lastweek", f"Last week {n}'s shelf held {a} {g}. Now it holds {b} {g}. "
-            f"How many {g} did the shelf hold last week?", a)  # fmt: skip
-
-
-def _batch3(r: random.Random, add: Add) -> None:
-    for _ in range(8):
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b, c = r.sample(range(3, 40), 3)
-        add("noon", f"{n} had {a} {g} in the morning, {b} {g} at noon and {c} {g} in the evening. "
-            f"How many {g} did {n} have at noon?", b)  # fmt: skip
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b, c = r.sample(range(3, 40), 3)
-        add("tuesday", f"On Monday {n} had {a} {g}. On Tuesday {n} had {b} {g}. On Wednesday {n} had {c} {g}. "
-            f"How many {g} did {n} have on Tuesday?", b)  # fmt: skip
-
-
-def _confirm_noon(r: random.Random, add: Add) -> None:
-    """The confirmation of the one kind where no measured team beat `sa` in the probe (``noon``: `sa` 18.8,
-    self-consistency 18.8, tool-pair 0.0), fixed before it ran: the same template on 30 fresh tasks, every math
-    template of the structure matrix, n = 4."""
-    for _ in range(30):
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b, c = r.sample(range(3, 40), 3)
-        add("noon", f"{n} had {a} {g} in the morning, {b} {g} at noon and {c} {g} in the evening. "
-            f"How many {g} did {n} have at noon?", b)  # fmt: skip
-
-
-def _confirm_start(r: random.Random, add: Add) -> None:
-    """The second confirmation, fixed after batch 2's teams were measured (``start``: `sa` 21.9, self-consistency
-    0.0, tool-pair 3.1) and while the first ran: the same template on 30 fresh tasks, every math template, n = 4."""
-    for _ in range(30):
-        n, g = r.choice(NAMES), r.choice(GOODS)[0]
-        a, b = r.sample(range(3, 40), 2)
-        add("start", f"{n} started the day with {a} {g} and ended it with {b}. "
-            f"How many {g} did {n} start the day with?", a)  # fmt: skip
-
-
+#: what one question draws, in this order, from the batch's random stream
+DRAWS: dict[str, Callable[[random.Random], dict]] = {
+    "name+goods+2": lambda r: dict(n=r.choice(NAMES), g=r.choice(GOODS)[0], ab=r.sample(range(3, 40), 2)),
+    "goods+2": lambda r: dict(g=r.choice(GOODS)[0], ab=r.sample(range(3, 40), 2)),
+    "2names+animal+2": lambda r: dict(pp=r.sample(NAMES, 2), an=r.choice(ANIMALS), ab=r.sample(range(3, 40), 2)),
+    "name+goods+3": lambda r: dict(n=r.choice(NAMES), g=r.choice(GOODS)[0], ab=r.sample(range(3, 40), 3)),
+}
+#: kind -> (draws, question with the drawn numbers as {x0}, {x1}, {x2}, index of the number asked for)
+KINDS: dict[str, tuple[str, str, int]] = {
+    "earlier": ("name+goods+2", "{n} had {x0} {g} in the morning. By evening {n} had {x1} {g}. "
+                "How many {g} did {n} have in the morning?", 0),
+    "later": ("name+goods+2", "{n} had {x1} {g} in the morning. By evening {n} had {x0} {g}. "
+              "How many {g} did {n} have in the evening?", 0),
+    "samenoun_first": ("2names+animal+2", "{p0} has {x0} {an} and {p1} has {x1} {an}. "
+                       "How many {an} does {p0} have?", 0),
+    "not": ("name+goods+2", "{n} has {x0} {g}, not {x1}. How many {g} does {n} have?", 0),
+    "monday": ("name+goods+2", "{n} had {x0} {g} on Monday. On Tuesday {n} sold some and had {x1} {g} left. "
+               "How many {g} did {n} have on Monday?", 0),
+    "start": ("name+goods+2", "{n} started the day with {x0} {g} and ended it with {x1}. "
+              "How many {g} did {n} start the day with?", 0),
+    "before": ("goods+2", "Before the sale, the shop had {x0} {g}. After the sale it had {x1} {g}. "
+               "How many {g} did the shop have before the sale?", 0),
+    "lastweek": ("name+goods+2", "Last week {n}'s shelf held {x0} {g}. Now it holds {x1} {g}. "
+                 "How many {g} did the shelf hold last week?", 0),
+    "noon": ("name+goods+3", "{n} had {x0} {g} in the morning, {x1} {g} at noon and {x2} {g} in the evening. "
+             "How many {g} did {n} have at noon?", 1),
+    "tuesday": ("name+goods+3", "On Monday {n} had {x0} {g}. On Tuesday {n} had {x1} {g}. On Wednesday {n} had "
+                "{x2} {g}. How many {g} did {n} have on Tuesday?", 1),
+}  # fmt: skip
 MATH_TEMPLATES = ["fixed:single_math", "fixed:reflection", "fixed:ensemble_judge", "fixed:self_consistency",
                   "fixed:debate", "fixed:tool_pair"]  # fmt: skip
-#: batch -> (id prefix, seed, generator, [(evaluation folder, methods, n), ...]) as run on 2026-11-29
+#: batch -> (id prefix, seed, rounds, kinds drawn in each round, [(evaluation folder, methods, n), ...]), as run
+#: on 2026-11-29. c1 was fixed after b3 (``noon``: `sa` 18.8, self-consistency 18.8, tool-pair 0.0), c2 after b2's
+#: teams and while c1 ran (``start``: `sa` 21.9, self-consistency 0.0, tool-pair 3.1): the same question on 30
+#: fresh tasks, every math template of the structure matrix, before either ran.
 BATCHES = {
-    "b1": ("probe", 7, _batch1, [("sa", ["sa"], 8), ("teams", ["fixed:tool_pair", "fixed:reflection"], 4),
-                                 ("sc", ["fixed:self_consistency"], 4)]),
-    "b2": ("p2", 11, _batch2, [("sa", ["sa"], 8), ("teams", ["fixed:tool_pair", "fixed:self_consistency"], 4)]),
-    "b3": ("p3", 23, _batch3, [("all", ["sa", "fixed:tool_pair", "fixed:self_consistency"], 4)]),
-    "c1": ("c1", 101, _confirm_noon, [("all", ["sa", *MATH_TEMPLATES], 4)]),
-    "c2": ("c2", 102, _confirm_start, [("all", ["sa", *MATH_TEMPLATES], 4)]),
+    "b1": ("probe", 7, 8, ["earlier", "later", "samenoun_first", "not"],
+           [("sa", ["sa"], 8), ("teams", ["fixed:tool_pair", "fixed:reflection"], 4),
+            ("sc", ["fixed:self_consistency"], 4)]),
+    "b2": ("p2", 11, 8, ["monday", "start", "before", "lastweek"],
+           [("sa", ["sa"], 8), ("teams", ["fixed:tool_pair", "fixed:self_consistency"], 4)]),
+    "b3": ("p3", 23, 8, ["noon", "tuesday"], [("all", ["sa", "fixed:tool_pair", "fixed:self_consistency"], 4)]),
+    "c1": ("c1", 101, 30, ["noon"], [("all", ["sa", *MATH_TEMPLATES], 4)]),
+    "c2": ("c2", 102, 30, ["start"], [("all", ["sa", *MATH_TEMPLATES], 4)]),
 }  # fmt: skip
 
 
 def batch_rows(name: str) -> list[Row]:
-    prefix, seed, generate, _ = BATCHES[name]
-    rows: list[Row] = []
-
-    def add(kind: str, question: str, answer: int) -> None:
-        k = sum(row["metadata"]["kind"] == kind for row in rows)
-        rows.append({"id": f"{prefix}-{kind}-{k:02d}", "domain": "math", "question": question, "answer": str(answer),
-                     "split": "test", "source": "probe", "metadata": {"kind": kind}})  # fmt: skip
-
-    generate(random.Random(seed), add)
+    """The batch's tasks: ``rounds`` times one question of each of its kinds, drawn from ``Random(seed)``."""
+    prefix, seed, rounds, kinds, _ = BATCHES[name]
+    r, rows = random.Random(seed), []
+    for i in range(rounds):
+        for kind in kinds:
+            draws, question, asked = KINDS[kind]
+            v = DRAWS[draws](r)
+            names = {f"p{j}": p for j, p in enumerate(v.pop("pp", []))}
+            numbers = {f"x{j}": x for j, x in enumerate(v.pop("ab"))}
+            rows.append({"id": f"{prefix}-{kind}-{i:02d}", "domain": "math",
+                         "question": question.format(**v, **names, **numbers), "answer": str(numbers[f"x{asked}"]),
+                         "split": "test", "source": "probe", "metadata": {"kind": kind}})  # fmt: skip
     return rows
 
 
@@ -162,7 +124,7 @@ def write_tasks(out: Path) -> dict[str, Path]:
 
 def run(out: Path, files: dict[str, Path]) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    for name, (_, _, _, evals) in BATCHES.items():
+    for name, (*_, evals) in BATCHES.items():
         for folder, methods, n in evals:
             cmd = [sys.executable, "-m", "metaagent.cli.eval", *EVAL_FLAGS, "--n", str(n), "--k", "1", str(n),
                    "--methods", *methods, "--benchmarks", f"suite:test@{files[name]}",
