@@ -146,8 +146,8 @@ def read_scores(out: Path) -> tuple[dict, dict]:
     scores: dict[tuple[str, str], dict[str, list[float]]] = {}
     sa_answers: dict[str, tuple[list[int], str, list[str | None]]] = {}
     for path in sorted((out / "evals").glob(f"*/rollouts/**/*{RECORD_SUFFIX}*")):
-        method = path.name.split(".")[0].replace("fixed_", "fixed:")
         for tree in iter_trees(path):
+            method = tree.config["eval"]["method"]  # the record's own: sa, fixed:<template>
             executions = [e for _, e in tree.executions()]
             scores.setdefault((_group(tree.task_id), method), {})[tree.task_id] = [
                 e.reward.correct for e in executions
@@ -166,6 +166,7 @@ def report(out: Path) -> str:
     groups = list(dict.fromkeys(_group(row["id"]) for name in BATCHES for row in batch_rows(name)))
     methods = ["sa", *MATH_TEMPLATES]
     measured = [m for m in methods if any((g, m) in scores for g in groups)]
+    batch_of = {prefix: name for name, (prefix, *_) in BATCHES.items()}
     lines = [
         "| batch | kind | tasks | " + " | ".join(f"`{m}`" for m in measured) + " | best measured | `sa`'s answers:"
         " the asked-for number / another stated number / something else |",
@@ -195,9 +196,8 @@ def report(out: Path) -> str:
             for a in answers:
                 stated = a is not None and a.isdigit() and int(a) in nums
                 named[0 if a == gold else 1 if stated else 2] += 1
-        batch = {prefix: name for name, (prefix, *_) in BATCHES.items()}[group.split("-")[0]]
-        kind = group.split("-", 1)[1]
-        lines.append(f"| {batch} | {kind} | {len(ids)} | " + " | ".join(cells) + f" | `{best[0]}` | "
+        prefix, kind = group.split("-", 1)
+        lines.append(f"| {batch_of[prefix]} | {kind} | {len(ids)} | " + " | ".join(cells) + f" | `{best[0]}` | "
                      + " / ".join(map(str, named)) + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
