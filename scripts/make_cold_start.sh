@@ -33,7 +33,8 @@
 # v6, the suite cold start (issue #42, alias embedded-sft-suite, metaagent/policy/suite_cold_start_adapter/): v5's data
 # plus the structure-sensitive suite's train split (--suite 4: balanced designer examples per family, coder examples
 # with the reference programs, tool-reader examples), a fresh rank-16 LoRA, 200 steps:
-#   python scripts/make_cold_start_data.py --out runs/cold_start_data_v6 --short --code-references 4 --suite 4
+#   python scripts/make_cold_start_data.py --out runs/cold_start_data_v6 --short --code-references 4 --suite 4 \
+#     --suite-families arith code lookup strings   # (as made: the start family came later)
 #   DATA=runs/cold_start_data_v6 OUT=runs/cold_start_v6 SHORT=1 MAX_STEPS=200 SAVE_EVERY=50 KEEP_LAST=4 \
 #     EXPORT=runs/adapter_v6_final bash scripts/make_cold_start.sh
 # Resumable: if interrupted, run it again (metaagent-sft --resume continues from the newest checkpoint).

@@ -50,13 +50,22 @@ def main() -> None:
         help="also K designer examples per task of the structure-sensitive suite's split (metaagent.data.suite), "
         "structures balanced within each family, plus its coder and tool-reader executor examples (0 = none)",
     )  # fmt: skip
+    p.add_argument(
+        "--suite-families", nargs="+", default=None, metavar="FAMILY",
+        help="the suite families --suite draws from (default: every family; embedded-sft-suite was made from "
+        "arith code lookup strings, before the start family was added)",
+    )  # fmt: skip
     p.add_argument("--suite-coders", type=int, default=2, help="coder examples per suite task (reference programs)")
     p.add_argument("--suite-readers", type=int, default=1, help="tool-reader examples per suite math task")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
 
     from metaagent.data import DatasetSpec, code_references, load_tasks
-    from metaagent.data.suite import SOURCE as SUITE, suite_references
+    from metaagent.data.suite import FAMILIES as SUITE_FAMILIES, family_source, suite_references
+
+    unknown = sorted(set(args.suite_families or ()) - set(SUITE_FAMILIES))
+    if unknown:
+        raise SystemExit(f"--suite-families: unknown {unknown}; the suite has {', '.join(SUITE_FAMILIES)}")
     from metaagent.distill.cold_start_data import (
         designer_examples,
         executor_examples,
@@ -95,7 +104,11 @@ def main() -> None:
     if args.suite:
         if args.split != "train":
             raise SystemExit("--suite uses reference programs and answers as training targets: only with --split train")
-        suite_tasks = load_tasks(DatasetSpec(source=SUITE, split=args.split))
+        suite_tasks = [
+            task
+            for family in args.suite_families or SUITE_FAMILIES
+            for task in load_tasks(DatasetSpec(source=family_source(family), split=args.split))
+        ]
         suite_designer = designer_examples(
             suite_tasks,
             load_templates(),

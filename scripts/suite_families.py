@@ -19,6 +19,10 @@ Families, and the structure each one is meant to reward (the measured matrix in
   (``run_tests``).
 * ``lookup``: the answer is a number stated in a short text (who has how many of what); nothing to compute,
   so a program adds nothing and longer team prompts only add noise.
+* ``start``: "X started the day with A and ended it with B. How many did X start the day with?" The one family
+  one agent serves best for the suite cold start, chosen by measurement among 10 kinds of such questions
+  (``benchmarks/one_agent_probe.py``): its answers mostly name the last number (B), but every team measured
+  names it more often still (votes make the habit certain; the coder prints B too). One question template.
 
 No question holds an arithmetic expression equal to its answer (no operator symbols, no "plus"/"times"): a
 model cannot earn a math reward by copying the question into a box.
@@ -229,6 +233,22 @@ def lookup_ages(r: random.Random) -> dict[str, Any]:
     }
 
 
+# ---- start: the earlier of two stated states -----------------------------------------------------------------
+
+
+def start_day(r: random.Random) -> dict[str, Any]:
+    """The draws and question of the one-agent probe's ``start`` kind (``benchmarks/one_agent_probe.py``)."""
+    name, goods = r.choice(NAMES), r.choice(GOODS)[0]
+    start, end = r.sample(range(3, 40), 2)
+    return {
+        "question": f"{name} started the day with {start} {goods} and ended it with {end}. "
+        f"How many {goods} did {name} start the day with?",
+        "answer": start,
+        "program": f"print({start})\n",
+        "kind": "start",
+    }
+
+
 # ---- code: small stdin/stdout programs with public tests -------------------------------------------------
 
 INT_INPUTS = ("0\n", "1\n", "7\n", "12\n", "25\n", "100\n", "-3\n", "58\n")
@@ -352,4 +372,5 @@ FAMILIES: dict[str, tuple[str, tuple[Generator, ...]]] = {
     "strings": ("math", (strings_letter, strings_length, strings_vowels, strings_words, strings_digits)),
     "code": ("code", (code_linear, code_pair, code_text, code_count, code_list, code_parity, code_range)),
     "lookup": ("math", (lookup_pets, lookup_basket, lookup_ages)),
+    "start": ("math", (start_day,)),
 }

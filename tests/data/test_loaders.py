@@ -197,6 +197,7 @@ def test_every_source_is_registered_with_a_domain():
         "suite_arith",
         "suite_code",
         "suite_lookup",
+        "suite_start",
         "suite_strings",
     }
     for name, source in loaders_module.SOURCES.items():

@@ -25,7 +25,7 @@ def _printed(program: str) -> str:
 
 
 def test_families_splits_and_sources():
-    assert {"arith", "strings", "code", "lookup"} <= set(FAMILIES)
+    assert {"arith", "strings", "code", "lookup", "start"} <= set(FAMILIES)
     for family in FAMILIES:
         tasks = load_tasks(f"suite_{family}:test")
         assert len(tasks) >= 30 and {t.metadata["family"] for t in tasks} == {family}

@@ -1,8 +1,12 @@
-"""``make_cold_start_data.py --short``: the short template bank and short designer replies (issue #19, v4)."""
+"""``make_cold_start_data.py --short``: the short template bank and short designer replies (issue #19, v4);
+``--suite-families``."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from statistics import mean
 
 from builders import sample_tasks
@@ -135,3 +139,16 @@ def test_suite_coder_and_tool_reader_examples_for_math_tasks():
     assert any(r["template"] == "short_samples_code" for r in code_designs)
     assert not any(r["template"] == "short_samples_code" for r in designer_examples(
         tasks, load_templates(), per_task=4, seed=0, style="compact", short=True))  # fmt: skip
+
+
+def test_suite_families_names_an_unknown_family_before_any_work(tmp_path):
+    """``--suite-families`` picks the families ``--suite`` draws from (the suite cold start was made from four)."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(root / "scripts" / "make_cold_start_data.py"), "--out", str(tmp_path / "d"),
+         "--suite", "1", "--suite-families", "arith", "nope"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "--suite-families: unknown ['nope']; the suite has arith, code, lookup, start, strings" in done.stderr
+    assert not (tmp_path / "d").exists()
