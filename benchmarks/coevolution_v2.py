@@ -51,9 +51,6 @@ import structure_matrix  # noqa: E402
 ROOT = v1.ROOT
 DEFAULT_MODES = (v1.FROZEN, "designer_only", "stagewise", "coupled")
 ORACLE = "benchmarks/results/structure_matrix/matrix.json"
-#: the families of the first two runs (seeds 0 and 1, committed); the ``start`` family (the one a single agent
-#: serves best) came after them: ``--families arith code lookup start strings``
-DEFAULT_FAMILIES = ("arith", "code", "lookup", "strings")
 #: seconds a training step of the default size is expected to take on the shared 2-core host before any is
 #: measured: v1's bf16 steps (B = 2, M = N = 2: 8 executions, 4 designs) took 25.5-35.0 s
 #: (coevolution_cpu_integrity_v2/STATUS.md); v2's (B = 4, M = 4, N = 2: 32 executions, 16 designs of up to 384
@@ -397,6 +394,14 @@ def report(args: argparse.Namespace) -> None:
     print("\n".join(text))
 
 
+def heldout_records(args: argparse.Namespace, mode: str) -> int:
+    """The (family, method, task) records a mode's held-out evaluations hold so far (one line a task)."""
+    from metaagent.records import glob_records, read_record_lines
+
+    files = glob_records(heldout_dir(args, mode) / "evals", "*/rollouts/*/*/*.jsonl")
+    return sum(len([line for line in read_record_lines(f)[0] if line.strip()]) for f in files)
+
+
 def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> None:
     """STATUS.md: the command, steps per mode, the held-out runs present, and the time left at the rate so far
     (before any step: the expected rate, :data:`PRIOR_STEP_S`)."""
@@ -413,9 +418,10 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
     per_step = v1.mean(times) if times else PRIOR_STEP_S
     basis = f"the mean of the {len(times)} steps so far" if times else "expected: no step measured yet"
     train_h = (left * per_step + chunks * PRIOR_CHUNK_S) / 3600 / args.jobs  # --jobs modes at once
-    evaluated = 1 + sum(1 for m in args.modes if m != v1.FROZEN)  # the start model and each trained mode
-    records = evaluated * args.eval_limit * sum(len(oracle.eval_methods(f)) for f in args.families)
-    eval_h = [records * args.eval_n / 4 / rate / 60 / args.jobs for rate in EVAL_RECORDS_PER_MIN[::-1]]
+    evaluated = v1.eval_modes(args)  # the start model and each trained mode
+    records = len(evaluated) * args.eval_limit * sum(len(oracle.eval_methods(f)) for f in args.families)
+    todo = max(0, records - sum(heldout_records(args, mode) for mode in evaluated))
+    eval_h = [todo * args.eval_n / 4 / rate / 60 / args.jobs for rate in EVAL_RECORDS_PER_MIN[::-1]]
     (results / "STATUS.md").write_text("\n".join([
         f"# Co-evolution v2 — status: {'training done' if not left else 'PARTIAL'}",
         "",
@@ -434,8 +440,8 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
         f"host from v1's bf16 steps, {V1_STEP_S[0]}-{V1_STEP_S[1]} s at B = 2, M = N = 2, times 4 for the larger "
         f"step), plus about "
         f"{PRIOR_CHUNK_S:.0f} s a chunk to restart the trainer: {left} steps in {chunks} chunks left, {args.jobs} "
-        f"at once: about {train_h:.1f} h of training. Then {records} held-out records (checkpoint x family x "
-        f"method x task, n = {args.eval_n}) at the structure matrix's {EVAL_RECORDS_PER_MIN[0]}-{EVAL_RECORDS_PER_MIN[1]} records "
+        f"at once: about {train_h:.1f} h of training. Then {todo} of {records} held-out records left (checkpoint x "
+        f"family x method x task, n = {args.eval_n}) at the structure matrix's {EVAL_RECORDS_PER_MIN[0]}-{EVAL_RECORDS_PER_MIN[1]} records "
         f"a minute (n = 4): {eval_h[0]:.1f}-{eval_h[1]:.1f} h "
         "on an idle host, longer on a shared one. See table.md for the numbers.",
         "",
@@ -450,8 +456,9 @@ def main() -> None:
     p = v1.parser(__doc__, v1.MODES, modes=list(DEFAULT_MODES), save_every=5, model="embedded-sft-suite",
                   runs="runs/coevolution_v2", results="benchmarks/results/coevolution_v2", eval_limit=30, eval_n=4,
                   designer_max_tokens=384, jobs=2)  # fmt: skip
-    p.add_argument("--families", nargs="+", default=list(DEFAULT_FAMILIES),
-                   help=f"suite families (default: {' '.join(DEFAULT_FAMILIES)})")
+    p.add_argument("--families", nargs="+", default=None,
+                   help="suite families (default: every family of --oracle; the seed-0 and seed-1 runs: "
+                   "arith code lookup strings, before the start family)")
     p.add_argument("--oracle", default=ORACLE, help="the structure matrix's matrix.json (oracle per family)")
     p.add_argument("--batch-size", type=int, default=4, help="B: tasks a step")
     p.add_argument("--designs", type=int, default=4, help="M: designs a task")
@@ -461,6 +468,7 @@ def main() -> None:
     if args.stage_len > 10:
         raise SystemExit(f"--stage-len {args.stage_len}: issue #42 asks for stage length <= 10")
     oracle = Oracle.read(args.oracle)
+    args.families = args.families or sorted(oracle.methods)
     unknown = [f for f in args.families if f not in oracle.methods]
     if unknown:
         raise SystemExit(f"families {unknown} are not in {args.oracle}; it has {sorted(oracle.methods)}")
