@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from metaagent.eval.metrics import paired_bootstrap_ci  # noqa: E402
 from metaagent.records import RECORD_SUFFIX, iter_trees  # noqa: E402
 from metaagent.rewards.math import extract_answer  # noqa: E402
-from suite_families import ANIMALS, GOODS, NAMES  # noqa: E402
+from suite_families import ANIMALS, GOODS, NAMES, START_QUESTION  # noqa: E402
 
 MODEL = "embedded-sft-suite"
 EVAL_FLAGS = [
@@ -67,8 +67,7 @@ KINDS: dict[str, tuple[str, str, int]] = {
     "not": ("name+goods+2", "{n} has {x0} {g}, not {x1}. How many {g} does {n} have?", 0),
     "monday": ("name+goods+2", "{n} had {x0} {g} on Monday. On Tuesday {n} sold some and had {x1} {g} left. "
                "How many {g} did {n} have on Monday?", 0),
-    "start": ("name+goods+2", "{n} started the day with {x0} {g} and ended it with {x1}. "
-              "How many {g} did {n} start the day with?", 0),
+    "start": ("name+goods+2", START_QUESTION, 0),  # the suite's start family
     "before": ("goods+2", "Before the sale, the shop had {x0} {g}. After the sale it had {x1} {g}. "
                "How many {g} did the shop have before the sale?", 0),
     "lastweek": ("name+goods+2", "Last week {n}'s shelf held {x0} {g}. Now it holds {x1} {g}. "

@@ -236,13 +236,16 @@ def lookup_ages(r: random.Random) -> dict[str, Any]:
 # ---- start: the earlier of two stated states -----------------------------------------------------------------
 
 
+#: the question (also the one-agent probe's ``start`` kind, ``benchmarks/one_agent_probe.py``): name, goods, numbers
+START_QUESTION = "{n} started the day with {x0} {g} and ended it with {x1}. How many {g} did {n} start the day with?"
+
+
 def start_day(r: random.Random) -> dict[str, Any]:
-    """The draws and question of the one-agent probe's ``start`` kind (``benchmarks/one_agent_probe.py``)."""
+    """The draws and question of the one-agent probe's ``start`` kind."""
     name, goods = r.choice(NAMES), r.choice(GOODS)[0]
     start, end = r.sample(range(3, 40), 2)
     return {
-        "question": f"{name} started the day with {start} {goods} and ended it with {end}. "
-        f"How many {goods} did {name} start the day with?",
+        "question": START_QUESTION.format(n=name, g=goods, x0=start, x1=end),
         "answer": start,
         "program": f"print({start})\n",
         "kind": "start",
