@@ -22,8 +22,9 @@ Writes into ``--results`` (default benchmarks/results/coevolution_cpu/):
   (paired bootstrap), with App. C's same- vs different-structure split of the tasks only it solves;
 - ``metrics_<mode>.jsonl.xz``: a copy of each run's metrics, compressed (``xz -dc`` reads it);
 - ``heldout/eval_<mode>/``: a copy of each held-out ``metaagent-eval`` results directory (records compressed as
-  ``.jsonl.xz`` without their log-probs, results.json, table.md, report.html), so ``metaagent-replay`` opens
-  any held-out task without the checkpoints.
+  ``.jsonl.xz`` without their log-probs, results.json, table.md; no report.html, which ``metaagent-eval
+  --report-only`` writes from the records), so ``metaagent-replay`` opens any held-out task without the
+  checkpoints.
 
 ``--modes ... frozen`` (after the overrides: ``--modes`` takes every word after it) adds a paired
 baseline: the trainer's ``frozen`` schedule mode (no role trained, no update), so its step ``s`` is the
@@ -174,7 +175,7 @@ def evaluate(
         "--n", str(args.eval_n), "--seed", str(args.seed), "--temperature", "0.7",
         "--designer-max-tokens", str(args.designer_max_tokens),
         "--executor-max-tokens", str(args.executor_max_tokens), "--out", str(out),
-        "--concurrency", "16", "--continuous", *extra,
+        "--concurrency", "16", "--continuous", "--no-html", *extra,
     ]  # fmt: skip
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)

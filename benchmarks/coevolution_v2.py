@@ -119,7 +119,7 @@ def evaluations(args: argparse.Namespace, oracle: Oracle, mode: str) -> list:
     def one(family: str) -> None:
         v1.evaluate(args, mode, benchmarks=(f"suite_{family}:test",), methods=oracle.eval_methods(family),
                     out=heldout_dir(args, mode) / "evals" / family,
-                    extra=("--dtype", args.dtype, "--no-html", "--sandbox-workers", "2"))  # fmt: skip
+                    extra=("--dtype", args.dtype, "--sandbox-workers", "2"))  # fmt: skip
 
     return [lambda family=family: one(family) for family in args.families]
 

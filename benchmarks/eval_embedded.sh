@@ -13,5 +13,5 @@ nice -n 10 "$PY" -m metaagent.cli.eval \
   --benchmarks bundled:test/math bundled:test/code humaneval --limit 40 \
   --n 3 --k 1 3 --seed 0 --temperature 0.7 \
   --designer-max-tokens 384 --executor-max-tokens 192 \
-  --concurrency 16 --continuous --sandbox-workers 4 \
+  --concurrency 16 --continuous --sandbox-workers 4 --no-html \
   --out benchmarks/results/eval_embedded "$@"

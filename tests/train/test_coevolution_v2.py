@@ -233,6 +233,7 @@ def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
     summary = results / "heldout" / "stagewise" / "evals" / "arith" / "results.json"
     assert json.loads(lzma.decompress(summary.with_name("results.json.xz").read_bytes()))["cells"]
     assert not summary.exists()  # committed compressed only (the size budget of tests/test_repository.py)
+    assert not list(results.rglob("report.html"))  # derived: metaagent-eval --report-only writes it from the records
     metrics = lzma.decompress((results / "metrics_stagewise.jsonl.xz").read_bytes()).decode().splitlines()
     assert [json.loads(line)["step"] for line in metrics] == [0, 1]
     status = (results / "STATUS.md").read_text()
