@@ -24,6 +24,7 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
   designer's valid designs whose pattern is the family's oracle pattern (from the rollout records of each step);
   designer stages of the stagewise run shaded;
 - ``table.md``: the training table, the slope of each family's oracle share over the designer-trained steps,
+  each family's single-agent share over the first and last 10 steps (a drift to one agent raises every family's),
   per family the count, mean design reward and mean advantage of each pattern the designer wrote,
   v1's role slopes and paired gains over ``frozen``, the shortcut counters, and the held-out table: each final
   checkpoint's ``auto`` (and the start model's) on the suite's test split of every family (``--eval-limit`` tasks,
@@ -143,19 +144,22 @@ def family_of(tree) -> str | None:
     return (tree.task.get("metadata") or {}).get("family")
 
 
-def oracle_shares(steps: list[tuple[int, list]], oracle: Oracle) -> dict[str, list[tuple[int, float]]]:
-    """family -> (step, share of the step's valid designs on that family's tasks whose pattern is its oracle's)."""
+def pattern_shares(steps: list[tuple[int, list]], patterns: dict[str, str]) -> dict[str, list[tuple[int, float]]]:
+    """family -> (step, share of the step's valid designs on that family's tasks whose pattern is
+    ``patterns[family]``); a step without a valid design of the family has no point."""
     from metaagent.eval.matrix import pattern_share
 
-    out: dict[str, list[tuple[int, float]]] = {f: [] for f in oracle.patterns}
+    out: dict[str, list[tuple[int, float]]] = {f: [] for f in patterns}
     for step, trees in steps:
-        for family, pattern in oracle.patterns.items():
+        for family, pattern in patterns.items():
             share = pattern_share([t for t in trees if family_of(t) == family], pattern)["share"]
             if share is not None:
                 out[family].append((step, share))
     return out
 
 
+#: the pattern of a one-agent design (workflow.analysis)
+SINGLE = "single"
 #: the label of a design whose script failed the checks (it has no pattern)
 INVALID = "(invalid)"
 
@@ -322,7 +326,7 @@ def report(args: argparse.Namespace) -> None:
     lines = [f"| mode | steps | designer reward (first 10 → last 10) | executor reward (first 10 → last 10) | "
              f"valid-script rate (last 10) | {head} | shortcut executions |",
              "| --- |" + " --- |" * (5 + len(args.families))]  # fmt: skip
-    share_slopes, by_pattern = [], {}
+    share_slopes, single_rows, by_pattern = [], [], {}
     for mode in args.modes:
         folder = v1.run_dir(args, mode)
         rows = v1.read_metrics(folder)
@@ -333,7 +337,8 @@ def report(args: argparse.Namespace) -> None:
         for ax, key in zip(axes[0], top):
             v1.plot_smoothed(ax, curves[key], mode, args.smooth)
         steps = step_trees(folder)
-        shares = oracle_shares(steps, oracle)
+        shares = pattern_shares(steps, oracle.patterns)
+        singles = pattern_shares(steps, dict.fromkeys(args.families, SINGLE))
         by_pattern[mode] = pattern_designs(steps)
         for ax, f in zip(axes[1], args.families):
             v1.plot_smoothed(ax, shares.get(f, []), mode, args.smooth)
@@ -347,6 +352,7 @@ def report(args: argparse.Namespace) -> None:
                      f"{v1.mean([y for _, y in curves['rollout/valid_script_rate'][-10:]]):.2f} | "
                      + " | ".join(first_last(shares.get(f, []), ".2f") for f in args.families)
                      + f" | {int(sum(y for _, y in curves['shortcuts']))} |")  # fmt: skip
+        single_rows.append(f"| {mode} | " + " | ".join(first_last(singles[f], ".2f") for f in args.families) + " |")
         trained = {r["step"] for r in (rows if mode == v1.FROZEN else v1.trained_steps(rows, "designer"))}
         if trained:
             share_slopes.append(f"| {mode} | " + " | ".join(
@@ -381,6 +387,12 @@ def report(args: argparse.Namespace) -> None:
         "step), least squares with a 95% t interval:",
         "",
         *family_table("mode", args.families, share_slopes),
+        "Single-agent share per family (first 10 → last 10 steps): the share of valid designs with the `single`",
+        "pattern. A family whose oracle is `single` gains oracle share from a per-family choice only if the",
+        "other families' single share does not rise with it; if it rises everywhere, the designer drifts to one",
+        "agent.",
+        "",
+        *family_table("mode", args.families, single_rows),
         *pattern_section(args.families, args.modes, by_pattern),
         *v1.role_sections(args),
         *v1.shortcut_section(args),

@@ -99,6 +99,21 @@ def test_designs_by_pattern_keep_invalid_designs_apart():
     assert section.index("| tool-pair |") < section.index(f"| {v2.INVALID} | 2 (0.00, -1.00) | 0 |")
 
 
+def test_pattern_shares_count_valid_designs_per_family_and_skip_steps_without_one():
+    v2 = load_script()
+
+    def tree(family, *patterns):
+        designs = [SimpleNamespace(valid=p is not None, structure={"pattern": p} if p else None) for p in patterns]
+        return SimpleNamespace(task={"metadata": {"family": family}}, designs=designs)
+
+    steps = [(0, [tree("arith", "tool-pair", "single", None), tree("start", "single", "single")]),
+             (1, [tree("arith", None, None), tree("start", "ensemble", "single")])]  # fmt: skip
+    oracle = v2.pattern_shares(steps, {"arith": "tool-pair", "start": "single"})
+    assert oracle == {"arith": [(0, 0.5)], "start": [(0, 1.0), (1, 0.5)]}  # invalid designs are not counted
+    single = v2.pattern_shares(steps, dict.fromkeys(["arith", "start"], v2.SINGLE))
+    assert single == {"arith": [(0, 0.5)], "start": [(0, 1.0), (1, 0.5)]}
+
+
 class FakeRuns:
     """v1's ``train`` and ``checkpoint_step`` over a dict of steps per mode: each call is logged, and a mode's
     ``hooks`` entry runs inside its chunk (to block it, or to fail it)."""
@@ -226,6 +241,8 @@ def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
 
     table = (results / "table.md").read_text()
     assert "| frozen | 2 |" in table and "| stagewise | 2 |" in table  # the training table: a row per mode
+    single = table.split("Single-agent share per family")[1].split("\n\n")[1].splitlines()  # the drift table
+    assert single[0] == "| mode | arith |" and [r.split(" | ")[0] for r in single[2:]] == ["| frozen", "| stagewise"]
     held = [line for line in table.splitlines() if line.startswith(("| start | ", "| stagewise | "))]
     assert any(line.startswith("| start | ") and line.count("(1)") == 3 for line in held)  # auto - sa/best/oracle
     assert any(line.startswith("| stagewise | ") and "solved only here" in line for line in held)  # App. C column
