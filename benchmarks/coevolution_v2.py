@@ -24,7 +24,8 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
   designer's valid designs whose pattern is the family's oracle pattern (from the rollout records of each step);
   designer stages of the stagewise run shaded;
 - ``table.md``: the training table, the slope of each family's oracle share over the designer-trained steps,
-  each family's single-agent share over the first and last 10 steps (a drift to one agent raises every family's),
+  each family's single-agent share over the first and last 10 steps (a drift to one agent raises every family's)
+  and its most written pattern over the last 5 steps,
   per family the count, mean design reward and mean advantage of each pattern the designer wrote,
   v1's role slopes and paired gains over ``frozen``, the shortcut counters, and the held-out table: each final
   checkpoint's ``auto`` (and the start model's) on the suite's test split of every family (``--eval-limit`` tasks,
@@ -42,6 +43,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,6 +164,21 @@ def pattern_shares(steps: list[tuple[int, list]], patterns: dict[str, str]) -> d
 SINGLE = "single"
 #: the label of a design whose script failed the checks (it has no pattern)
 INVALID = "(invalid)"
+
+
+def modal_patterns(steps: list[tuple[int, list]], families: list[str], last: int = 5) -> dict[str, str]:
+    """family -> its most written pattern among the valid designs of the ``last`` steps, with its share
+    (``"tool-pair 0.90"``; ``"-"`` without a valid design): what the designer ends up choosing per family."""
+    counts: dict[str, Counter] = {f: Counter() for f in families}
+    for _, trees in steps[-last:]:
+        for t in trees:
+            if family_of(t) in counts:
+                counts[family_of(t)].update(str((d.structure or {}).get("pattern")) for d in t.designs if d.valid)
+    out = {}
+    for f, c in counts.items():
+        top = c.most_common(1)
+        out[f] = f"{top[0][0]} {top[0][1] / sum(c.values()):.2f}" if top else "-"
+    return out
 
 
 def pattern_designs(steps: list[tuple[int, list]]) -> dict[str, dict[str, list[tuple[float, float]]]]:
@@ -326,7 +343,7 @@ def report(args: argparse.Namespace) -> None:
     lines = [f"| mode | steps | designer reward (first 10 → last 10) | executor reward (first 10 → last 10) | "
              f"valid-script rate (last 10) | {head} | shortcut executions |",
              "| --- |" + " --- |" * (5 + len(args.families))]  # fmt: skip
-    share_slopes, single_rows, by_pattern = [], [], {}
+    share_slopes, single_rows, modal_rows, by_pattern = [], [], [], {}
     for mode in args.modes:
         folder = v1.run_dir(args, mode)
         rows = v1.read_metrics(folder)
@@ -352,6 +369,8 @@ def report(args: argparse.Namespace) -> None:
                      f"{v1.mean([y for _, y in curves['rollout/valid_script_rate'][-10:]]):.2f} | "
                      + " | ".join(first_last(shares.get(f, []), ".2f") for f in args.families)
                      + f" | {int(sum(y for _, y in curves['shortcuts']))} |")  # fmt: skip
+        modal = modal_patterns(steps, args.families)
+        modal_rows.append(f"| {mode} | " + " | ".join(modal[f] for f in args.families) + " |")
         single_rows.append(f"| {mode} | " + " | ".join(first_last(singles[f], ".2f") for f in args.families) + " |")
         trained = {r["step"] for r in (rows if mode == v1.FROZEN else v1.trained_steps(rows, "designer"))}
         if trained:
@@ -393,6 +412,10 @@ def report(args: argparse.Namespace) -> None:
         "agent.",
         "",
         *family_table("mode", args.families, single_rows),
+        "The pattern each family's valid designs take most over the last 5 steps, with its share: a per-family",
+        "choice shows as different patterns in families with different oracles.",
+        "",
+        *family_table("mode", args.families, modal_rows),
         *pattern_section(args.families, args.modes, by_pattern),
         *v1.role_sections(args),
         *v1.shortcut_section(args),

@@ -112,6 +112,9 @@ def test_pattern_shares_count_valid_designs_per_family_and_skip_steps_without_on
     assert oracle == {"arith": [(0, 0.5)], "start": [(0, 1.0), (1, 0.5)]}  # invalid designs are not counted
     single = v2.pattern_shares(steps, dict.fromkeys(["arith", "start"], v2.SINGLE))
     assert single == {"arith": [(0, 0.5)], "start": [(0, 1.0), (1, 0.5)]}
+    modal = v2.modal_patterns(steps, ["arith", "start", "code"], last=1)  # the last step only
+    assert modal == {"arith": "-", "start": "ensemble 0.50", "code": "-"}  # arith's designs there are all invalid
+    assert v2.modal_patterns(steps, ["arith", "start"])["start"] == "single 0.75"
 
 
 class FakeRuns:
@@ -243,6 +246,8 @@ def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
     assert "| frozen | 2 |" in table and "| stagewise | 2 |" in table  # the training table: a row per mode
     single = table.split("Single-agent share per family")[1].split("\n\n")[1].splitlines()  # the drift table
     assert single[0] == "| mode | arith |" and [r.split(" | ")[0] for r in single[2:]] == ["| frozen", "| stagewise"]
+    modal = table.split("most over the last 5 steps")[1].split("\n\n")[1].splitlines()
+    assert modal[0] == "| mode | arith |" and [r.split(" | ")[0] for r in modal[2:]] == ["| frozen", "| stagewise"]
     held = [line for line in table.splitlines() if line.startswith(("| start | ", "| stagewise | "))]
     assert any(line.startswith("| start | ") and line.count("(1)") == 3 for line in held)  # auto - sa/best/oracle
     assert any(line.startswith("| stagewise | ") and "solved only here" in line for line in held)  # App. C column
