@@ -172,8 +172,8 @@ def modal_patterns(steps: list[tuple[int, list]], families: list[str], last: int
     counts: dict[str, Counter] = {f: Counter() for f in families}
     for _, trees in steps[-last:]:
         for t in trees:
-            if family_of(t) in counts:
-                counts[family_of(t)].update(str((d.structure or {}).get("pattern")) for d in t.designs if d.valid)
+            if (family := family_of(t)) in counts:
+                counts[family].update(str((d.structure or {}).get("pattern")) for d in t.designs if d.valid)
     out = {}
     for f, c in counts.items():
         top = c.most_common(1)
