@@ -497,20 +497,6 @@ def copy_metrics(folder: Path, results: Path, mode: str) -> None:
     compress(results / f"metrics_{mode}.jsonl")
 
 
-def save_png(fig, path: Path, *, dpi: int) -> None:
-    """Write ``fig`` as a 256-colour PNG: a line plot loses nothing visible and the file is a third of
-    matplotlib's RGBA one (co-evolution v2 seed 1's curves: 304 kB -> 113 kB), which the committed results'
-    10 MB budget needs (``tests/test_repository.py``)."""
-    import io
-
-    from PIL import Image
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    buf.seek(0)
-    Image.open(buf).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
-
-
 def copy_compressed(src: Path, dst: Path) -> None:
     """Copy a results folder with its rollout records compressed (``.jsonl.xz``) and without log-probs, as
     committed records are, and its evaluation summaries compressed too (``results.json`` -> ``results.json.xz``,
@@ -536,6 +522,7 @@ def report(args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from metaagent.eval.html import palette_png
     from metaagent.records import glob_records
 
     results = Path(args.results)
@@ -574,7 +561,7 @@ def report(args: argparse.Namespace) -> None:
         ax.legend()
     shade_stages(axes, args)
     fig.tight_layout()
-    save_png(fig, results / "curves.png", dpi=110)
+    (results / "curves.png").write_bytes(palette_png(fig, dpi=110))
     text = [
         "# CPU co-evolution (embedded-sft, configs/default.yaml)",
         "",

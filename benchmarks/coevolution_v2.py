@@ -332,6 +332,8 @@ def report(args: argparse.Namespace) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from metaagent.eval.html import palette_png
+
     oracle = Oracle.read(args.oracle)
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
@@ -389,7 +391,7 @@ def report(args: argparse.Namespace) -> None:
             ax.legend(fontsize=7)
     v1.shade_stages(axes.flat, args)
     fig.tight_layout()
-    v1.save_png(fig, results / "curves.png", dpi=100)
+    (results / "curves.png").write_bytes(palette_png(fig, dpi=100))
     plt.close(fig)
     text = [
         f"# Co-evolution v2 ({args.model} on the suite's train split)",
@@ -458,7 +460,7 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
     todo = max(0, records - sum(heldout_records(args, mode) for mode in evaluated))
     eval_h = [todo * args.eval_n / 4 / rate / 60 / args.jobs for rate in EVAL_RECORDS_PER_MIN[::-1]]
     (results / "STATUS.md").write_text("\n".join([
-        f"# Co-evolution v2 — status: {'training done' if not left else 'PARTIAL'}",
+        f"# Co-evolution v2 — status: {'PARTIAL' if left else 'training done, held-out PARTIAL' if todo else 'done'}",
         "",
         "## How to run",
         "",

@@ -37,6 +37,8 @@ def curve(run: Path) -> list[dict]:
 def plot(rows: list[dict], path: Path) -> None:
     from matplotlib.figure import Figure
 
+    from metaagent.eval.html import palette_png
+
     fig = Figure(figsize=(9, 3.4), dpi=110)
     left, right = fig.subplots(1, 2)
     steps = [r["step"] for r in rows]
@@ -54,7 +56,7 @@ def plot(rows: list[dict], path: Path) -> None:
     right.set_title("rounds used (of T = 3)", fontsize=9)
     right.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    path.write_bytes(palette_png(fig))
 
 
 def main(run: str, out: str) -> None:

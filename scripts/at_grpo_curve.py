@@ -65,6 +65,8 @@ def plot(rows: list[dict], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from metaagent.eval.html import palette_png
+
     steps = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4))
     for key, label in (("team_all", "team reward, all candidates"), ("team_selected", "team reward, selected"),
@@ -78,7 +80,7 @@ def plot(rows: list[dict], png: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    png.write_bytes(palette_png(fig, dpi=120))
 
 
 def main() -> None:

@@ -232,6 +232,7 @@ def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
     run("--steps", "1", "--no-eval")
     ids = {m: json.loads((runs / m / "run.json").read_text())["run_id"] for m in ("frozen", "stagewise")}
     assert {m: steps(runs / m) for m in ids} == {"frozen": [0], "stagewise": [0]}
+    assert (results / "STATUS.md").read_text().startswith("# Co-evolution v2 — status: training done, held-out PARTIAL")
 
     run("--steps", "2")  # continues both runs (a restart would move the old run folder aside and redo step 0)
     for mode, run_id in ids.items():
@@ -259,5 +260,6 @@ def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
     metrics = lzma.decompress((results / "metrics_stagewise.jsonl.xz").read_bytes()).decode().splitlines()
     assert [json.loads(line)["step"] for line in metrics] == [0, 1]
     status = (results / "STATUS.md").read_text()
+    assert status.startswith("# Co-evolution v2 — status: done\n")  # every step trained, every held-out record in
     assert "| frozen | 2 of 2 | - |" in status and "| stagewise | 2 of 2 | arith |" in status
     assert "python benchmarks/coevolution_v2.py --config tiny" in status
