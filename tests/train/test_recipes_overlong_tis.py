@@ -141,7 +141,7 @@ def test_policy_loss_with_tis_by_hand():
         TRAIN.clone(), ROLLOUT, adv, MASK, config=LossConfig(), batch=GlobalBatch(num_tokens=2, num_samples=1)
     )
     assert "train/tis_clipfrac" not in m_off  # off by default: the ratio is against the rollout log-probs
-    assert float(off) != pytest.approx(float(loss))
+    assert off.item() != pytest.approx(loss.item())
 
 
 @pytest.mark.slow
