@@ -107,7 +107,8 @@ def palette_png(fig: Any, *, dpi: float | None = None) -> bytes:
     raw, out = io.BytesIO(), io.BytesIO()
     fig.savefig(raw, format="png", dpi=dpi)
     raw.seek(0)
-    Image.open(raw).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(out, "PNG", optimize=True)
+    image = Image.open(raw).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    image.save(out, "PNG", optimize=True)
     return out.getvalue()
 
 

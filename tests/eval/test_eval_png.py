@@ -1,4 +1,4 @@
-"""palette_png: committed curves as 256-colour PNGs, the plot's colours kept, smaller than matplotlib's own."""
+"""palette_png: committed curves as 256-colour PNGs, the colours kept, smaller than matplotlib's own."""
 
 from __future__ import annotations
 

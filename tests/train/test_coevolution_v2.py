@@ -232,7 +232,8 @@ def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
     run("--steps", "1", "--no-eval")
     ids = {m: json.loads((runs / m / "run.json").read_text())["run_id"] for m in ("frozen", "stagewise")}
     assert {m: steps(runs / m) for m in ids} == {"frozen": [0], "stagewise": [0]}
-    assert (results / "STATUS.md").read_text().startswith("# Co-evolution v2 — status: training done, held-out PARTIAL")
+    status = (results / "STATUS.md").read_text()
+    assert status.startswith("# Co-evolution v2 — status: training done, held-out PARTIAL")
 
     run("--steps", "2")  # continues both runs (a restart would move the old run folder aside and redo step 0)
     for mode, run_id in ids.items():
