@@ -290,7 +290,7 @@ def test_one_pairs_weight_scales_its_loss_and_gradient():
         loss, _ = dpo_loss(chosen, torch.tensor([-4.0]), torch.tensor([-3.5]), torch.tensor([-3.5]), beta=0.1,
                            weights=None if w is None else torch.tensor([w]))  # fmt: skip
         loss.backward()
-        return float(loss), float(chosen.grad)
+        return loss.item(), chosen.grad.item()
 
     (plain, g1), (half, g_half) = run(None), run(0.5)
     assert half == pytest.approx(0.5 * plain, rel=1e-6) and g_half == pytest.approx(0.5 * g1, rel=1e-6)

@@ -289,7 +289,7 @@ def test_dpo_pairs_through_the_updater_match_the_loss_on_naive_log_probs(make_mo
         ref_c, _ = naive_response_logprobs(ref, collate(list(chosen)))
         ref_r, _ = naive_response_logprobs(ref, collate(list(rejected)))
     loss, _ = dpo_loss(lp_c.sum(-1), lp_r.sum(-1), ref_c.sum(-1), ref_r.sum(-1), beta=0.2, weights=torch.tensor([2.0, 1.0]))
-    assert m["train/dpo_loss"] == pytest.approx(float(loss), rel=1e-5, abs=1e-6)
+    assert m["train/dpo_loss"] == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
     assert m["train/dpo_loss"] == pytest.approx((2 + 1) / 2 * math.log(2), rel=1e-4)  # same init: margins 0
     assert u.step()["train/skipped_step"] == 0.0
 
