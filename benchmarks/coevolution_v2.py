@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,15 +168,12 @@ INVALID = "(invalid)"
 def modal_patterns(steps: list[tuple[int, list]], families: list[str], last: int = 5) -> dict[str, str]:
     """family -> its most written pattern among the valid designs of the ``last`` steps, with its share
     (``"tool-pair 0.90"``; ``"-"`` without a valid design): what the designer ends up choosing per family."""
-    counts: dict[str, Counter] = {f: Counter() for f in families}
-    for _, trees in steps[-last:]:
-        for t in trees:
-            if (family := family_of(t)) in counts:
-                counts[family].update(str((d.structure or {}).get("pattern")) for d in t.designs if d.valid)
+    by_family = pattern_designs(steps[-last:])
     out = {}
-    for f, c in counts.items():
-        top = c.most_common(1)
-        out[f] = f"{top[0][0]} {top[0][1] / sum(c.values()):.2f}" if top else "-"
+    for f in families:
+        counts = {p: len(designs) for p, designs in by_family.get(f, {}).items() if p != INVALID}
+        top = max(counts, key=counts.__getitem__, default=None)  # ties: the first written
+        out[f] = f"{top} {counts[top] / sum(counts.values()):.2f}" if top else "-"
     return out
 
 

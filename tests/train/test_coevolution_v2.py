@@ -103,7 +103,8 @@ def test_pattern_shares_count_valid_designs_per_family_and_skip_steps_without_on
     v2 = load_script()
 
     def tree(family, *patterns):
-        designs = [SimpleNamespace(valid=p is not None, structure={"pattern": p} if p else None) for p in patterns]
+        designs = [SimpleNamespace(valid=p is not None, structure={"pattern": p} if p else None, reward=0.0,
+                                   advantage=0.0) for p in patterns]  # fmt: skip
         return SimpleNamespace(task={"metadata": {"family": family}}, designs=designs)
 
     steps = [(0, [tree("arith", "tool-pair", "single", None), tree("start", "single", "single")]),
