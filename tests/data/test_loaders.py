@@ -136,7 +136,7 @@ def test_limit_domain_and_spec_string():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"source": "gsm8k"}, "unknown dataset source"),
+        ({"source": "nope"}, "unknown dataset source"),
         ({"source": "polaris", "path": "/nonexistent/file.jsonl"}, "does not exist"),
         ({"source": "polaris", "limit": 0}, "limit"),
         ({"source": "polaris", "domain": "poetry"}, "domain"),
@@ -189,6 +189,7 @@ def test_every_source_is_registered_with_a_domain():
         "code_contests",
         "livecodebench",
         "humaneval",
+        "gsm8k",
         "bundled",
         "sudoku",
         "planpath",

