@@ -377,3 +377,261 @@ FAMILIES: dict[str, tuple[str, tuple[Generator, ...]]] = {
     "lookup": ("math", (lookup_pets, lookup_basket, lookup_ages)),
     "start": ("math", (start_day,)),
 }
+
+
+# ---- held-out templates: sentence templates (code: statement kinds) that no train/val/test task uses -----
+#
+# The ``heldout`` split of every family (``suite/heldout/``, ``metaagent-eval --benchmarks suite:heldout``):
+# the same answer types as the family, asked in sentences that neither RL training (train split) nor the cold
+# start (made from the train split) ever saw. Every literal piece of these templates is checked against the
+# train/val/test questions and sft_data/ (tests/data/test_suite.py); keep the templates in HELDOUT_TEMPLATES.
+
+#: kind -> the question template (code: the statement; ``{what}`` is one of the kind's phrases below)
+HELDOUT_TEMPLATES: dict[str, str] = {
+    # arith
+    "orchard": "An orchard is planted in {rows} rows with {per} trees in each row. What is the number of trees "
+    "in the orchard?",
+    "tickets": "Each ticket to the fair costs {price} coins and {people} visitors buy one ticket each. What do the "
+    "visitors pay altogether, in coins?",
+    "library": "Last year the town library lent out {a} books. This year it lent out {b} books. By how many books "
+    "did the lending grow?",
+    "classrooms": "A school ordered {total} chairs for its {rooms} classrooms, the same number for every room. "
+    "What number of chairs does one room receive?",
+    # strings
+    "consonants": 'Count the consonants in the word "{word}", treating y as a consonant.',
+    "distinct": 'The word "{word}" is written on a card. Count the different letters used on the card.',
+    "first_position": 'Counting from 1, at what position is the first "{letter}" in the word "{word}"?',
+    "longest_word": 'Find the longest word of the phrase "{phrase}". Give its number of letters.',
+    # lookup
+    "scores": "In the quiz {p0} scored {s0} points, {p1} got {s1} points and {p2} ended with {s2} points. What was "
+    "the score of {pi}?",
+    "shelves": "The top shelf holds {c0} books, the middle shelf {c1} books and the bottom shelf {c2} books. What "
+    "number of books stands on the {shelf} shelf?",
+    # start
+    "morning_evening": "In the morning {n} had {x0} {g}. By the evening {n} had {x1} {g}. What was the number of "
+    "{g} {n} had in the morning?",
+    "before_trip": "Before the trip {n} owned {x0} {g}. After the trip {n} owned {x1} {g}. What number of {g} did "
+    "{n} own before the trip?",
+    # code
+    "digits": "Given one integer on standard input, output {what}.",
+    "palindrome": "Given one word on standard input, output {yes} when it reads the same backwards and {no} "
+    "otherwise.",
+    "spread": "The input is a count k followed, on the next line, by k integers. Output {what}.",
+    "words_each": "The input is one line of words separated by single spaces. Output {what}.",
+}
+
+#: code kinds: (phrase, expression) choices for ``{what}``, each with a parameter ``{k}`` (2-9) or ``{d}`` (a digit)
+DIGITS_WHAT = (
+    ("the count of its digits (sign left out) equal to {d}", "str(abs(n)).count('{d}')"),
+    ("{k} times the digit sum of its absolute value", "{k} * sum(int(c) for c in str(abs(n)))"),
+    ("its square, increased by {k}", "n * n + {k}"),
+    ("the remainder of its absolute value on division by {k}", "abs(n) % {k}"),
+)
+SPREAD_WHAT = (
+    ("the gap between their maximum and their minimum, increased by {k}", "max(xs) - min(xs) + {k}"),
+    ("the count of values that are at least {k}", "sum(x >= {k} for x in xs)"),
+    ("all values in ascending order, each scaled by {k}, one space apart", "' '.join(str({k} * x) for x in sorted(xs))"),
+    ("{k} times the total of their squares", "{k} * sum(x * x for x in xs)"),
+)
+WORDS_EACH_WHAT = (
+    ("the opening {k} letters of each word, one space apart", "' '.join(w[:{k}] for w in s.split())"),
+    ("only the words with more than {k} letters, one space apart", "' '.join(w for w in s.split() if len(w) > {k})"),
+    ("each word spelt backwards, words kept in place, plus {k} exclamation marks at the end",
+     "' '.join(w[::-1] for w in s.split()) + '!' * {k}"),
+    ("each word's length multiplied by {k}, one space apart", "' '.join(str({k} * len(w)) for w in s.split())"),
+)  # fmt: skip
+#: the two answers of the palindrome kind
+PALINDROME_ANSWERS = (
+    ("YES", "NO"), ("palindrome", "not a palindrome"), ("true", "false"), ("same", "different"), ("1", "0"),
+    ("mirror", "plain"), ("Y", "N"), ("symmetric", "asymmetric"), ("ok", "no"), ("match", "mismatch"),
+    ("T", "F"), ("equal", "unequal"),
+)  # fmt: skip
+SHELVES = ("top", "middle", "bottom")
+PHRASE_WORDS = WORDS  # the phrases of the longest-word question are built from the suite's word list
+
+
+def arith_orchard(r: random.Random) -> dict[str, Any]:
+    rows, per = r.randint(120, 999), r.randint(120, 999)
+    return {
+        "question": HELDOUT_TEMPLATES["orchard"].format(rows=rows, per=per),
+        "answer": rows * per,
+        "program": _program(rows=rows, per_row=per) + "print(rows * per_row)\n",
+        "kind": "orchard",
+    }
+
+
+def arith_tickets(r: random.Random) -> dict[str, Any]:
+    price, people = r.randint(120, 999), r.randint(1200, 9999)
+    return {
+        "question": HELDOUT_TEMPLATES["tickets"].format(price=price, people=people),
+        "answer": price * people,
+        "program": _program(price=price, people=people) + "print(price * people)\n",
+        "kind": "tickets",
+    }
+
+
+def arith_library(r: random.Random) -> dict[str, Any]:
+    a = r.randint(10000, 89999)
+    b = a + r.randint(1000, 9999)
+    return {
+        "question": HELDOUT_TEMPLATES["library"].format(a=a, b=b),
+        "answer": b - a,
+        "program": _program(last_year=a, this_year=b) + "print(this_year - last_year)\n",
+        "kind": "library",
+    }
+
+
+def arith_classrooms(r: random.Random) -> dict[str, Any]:
+    rooms, each = r.randint(13, 97), r.randint(120, 999)
+    return {
+        "question": HELDOUT_TEMPLATES["classrooms"].format(total=rooms * each, rooms=rooms),
+        "answer": each,
+        "program": _program(total=rooms * each, rooms=rooms) + "print(total // rooms)\n",
+        "kind": "classrooms",
+    }
+
+
+def strings_consonants(r: random.Random) -> dict[str, Any]:
+    word = r.choice(WORDS)
+    return {
+        "question": HELDOUT_TEMPLATES["consonants"].format(word=word),
+        "answer": sum(c not in "aeiou" for c in word),
+        "program": f'print(sum(c not in "aeiou" for c in "{word}"))\n',
+        "kind": "consonants",
+    }
+
+
+def strings_distinct(r: random.Random) -> dict[str, Any]:
+    word = r.choice(WORDS)
+    return {
+        "question": HELDOUT_TEMPLATES["distinct"].format(word=word),
+        "answer": len(set(word)),
+        "program": f'print(len(set("{word}")))\n',
+        "kind": "distinct",
+    }
+
+
+def strings_first_position(r: random.Random) -> dict[str, Any]:
+    word = r.choice(WORDS)
+    letter = r.choice(sorted(set(word)))
+    return {
+        "question": HELDOUT_TEMPLATES["first_position"].format(letter=letter, word=word),
+        "answer": word.index(letter) + 1,
+        "program": f'print("{word}".index("{letter}") + 1)\n',
+        "kind": "first_position",
+    }
+
+
+def strings_longest_word(r: random.Random) -> dict[str, Any]:
+    words = r.sample(PHRASE_WORDS, 3)
+    phrase = " ".join(words)
+    return {
+        "question": HELDOUT_TEMPLATES["longest_word"].format(phrase=phrase),
+        "answer": max(len(w) for w in words),
+        "program": f'print(max(len(w) for w in "{phrase}".split()))\n',
+        "kind": "longest_word",
+    }
+
+
+def lookup_scores(r: random.Random) -> dict[str, Any]:
+    people = r.sample(NAMES, 3)
+    scores = r.sample(range(2, 40), 3)
+    i = r.randrange(3)
+    fields = {f"p{k}": p for k, p in enumerate(people)} | {f"s{k}": s for k, s in enumerate(scores)}
+    return {
+        "question": HELDOUT_TEMPLATES["scores"].format(**fields, pi=people[i]),
+        "answer": scores[i],
+        "program": f"print({scores[i]})\n",
+        "kind": "scores",
+    }
+
+
+def lookup_shelves(r: random.Random) -> dict[str, Any]:
+    counts = r.sample(range(3, 60), 3)
+    i = r.randrange(3)
+    return {
+        "question": HELDOUT_TEMPLATES["shelves"].format(c0=counts[0], c1=counts[1], c2=counts[2], shelf=SHELVES[i]),
+        "answer": counts[i],
+        "program": f"print({counts[i]})\n",
+        "kind": "shelves",
+    }
+
+
+def _start_heldout(kind: str):
+    def generator(r: random.Random) -> dict[str, Any]:
+        name, goods = r.choice(NAMES), r.choice(GOODS)[0]
+        start, end = r.sample(range(3, 40), 2)
+        return {
+            "question": HELDOUT_TEMPLATES[kind].format(n=name, g=goods, x0=start, x1=end),
+            "answer": start,
+            "program": f"print({start})\n",
+            "kind": kind,
+        }
+
+    generator.__name__ = f"start_{kind}"
+    return generator
+
+
+def _what(r: random.Random, choices: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    """One (phrase, expression) of a held-out code kind with its parameter drawn: k in 2-9, d a digit."""
+    phrase, expr = r.choice(choices)
+    k, d = r.randint(2, 9), r.randint(0, 9)
+    return phrase.format(k=k, d=d), expr.format(k=k, d=d)
+
+
+def code_digits(r: random.Random) -> dict[str, Any]:
+    what, expr = _what(r, DIGITS_WHAT)
+    return {
+        "statement": HELDOUT_TEMPLATES["digits"].format(what=what),
+        "solution": f"n = int(input())\nprint({expr})\n",
+        "tests": [f"{x}\n" for x in r.sample([*range(-9999, -9, 37), *range(10, 99999, 313)], 6)],
+        "kind": "digits",
+    }
+
+
+def code_palindrome(r: random.Random) -> dict[str, Any]:
+    yes, no = r.choice(PALINDROME_ANSWERS)
+    same = ["racecar\n", "level\n", "noon\n", "refer\n", "kayak\n", "rotor\n"]
+    tests = [*r.sample(same, 2), *(f"{w}\n" for w in r.sample(WORDS, 4))]
+    r.shuffle(tests)
+    return {
+        "statement": HELDOUT_TEMPLATES["palindrome"].format(yes=yes, no=no),
+        "solution": f's = input()\nprint("{yes}" if s == s[::-1] else "{no}")\n',
+        "tests": tests,
+        "kind": "palindrome",
+    }
+
+
+def code_spread(r: random.Random) -> dict[str, Any]:
+    what, expr = _what(r, SPREAD_WHAT)
+    tests = []
+    for _ in range(6):
+        xs = [r.randint(-9, 30) for _ in range(r.randint(2, 6))]
+        tests.append(f"{len(xs)}\n{' '.join(map(str, xs))}\n")
+    return {
+        "statement": HELDOUT_TEMPLATES["spread"].format(what=what),
+        "solution": "k = int(input())\nxs = list(map(int, input().split()))\n" + f"print({expr})\n",
+        "tests": tests,
+        "kind": "spread",
+    }
+
+
+def code_words_each(r: random.Random) -> dict[str, Any]:
+    what, expr = _what(r, WORDS_EACH_WHAT)
+    tests = [f"{' '.join(r.sample(WORDS, r.randint(2, 4)))}\n" for _ in range(6)]
+    return {
+        "statement": HELDOUT_TEMPLATES["words_each"].format(what=what),
+        "solution": f"s = input()\nprint({expr})\n",
+        "tests": tests,
+        "kind": "words_each",
+    }
+
+
+#: family -> (domain, generators) of the held-out split (kinds and templates apart from FAMILIES')
+HELDOUT_FAMILIES: dict[str, tuple[str, tuple[Generator, ...]]] = {
+    "arith": ("math", (arith_orchard, arith_tickets, arith_library, arith_classrooms)),
+    "strings": ("math", (strings_consonants, strings_distinct, strings_first_position, strings_longest_word)),
+    "code": ("code", (code_digits, code_palindrome, code_spread, code_words_each)),
+    "lookup": ("math", (lookup_scores, lookup_shelves)),
+    "start": ("math", (_start_heldout("morning_evening"), _start_heldout("before_trip"))),
+}
