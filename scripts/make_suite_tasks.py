@@ -16,7 +16,7 @@ generator, from its own seeded stream (``SEED/family/redraw/index``), with that 
 trivial program passes; so the main stream, every other task and the splits stay as they were (issue #64:
 five of the 200 code tasks were such, ``suite-code-024`` of the test split among them).
 
-The ``heldout`` split (``suite/heldout/``): ``HELDOUT_PER_FAMILY`` tasks per family from
+The ``heldout`` split (``suite/heldout/*.jsonl.gz``, gzip-compressed): ``HELDOUT_PER_FAMILY`` tasks per family from
 ``HELDOUT_FAMILIES``' templates, drawn from ``SEED/heldout/family``, none a train/val/test question.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import io
 import json
 import random
@@ -38,7 +39,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from make_bundled_tasks import reference_output, render
 from suite_families import FAMILIES, HELDOUT_FAMILIES
 
-from metaagent.data.suite import HELDOUT, HELDOUT_DIR, REFERENCES_FILE, SUITE_DIR, trivial_program
+from metaagent.data.suite import HELDOUT, HELDOUT_DIR, HELDOUT_SUFFIX, REFERENCES_FILE, SUITE_DIR, trivial_program
 from metaagent.data.tasks import Task
 from metaagent.execution.code import run_code_tests
 from metaagent.execution.code_tests import normalize_tests
@@ -187,6 +188,13 @@ def make_heldout(family: str, taken: set[str]) -> tuple[list[dict[str, Any]], li
     return [row for row, _ in pairs], [ref for _, ref in pairs]
 
 
+def committed_text(path: Path) -> str | None:
+    """The text of a written file (``.gz``: decompressed, so --check compares text, not zlib's bytes)."""
+    if not path.exists():
+        return None
+    return gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
@@ -201,17 +209,22 @@ def main() -> None:
         held, held_refs = make_heldout(family, {r["question"] for r in rows})
         verify(held, held_refs, runner=not args.check)
         files[SUITE_DIR / f"{family}.jsonl"] = render(rows)
-        files[HELDOUT_DIR / f"{family}.jsonl"] = render(held)
+        files[HELDOUT_DIR / f"{family}{HELDOUT_SUFFIX}"] = render(held)
         references += refs
         heldout_refs += held_refs
         counts[family] = {s: sum(r["split"] == s for r in rows + held) for s in ("train", "val", "test", HELDOUT)}
     files[SUITE_DIR / REFERENCES_FILE] = render(sorted(references, key=lambda r: r["id"]))
-    files[HELDOUT_DIR / REFERENCES_FILE] = render(sorted(heldout_refs, key=lambda r: r["id"]))
+    files[HELDOUT_DIR / REFERENCES_FILE.replace(".jsonl", HELDOUT_SUFFIX)] = render(
+        sorted(heldout_refs, key=lambda r: r["id"])
+    )
     HELDOUT_DIR.mkdir(parents=True, exist_ok=True)
     for path, text in files.items():
+        if committed_text(path) == text:
+            continue
         if args.check:
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
-                raise SystemExit(f"{path} is out of date; run scripts/make_suite_tasks.py")
+            raise SystemExit(f"{path} is out of date; run scripts/make_suite_tasks.py")
+        if path.suffix == ".gz":  # no name or time in the header: the same text gives the same bytes
+            path.write_bytes(gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0))
         else:
             path.write_text(text, encoding="utf-8")
     print(f"{counts}; {'checked' if args.check else 'written to'} {SUITE_DIR}")

@@ -49,6 +49,7 @@ def test_the_wheel_carries_the_data(venv):
     assert "metaagent/configs/tiny.yaml" in names and "metaagent/configs/default.yaml" in names
     assert "metaagent/workflow/template_bank/reflection.py" in names
     assert "metaagent/policy/cold_start_adapter/adapter_model.safetensors" in names
+    assert "metaagent/data/suite/heldout/code.jsonl.gz" in names  # the suite's held-out split, compressed
 
 
 def test_installed_wheel_loads_templates_and_resolves_the_cold_start(venv):

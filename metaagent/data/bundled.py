@@ -14,6 +14,7 @@ Splits are ``train``, ``val`` and ``test``; ``all`` gives every task.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,11 +30,11 @@ SPLITS = ("train", "val", "test")
 
 
 def read_generated_jsonl(path: Path, generator: str = "scripts/make_bundled_tasks.py") -> Iterator[dict[str, Any]]:
-    """The rows of a JSONL file that ``generator`` writes (bundled and suite tasks); a missing file says how to
-    regenerate it."""
+    """The rows of a JSONL file (``.jsonl.gz``: gzip-compressed) that ``generator`` writes (bundled and suite
+    tasks); a missing file says how to regenerate it."""
     if not path.exists():
         raise DataError(f"{path} is missing; regenerate it with {generator}")
-    with open(path, encoding="utf-8") as f:
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")) as f:
         for line in f:
             if line.strip():
                 yield json.loads(line)

@@ -10,7 +10,7 @@ what each family is for: ``scripts/suite_families.py``):
   kept apart from the tasks so that it can never reach a prompt.
 
 Splits are ``train``, ``val`` and ``test``; ``all`` gives every task of these three. The ``heldout`` split
-(``suite/heldout/<family>.jsonl``, references in ``suite/heldout/references.jsonl``) holds test tasks from
+(``suite/heldout/<family>.jsonl.gz``, references in ``suite/heldout/references.jsonl.gz``) holds test tasks from
 sentence templates (code: statement kinds) that no train/val/test task uses, so neither RL training nor the
 cold start ever saw them (``HELDOUT_TEMPLATES`` in ``scripts/suite_families.py``); ``all`` leaves it out. As
 benchmarks and data sources: ``suite`` (every family) and ``suite_<family>`` (one family), e.g.
@@ -36,6 +36,7 @@ REFERENCES_FILE = "references.jsonl"
 SPLITS = ("train", "val", "test")
 HELDOUT = "heldout"  # the held-out-template split, apart from SPLITS (its own folder)
 HELDOUT_DIR = SUITE_DIR / HELDOUT
+HELDOUT_SUFFIX = ".jsonl.gz"  # the held-out files are gzip-compressed (the tracked tree has a size budget)
 SOURCE = "suite"  # the data source of every family; suite_<family> for one
 
 #: the families shipped (one file each), in a fixed order
@@ -57,9 +58,9 @@ def suite_rows(split: str = "all", family: str | None = None) -> Iterator[dict[s
         raise DataError(f"suite split must be one of {(*SPLITS, HELDOUT)} or 'all', got {split!r}")
     if family is not None and family not in FAMILIES:
         raise DataError(f"unknown suite family {family!r}; families: {', '.join(FAMILIES)}")
-    folder = HELDOUT_DIR if split == HELDOUT else SUITE_DIR
+    folder, suffix = (HELDOUT_DIR, HELDOUT_SUFFIX) if split == HELDOUT else (SUITE_DIR, ".jsonl")
     for name in (family,) if family else FAMILIES:
-        for row in _read(folder / f"{name}.jsonl"):
+        for row in _read(folder / f"{name}{suffix}"):
             if split in ("all", HELDOUT) or row["split"] == split:
                 yield row
 
@@ -67,8 +68,8 @@ def suite_rows(split: str = "all", family: str | None = None) -> Iterator[dict[s
 def suite_references(*, heldout: bool = False) -> dict[str, str]:
     """Reference program per suite task id (for cold-start data of the train split and tests; never prompts);
     ``heldout``: the held-out split's instead."""
-    folder = HELDOUT_DIR if heldout else SUITE_DIR
-    return {row["id"]: row["solution"] for row in _read(folder / REFERENCES_FILE)}
+    path = HELDOUT_DIR / REFERENCES_FILE.replace(".jsonl", HELDOUT_SUFFIX) if heldout else SUITE_DIR / REFERENCES_FILE
+    return {row["id"]: row["solution"] for row in _read(path)}
 
 
 #: trivial stdin/stdout programs no suite code task may accept: name -> its output from (stdin, the task's
