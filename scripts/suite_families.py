@@ -383,8 +383,9 @@ FAMILIES: dict[str, tuple[str, tuple[Generator, ...]]] = {
 #
 # The ``heldout`` split of every family (``suite/heldout/``, ``metaagent-eval --benchmarks suite:heldout``):
 # the same answer types as the family, asked in sentences that neither RL training (train split) nor the cold
-# start (made from the train split) ever saw. Every literal piece of these templates is checked against the
-# train/val/test questions and sft_data/ (tests/data/test_suite.py); keep the templates in HELDOUT_TEMPLATES.
+# start (made from the train split and the bundled tasks) ever saw. Every literal piece of these templates is
+# checked against the train/val/test questions, the bundled tasks and sft_data/ (tests/data/test_suite.py);
+# keep the templates in HELDOUT_TEMPLATES.
 
 #: kind -> the question template (code: the statement; ``{what}`` is one of the kind's phrases below)
 HELDOUT_TEMPLATES: dict[str, str] = {
@@ -414,8 +415,8 @@ HELDOUT_TEMPLATES: dict[str, str] = {
     "{n} own before the trip?",
     # code
     "digits": "Given one integer on standard input, output {what}.",
-    "palindrome": "Given one word on standard input, output {yes} when it reads the same backwards and {no} "
-    "otherwise.",
+    "palindrome": "Given one word on standard input, output {yes} when the word equals its own reversal and "
+    "{no} otherwise.",
     "spread": "The input is a count k followed, on the next line, by k integers. Output {what}.",
     "words_each": "The input is one line of words separated by single spaces. Output {what}.",
 }
