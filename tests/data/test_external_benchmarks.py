@@ -245,3 +245,27 @@ def test_mbpp_placed_as_the_repository_file(tmp_path, monkeypatch, no_placed_cop
     monkeypatch.setenv(loaders.BENCHMARKS_ENV, str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert [t.id for t in benchmark_tasks(parse_benchmark("mbpp:test"))] == ["mbpp-11", "mbpp-17"]
+
+
+def test_gsm8k_through_the_evaluation_harness(tmp_path, no_placed_copies):
+    """``metaagent-eval --benchmarks gsm8k:test@FILE --limit 2``: the seeded first two problems, scored by the
+    math domain against the number after ``####`` (a scripted agent knows one of them)."""
+    from metaagent.eval import Evaluation, make_config
+    from metaagent.policy import ChatRequest, ScriptedPolicy
+    from metaagent.workflow import SandboxPool
+
+    path = _write_gsm8k(tmp_path / "test.jsonl")
+    first, second = load_tasks(DatasetSpec("gsm8k", path=str(path), limit=2))
+
+    def reply(request: ChatRequest) -> str:
+        text = "\n".join(m["content"] for m in request.messages)
+        return f"<delivery>\\boxed{{{first.answer if first.question in text else 0}}}</delivery>"
+
+    config = make_config(models=["scripted"], methods=["sa"], benchmarks=[f"gsm8k:test@{path}"], limit=2, n=1,
+                         k=[1], out=str(tmp_path / "res"), bootstrap=200, concurrency=1, html_tasks=0)  # fmt: skip
+    policy = ScriptedPolicy(reply, model_id="scripted")
+    with SandboxPool(workers=1) as pool:
+        results = Evaluation(config, policies={"scripted": policy}, pool=pool).run()
+    entry = results["cells"]["scripted"]["benchmarks"]["gsm8k:test"]["sa"]
+    assert entry["tasks"] == 2 and entry["metrics"]["avg@1"]["mean"] == pytest.approx(0.5)
+    assert second.answer != "0"
