@@ -261,8 +261,10 @@ def test_gsm8k_through_the_evaluation_harness(tmp_path, no_placed_copies):
         text = "\n".join(m["content"] for m in request.messages)
         return f"<delivery>\\boxed{{{first.answer if first.question in text else 0}}}</delivery>"
 
-    config = make_config(models=["scripted"], methods=["sa"], benchmarks=[f"gsm8k:test@{path}"], limit=2, n=1,
-                         k=[1], out=str(tmp_path / "res"), bootstrap=200, concurrency=1, html_tasks=0)  # fmt: skip
+    config = make_config(
+        models=["scripted"], methods=["sa"], benchmarks=[f"gsm8k:test@{path}"], limit=2, n=1, k=[1],
+        out=str(tmp_path / "res"), bootstrap=200, concurrency=1, html_tasks=0,
+    )
     policy = ScriptedPolicy(reply, model_id="scripted")
     with SandboxPool(workers=1) as pool:
         results = Evaluation(config, policies={"scripted": policy}, pool=pool).run()
