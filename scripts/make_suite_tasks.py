@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import gzip
 import io
-import json
 import random
 import sys
 from pathlib import Path
@@ -39,7 +38,14 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from make_bundled_tasks import reference_output, render
 from suite_families import FAMILIES, HELDOUT_FAMILIES
 
-from metaagent.data.suite import HELDOUT, HELDOUT_DIR, HELDOUT_SUFFIX, REFERENCES_FILE, SUITE_DIR, trivial_program
+from metaagent.data.suite import (
+    HELDOUT,
+    HELDOUT_DIR,
+    HELDOUT_SUFFIX,
+    REFERENCES_FILE,
+    SUITE_DIR,
+    trivial_program,
+)
 from metaagent.data.tasks import Task
 from metaagent.execution.code import run_code_tests
 from metaagent.execution.code_tests import normalize_tests

@@ -21,11 +21,11 @@ from typing import Any
 from metaagent.domain import domain_names
 
 from . import mappers
+from .errors import DataError, SkipRow
 from .plan import PLAN_SOURCES, plan_rows, plan_task
 from .suite import FAMILIES as SUITE_FAMILIES
 from .suite import SOURCE as SUITE_SOURCE
 from .suite import family_source
-from .errors import DataError, SkipRow
 from .tasks import Task
 
 log = logging.getLogger(__name__)

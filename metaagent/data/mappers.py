@@ -394,7 +394,7 @@ GSM8K_MARK = "####"  # the final answer follows this mark on the solution's last
 def gsm8k_answer(solution: str) -> str:
     """The final answer of a GSM8K solution: the text after ``####``, thousands separators removed
     (``"#### 1,200"`` -> ``"1200"``); :class:`SkipRow` when the mark or a number after it is missing."""
-    head, mark, tail = solution.rpartition(GSM8K_MARK)
+    _, mark, tail = solution.rpartition(GSM8K_MARK)
     answer = tail.strip().replace(",", "")
     if not mark or not answer:
         raise SkipRow(f"no final answer after {GSM8K_MARK!r}")

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from metaagent.data import DataError, DatasetSpec, load_tasks
-from metaagent.data import loaders
+from metaagent.data import DataError, DatasetSpec, load_tasks, loaders
 from metaagent.data.errors import SkipRow
 from metaagent.data.mappers import HUMANEVAL_WRONG_EXAMPLES, doctest_asserts, gsm8k_answer
 from metaagent.eval.benchmarks import benchmark_tasks, parse_benchmark
