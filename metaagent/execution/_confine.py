@@ -19,9 +19,12 @@ is :mod:`metaagent.execution.isolation`.
    connection to abstract Unix sockets created outside it (ABI >= 6);
 4. all capabilities dropped (root keeps uid 0 but loses CAP_DAC_OVERRIDE, CAP_SYS_ADMIN, CAP_KILL, ...);
 5. a seccomp filter built from three tables below: :data:`DENIED` (refused with EPERM: new processes,
-   namespaces and mounts, sockets and io_uring, shared memory and IPC, kernel interfaces, file metadata),
+   namespaces and mounts, sockets and io_uring, shared memory and IPC, kernel interfaces, inotify and
+   fanotify, file metadata),
    :data:`ARG_RULES` (allowed only with given arguments: threads but no processes, signals and resource
-   calls only on the process itself, ``socketpair`` only as a connected AF_UNIX stream pair) and
+   calls only on the process itself, also the receiver of a file's SIGIO (``fcntl(F_SETOWN)``; the
+   ``F_SETOWN_EX`` / ``FIOSETOWN`` / ``SIOCSPGRP`` forms refused), no leases or directory notifications,
+   ``socketpair`` only as a connected AF_UNIX stream pair) and
    :data:`LAST_AUDITED` (any younger system call fails with ENOSYS, as on an older kernel; ``clone3`` too,
    so that libc falls back to ``clone``).
 
@@ -80,6 +83,11 @@ SYSCALLS = {
     "sched_setscheduler": (144, 119), "sched_setattr": (314, 274), "migrate_pages": (256, 238),
     "move_pages": (279, 239), "get_robust_list": (274, 100), "setpriority": (141, 140),
     "ioprio_set": (251, 30),
+    # calls whose command argument sets a signal's receiver or a watch (ARG_RULES, by command)
+    "fcntl": (72, 25), "ioctl": (16, 29),
+    # watching the file system (names of files the host creates or opens, a channel between programs)
+    "inotify_init": (253, None), "inotify_init1": (294, 26), "inotify_add_watch": (254, 27),
+    "inotify_rm_watch": (255, 28), "fanotify_mark": (301, 263),
 }  # fmt: skip
 #: the highest system call number the tables above were audited against (kernel headers of Linux 6.x:
 #: 450 = set_mempolicy_home_node on both architectures); younger ones fail with ENOSYS
@@ -300,6 +308,18 @@ _ALLOW, _KILL = 0x7FFF0000, 0x80000000
 _EPERM, _ENOSYS = 1, 38
 CLONE_THREAD, AF_UNIX, SOCK_STREAM, SOCK_TYPE_MASK = 0x00010000, 1, 1, 0xF
 PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
+#: fcntl commands (asm-generic/fcntl.h, linux/fcntl.h) and socket ioctls (asm-generic/sockios.h) that name
+#: the receiver of a file's SIGIO / F_SETSIG signal, take a lease or set a directory watch
+F_SETOWN, F_SETOWN_EX, F_SETLEASE, F_NOTIFY, FIOSETOWN, SIOCSPGRP = 8, 15, 1024, 1026, 0x8901, 0x8902
+
+
+class ByCommand:
+    """An ARG_RULES entry for a call whose argument ``index`` is a command: per command, None (refused) or
+    the conditions under which it is allowed (as in ARG_RULES); every other command is allowed."""
+
+    def __init__(self, index, commands):
+        self.index, self.commands = index, dict(commands)
+
 
 #: refused with EPERM, by what they would reach (the audit of the system call table, see SYSCALLS)
 DENIED = {
@@ -314,18 +334,21 @@ DENIED = {
                               "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open",
                               "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
                               "userfaultfd"),
-    "kernel interfaces": ("bpf", "perf_event_open", "keyctl", "add_key", "request_key", "fanotify_init",
+    "kernel interfaces": ("bpf", "perf_event_open", "keyctl", "add_key", "request_key",
                           "name_to_handle_at", "open_by_handle_at", "uselib", "modify_ldt", "syslog",
                           "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
                           "swapon", "swapoff", "reboot", "acct", "quotactl", "quotactl_fd", "sethostname",
                           "setdomainname", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl",
                           "ioperm", "vhangup", "lookup_dcookie"),
+    "watching files": ("inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
+                       "fanotify_init", "fanotify_mark"),
     "file metadata": ("chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat", "setxattr",
                       "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr"),
 }  # fmt: skip
 
 #: allowed only when every (argument index, mask, allowed values) holds: (argument & mask) is one of the
-#: values (mask None: the whole 32-bit argument; "pid" / "-pid": the process's own pid / process group)
+#: values (mask None: the whole 32-bit argument; "pid" / "-pid": the process's own pid / process group);
+#: a ByCommand entry applies such conditions to some commands of the call only
 ARG_RULES = {
     "clone": ((0, CLONE_THREAD, (CLONE_THREAD,)),),  # threads, never processes
     "socketpair": ((0, None, (AF_UNIX,)), (1, SOCK_TYPE_MASK, (SOCK_STREAM,))),  # no datagrams to a path
@@ -341,6 +364,12 @@ ARG_RULES = {
     "get_robust_list": ((0, None, (0, "pid")),),
     "setpriority": ((0, None, (PRIO_PROCESS,)), (1, None, (0, "pid"))),
     "ioprio_set": ((0, None, (IOPRIO_WHO_PROCESS,)), (1, None, (0, "pid"))),
+    # the receiver of SIGIO / F_SETSIG (O_ASYNC, FIOASYNC): only the program itself (0: none); F_SETOWN_EX
+    # passes it behind a pointer the filter cannot read, the socket ioctls likewise: refused. A lease
+    # makes a host process's open() of the file wait (lease-break-time); F_NOTIFY watches a directory.
+    "fcntl": ByCommand(1, {F_SETOWN: ((2, None, (0, "pid")),), F_SETOWN_EX: None, F_SETLEASE: None,
+                           F_NOTIFY: None}),  # fmt: skip
+    "ioctl": ByCommand(1, {FIOSETOWN: None, SIOCSPGRP: None}),
 }
 
 
@@ -356,10 +385,12 @@ def _errno(e):
     return (_RET, 0, 0, 0x00050000 | e)
 
 
-def _arg_rule(nr, conditions, pid):
-    """Instructions for one ARG_RULES entry: skipped unless the call is ``nr``; then EPERM unless every
-    condition holds, else allow. Arguments are read as their low 32 bits (little-endian ``seccomp_data``)."""
+def _conditions(conditions, pid):
+    """Instructions that return EPERM unless every condition holds, then allow. Arguments are read as
+    their low 32 bits (little-endian ``seccomp_data``; the kernel reads ints and commands as 32 bits)."""
     body = []
+    if conditions is None:  # a refused command
+        return [_errno(_EPERM)]
     for index, mask, values in conditions:
         values = [{"pid": pid, "-pid": -pid}.get(v, v) & 0xFFFFFFFF for v in values]
         body.append((_LD_W_ABS, 0, 0, 16 + 8 * index))
@@ -367,7 +398,20 @@ def _arg_rule(nr, conditions, pid):
             body.append((_AND_K, 0, 0, mask))
         body += [(_JEQ, len(values) - i, 0, v) for i, v in enumerate(values)]  # a match jumps past the EPERM
         body.append(_errno(_EPERM))
-    body.append((_RET, 0, 0, _ALLOW))
+    return body + [(_RET, 0, 0, _ALLOW)]
+
+
+def _arg_rule(nr, rule, pid):
+    """Instructions for one ARG_RULES entry: skipped unless the call is ``nr``; then (a ByCommand rule:
+    for the listed commands) EPERM unless every condition holds, else allow."""
+    if not isinstance(rule, ByCommand):
+        body = _conditions(rule, pid)
+    else:
+        body = [(_LD_W_ABS, 0, 0, 16 + 8 * rule.index)]
+        for command, conditions in rule.commands.items():
+            block = _conditions(conditions, pid)  # ends in a return: the command stays loaded otherwise
+            body += [(_JEQ, 0, len(block), command & 0xFFFFFFFF)] + block
+        body.append((_RET, 0, 0, _ALLOW))
     return [(_JEQ, 0, len(body), nr)] + body
 
 
@@ -399,11 +443,13 @@ def apply_seccomp():
 
 # ---- everything -------------------------------------------------------------------------------------
 def confine(layer, read_paths=(), scratch=None, scratch_mb=0, namespaces=False, network_ns=False, list_paths=(),
-            hide_paths=(), keep_paths=()):  # fmt: skip
+            hide_paths=(), keep_paths=(), landlock_abi=None):  # fmt: skip
     """Apply ``layer`` ("landlock" | "namespaces") to this process; see the module doc. ``scratch`` is the
     only writable directory (None: nothing writable). ``namespaces`` / ``network_ns`` say whether the
     mount / network and IPC namespaces are used (the host probes what works); ``hide_paths`` /
-    ``keep_paths``: see :func:`hide` (mount namespace only). Returns what was applied."""
+    ``keep_paths``: see :func:`hide` (mount namespace only); ``landlock_abi``: the Landlock ABI whose
+    rights are handled (None: the kernel's; a lower one behaves as an older kernel). Returns what was
+    applied."""
     if layer not in ("landlock", "namespaces"):
         raise ConfineError(22, f"unknown isolation layer {layer!r}")
     done = {"layer": layer}
@@ -416,7 +462,8 @@ def confine(layer, read_paths=(), scratch=None, scratch_mb=0, namespaces=False, 
         # descriptors 0-2 as files: ``open("/dev/stdin")`` / ``open("/dev/stdout", "w")`` reach the files the
         # parent opened for them (pipes and ttys are not subject to Landlock anyway)
         done["landlock"] = apply_landlock(list(read_paths) + ["/dev/null", "/dev/zero", "/dev/urandom", 0],
-                                          writable + ["/dev/null", 1, 2], list_paths=list_paths)  # fmt: skip
+                                          writable + ["/dev/null", 1, 2], landlock_abi,
+                                          list_paths=list_paths)  # fmt: skip
     else:
         _check(_libc.prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     drop_capabilities()

@@ -148,6 +148,7 @@ class Isolation:
             # under landlock too: UDP, Unix datagrams and anything a future kernel interface opens would
             # otherwise share the host's network; System V / POSIX IPC objects the host's
             "network_ns": self.namespaces,
+            "landlock_abi": self.landlock_abi if self.layer == "landlock" else None,
         }
 
     def covers(self) -> list[str]:

@@ -9,10 +9,13 @@ checked: planted files unchanged, nothing new in $HOME, a normal program still p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
 import signal
 import socket
+import subprocess
+import sys
 import textwrap
 import threading
 import time
@@ -479,3 +482,77 @@ def test_a_script_cannot_run_past_its_deadline_through_run_program(pool, limits,
     budget = min(limits["total_timeout_s"], limits.get("tool_time_s", 60.0))
     assert elapsed < budget + 2.0, f"the execution ran {elapsed:.1f} s"
     assert len(execution.tool_calls) <= 2
+
+
+# ---- issue 64: signals through a file's owner, watches on host directories, threads, answer keys -------
+
+
+@pytest.fixture
+def victim():
+    """An unrelated host process of the same uid, leading its own process group."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+#: Landlock ABIs to run the signal test under: the kernel's, and older kernels' (before ABI 6 scoping)
+OLDER_ABIS = [a for a in (5, isolation.MIN_LANDLOCK_ABI) if a < ISO.landlock_abi] if LANDLOCK else []
+ABIS = [ISO.landlock_abi, *OLDER_ABIS]
+
+
+@pytest.mark.parametrize("abi", ABIS)
+@VIAS
+def test_a_file_owner_signal_never_reaches_a_host_process(host, via, pool, victim, abi, monkeypatch):
+    """F_SETOWN / F_SETOWN_EX / FIOSETOWN / SIOCSPGRP naming a host process, then O_ASYNC / FIOASYNC with
+    F_SETSIG=SIGKILL: the host process used to be killed (Landlock before ABI 6, namespaces). Setting the
+    program itself as the owner still works."""
+    monkeypatch.setattr(isolation, "_active", dataclasses.replace(ISO, landlock_abi=abi))
+    out = run_hostile(f"""
+        import fcntl, signal, socket, struct, time
+        VICTIM, FIOASYNC = {victim.pid}, 0x5452
+        r, w = os.pipe()
+        a, b = socket.socketpair()
+        attempt(lambda: fcntl.fcntl(r, fcntl.F_SETOWN, VICTIM))
+        attempt(lambda: fcntl.fcntl(r, fcntl.F_SETOWN, -VICTIM))  # its process group
+        attempt(lambda: fcntl.fcntl(r, 15, struct.pack("ii", 1, VICTIM)))  # F_SETOWN_EX, F_OWNER_TID
+        attempt(lambda: fcntl.ioctl(a.fileno(), 0x8901, struct.pack("i", VICTIM)))  # FIOSETOWN
+        attempt(lambda: fcntl.ioctl(a.fileno(), 0x8902, struct.pack("i", -VICTIM)))  # SIOCSPGRP
+        for fd in (r, a.fileno()):  # arm both: readiness signals SIGKILL to whatever owner was set
+            fcntl.fcntl(fd, fcntl.F_SETSIG, int(signal.SIGKILL))
+        fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
+        fcntl.ioctl(a.fileno(), FIOASYNC, struct.pack("i", 1))
+        os.write(w, b"x"); b.send(b"x"); time.sleep(0.1)
+        print("ARMED")
+        got = []
+        signal.signal(signal.SIGUSR1, lambda *args: got.append(args[0]))
+        fcntl.fcntl(r, fcntl.F_SETSIG, int(signal.SIGUSR1))
+        attempt(lambda: fcntl.fcntl(r, fcntl.F_SETOWN, os.getpid()))  # the program itself
+        os.write(w, b"y"); time.sleep(0.1)
+        print("SELF", got)
+    """, via, pool)  # fmt: skip
+    time.sleep(0.2)
+    assert victim.poll() is None, f"the host process was killed (exit {victim.returncode})"
+    own = ["ARMED", "ESCAPED 0", f"SELF [{int(signal.SIGUSR1)}]"]
+    assert out.split("\n")[:8] == ["REFUSED EPERM"] * 5 + own
+
+
+@VIAS
+def test_watching_host_directories_is_refused(host, via, pool):
+    """inotify / fanotify / dnotify on a directory the program cannot list showed the names of the files
+    the host created there (checkpoints, references); a lease made the host's open() wait."""
+    run = str(host["run"]).encode()
+    out = run_hostile(f"""
+        import fcntl
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        attempt(lambda: c_call(libc.inotify_init1(0)))
+        attempt(lambda: c_call(libc.syscall(253)) if os.uname().machine == "x86_64" else c_call(-1))
+        attempt(lambda: c_call(libc.inotify_add_watch(0, {run!r}, 0xFFF)))
+        attempt(lambda: c_call(libc.fanotify_init(0, 0)))
+        attempt(lambda: c_call(libc.syscall(301 if os.uname().machine == "x86_64" else 263, 0, 1, 0x20, -100,
+                                            ctypes.c_char_p({run!r}))))  # fanotify_mark
+        here, mine = os.open(".", os.O_RDONLY), os.open("lease.txt", os.O_RDONLY | os.O_CREAT)
+        attempt(lambda: fcntl.fcntl(here, fcntl.F_NOTIFY, fcntl.DN_CREATE | fcntl.DN_MULTISHOT))
+        attempt(lambda: fcntl.fcntl(mine, fcntl.F_SETLEASE, fcntl.F_RDLCK))
+    """, via, pool)  # fmt: skip
+    assert out.split("\n")[:7] == ["REFUSED EPERM"] * 7
