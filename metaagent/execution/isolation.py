@@ -90,13 +90,16 @@ class ExecutionConfig:
     installed packages (top-level import names) a test program may import when site packages are on
     (``reward.site_packages``); nothing else in site-packages is readable. ``memory_cgroup``: ``auto``
     puts every test program in its own memory cgroup (limit: its memory + its scratch size, tmpfs and
-    kernel memory included) where cgroups are writable, ``none`` never does.
+    kernel memory included) where cgroups are writable, ``none`` never does. ``max_tasks``: the tasks
+    (threads, each a host PID) a test program may hold at once, enforced by the pids controller of its
+    cgroup where there is one (:mod:`.cgroup`).
     """
 
     isolation: str = "auto"  # kernel isolation of model-written code: auto | landlock | namespaces | none
     scratch_mb: int = 64  # size of each test program's temporary directory (a tmpfs) in MB
     packages: tuple[str, ...] = ()  # importable installed packages under reward.site_packages, e.g. [numpy]
     memory_cgroup: str = "auto"  # per-program memory cgroup: auto (where writable) | none
+    max_tasks: int = 128  # threads a test program may hold at once (pids cgroup)
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -111,6 +114,8 @@ class ExecutionConfig:
                 f"got {self.packages!r}"
             )
         self.packages = tuple(self.packages)
+        if not 8 <= self.max_tasks <= 4096:
+            raise ConfigError(f"execution.max_tasks must be in [8, 4096] (threads per program), got {self.max_tasks}")
         if self.memory_cgroup not in MEMORY_CGROUP_MODES:
             raise ConfigError(
                 f"execution.memory_cgroup must be one of {MEMORY_CGROUP_MODES}, got {self.memory_cgroup!r}"
@@ -129,6 +134,7 @@ class Isolation:
     reason: str = ""  # why a weaker layer than landlock (empty when landlock)
     packages: tuple[str, ...] = ()  # importable installed packages when a program runs with site packages
     memory_cgroup: str = "auto"  # per-program memory cgroups: auto (where writable) | none
+    max_tasks: int = 128  # tasks (threads) per program, where the slots have a pids controller
 
     def child_spec(self, scratch: str | None, *, site_packages: bool = False) -> dict[str, Any] | None:
         """The keyword arguments of :func:`._confine.confine` for a child process (None: layer none);
@@ -172,12 +178,17 @@ class Isolation:
     def describe(self) -> dict[str, Any]:
         """What ``run.json`` and ``/healthz`` record: the layer, what it covers, and the memory cgroups
         (``"v1: <dir>"`` / ``"v2: <dir>"``, or ``"none: <why>"``)."""
+        tasks = "none: no memory cgroups (the pids limit is part of each program's slot)"
         if self.memory_cgroup == "none":
             cgroups = "none: execution.memory_cgroup=none"
         else:
             slots, why = cgroup.probe()
             cgroups = f"v{slots.root.version}: {slots.root.path}" if slots else f"none: {why}"
-        return {**asdict(self), "covers": self.covers(), "memory_cgroups": cgroups}
+            if slots and slots.tasks:
+                tasks = f"v{slots.tasks.version}: {slots.tasks.path} (max {self.max_tasks} tasks per program)"
+            elif slots:
+                tasks = f"none: {slots.tasks_why}"
+        return {**asdict(self), "covers": self.covers(), "memory_cgroups": cgroups, "pids_cgroups": tasks}
 
 
 def _beneath(path: str, root: str) -> bool:
@@ -388,6 +399,7 @@ def configure(
     *,
     packages: tuple[str, ...] | None = None,
     memory_cgroup: str | None = None,
+    max_tasks: int | None = None,
     quiet: bool = False,
 ) -> Isolation:
     """Choose the layer for this process (and, through ``METAAGENT_ISOLATION`` / ``METAAGENT_EXECUTION``,
@@ -400,14 +412,16 @@ def configure(
         inherited.get("scratch_mb", 64) if scratch_mb is None else scratch_mb,
         tuple(inherited.get("packages", ())) if packages is None else tuple(packages),
         inherited.get("memory_cgroup", "auto") if memory_cgroup is None else memory_cgroup,
+        inherited.get("max_tasks", ExecutionConfig.max_tasks) if max_tasks is None else max_tasks,
     )
     package_paths(settings.packages)  # an unknown name fails here, not at the first test program
     iso = resolve(settings.isolation, settings.scratch_mb)
-    iso = dataclasses.replace(iso, packages=settings.packages, memory_cgroup=settings.memory_cgroup)
+    iso = dataclasses.replace(iso, packages=settings.packages, memory_cgroup=settings.memory_cgroup,
+                              max_tasks=settings.max_tasks)  # fmt: skip
     _active = iso
     os.environ[ENV_VAR] = settings.isolation
     inherited = {"scratch_mb": settings.scratch_mb, "packages": list(settings.packages),
-                 "memory_cgroup": settings.memory_cgroup}  # fmt: skip
+                 "memory_cgroup": settings.memory_cgroup, "max_tasks": settings.max_tasks}  # fmt: skip
     os.environ[SETTINGS_ENV_VAR] = json.dumps(inherited)
     if not quiet:
         if iso.layer == "none":
@@ -435,7 +449,7 @@ def for_config(config: ExecutionConfig | None, *, purpose: str, code_tasks: bool
     finds no layer; evaluation and serving warn loudly instead."""
     config = config or ExecutionConfig()
     iso = configure(config.isolation, config.scratch_mb, packages=config.packages,
-                    memory_cgroup=config.memory_cgroup, quiet=True)  # fmt: skip
+                    memory_cgroup=config.memory_cgroup, max_tasks=config.max_tasks, quiet=True)  # fmt: skip
     if iso.layer == "none" and config.isolation == "auto":
         if purpose == "train" and code_tasks:
             raise IsolationError(f"refusing to train on code tasks without isolation: {iso.reason}; {HOW_TO_ACCEPT}")

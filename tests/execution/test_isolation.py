@@ -556,3 +556,41 @@ def test_watching_host_directories_is_refused(host, via, pool):
         attempt(lambda: fcntl.fcntl(mine, fcntl.F_SETLEASE, fcntl.F_RDLCK))
     """, via, pool)  # fmt: skip
     assert out.split("\n")[:7] == ["REFUSED EPERM"] * 7
+
+
+SLOTS = cgroup.probe()[0]
+TASKS_WHY = "no memory cgroups" if SLOTS is None else SLOTS.tasks_why
+
+
+@pytest.mark.skipif(SLOTS is None or SLOTS.tasks is None, reason=f"no pids cgroup for the slots: {TASKS_WHY}")
+@VIAS
+def test_a_thread_bomb_stops_at_the_task_limit(host, via, pool):
+    """2,000 threads with small stacks (within the address-space limit) used to hold 2,000 host PIDs; the
+    program's pids cgroup stops it at ``execution.max_tasks``, and the host still starts threads and
+    processes."""
+    out = run_hostile("""
+        import threading
+        libc.mallopt(-8, 1)  # M_ARENA_MAX: no 64 MB malloc arena per thread (the address-space limit)
+        threading.stack_size(64 << 10)
+        stop, started = threading.Event(), [0]
+        def bomb():
+            while started[0] < 2000:
+                threading.Thread(target=stop.wait, daemon=True).start()
+                started[0] += 1
+        try:
+            bomb()
+            print("STARTED ALL")
+        except RuntimeError as e:
+            print("REFUSED", e)
+        print("THREADS", started[0])
+        stop.set()
+    """, via, pool)  # fmt: skip
+    lines = out.split("\n")
+    assert lines[0] == "REFUSED can't start new thread", out
+    assert int(lines[1].split()[1]) < ISO.max_tasks
+    host_threads = [threading.Thread(target=time.sleep, args=(0.01,)) for _ in range(32)]
+    for t in host_threads:
+        t.start()
+    for t in host_threads:
+        t.join()
+    assert subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout == "1\n"
