@@ -155,6 +155,7 @@ class Isolation:
             # otherwise share the host's network; System V / POSIX IPC objects the host's
             "network_ns": self.namespaces,
             "landlock_abi": self.landlock_abi if self.layer == "landlock" else None,
+            "link_paths": list(link_paths()),
         }
 
     def covers(self) -> list[str]:
@@ -278,6 +279,17 @@ def read_rules(packages: tuple[str, ...] = (), hide: bool = False) -> ReadRules:
     return ReadRules(tuple(dict.fromkeys(read + files + allowed)), tuple(dict.fromkeys(listed)), (), ())
 
 
+@functools.lru_cache(maxsize=1)
+def link_paths() -> tuple[str, ...]:
+    """The system paths as a program names them (``/lib``, ``/etc/localtime``, the standard library's
+    directories), whose symbolic links a confined process's new root recreates (the read rules are
+    resolved paths)."""
+    paths = sysconfig.get_paths()
+    named = (*SYSTEM_LIB_DIRS, *SYSTEM_READ_PATHS, paths["stdlib"],
+             sysconfig.get_config_var("DESTSHARED") or "")  # fmt: skip
+    return tuple(p for p in dict.fromkeys(named) if p and not p.startswith("/proc/") and os.path.lexists(p))
+
+
 def package_paths(packages: tuple[str, ...]) -> list[str]:
     """The files of the top-level import names ``packages`` (their directory or module file, and a
     ``<name>.libs`` directory of bundled shared libraries next to it); IsolationError for an unknown name."""
@@ -324,7 +336,7 @@ import sys, os
 sys.path.insert(0, {dir!r})
 import _confine
 _confine.confine({layer!r}, {read!r}, {scratch!r}, 1 if {ns!r} else 0, namespaces={ns!r}, network_ns={ns!r},
-                 list_paths={listed!r}, hide_paths={hidden!r})
+                 list_paths={listed!r}, hide_paths={hidden!r}, link_paths={links!r})
 os.chdir({scratch!r}) if not {ns!r} else None
 import socket
 try:
@@ -341,7 +353,8 @@ def _probe_child(layer: str, namespaces: bool) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix="metaagent-probe-") as scratch:
         rules = read_rules(hide=namespaces)
         code = _PROBE.format(dir=CHILD_DIR, layer=layer, read=list(rules.read), listed=list(rules.listed),
-                             hidden=list(rules.hidden), ns=namespaces, scratch=scratch)  # fmt: skip
+                             hidden=list(rules.hidden), ns=namespaces, scratch=scratch,
+                             links=list(link_paths()))  # fmt: skip
         try:
             proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
                                   timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd=scratch,
