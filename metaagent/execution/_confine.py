@@ -350,10 +350,26 @@ def build_root(base, read_paths, link_paths=(), scratch=None, scratch_mb=0, hidd
     os.chdir(scratch or "/")
 
 
-def enter_namespaces(scratch=None, scratch_mb=0, network=True, read_paths=(), link_paths=(), hidden=(), keep=()):
+class _Rlimit(ctypes.Structure):
+    _fields_ = [("cur", ctypes.c_uint64), ("max", ctypes.c_uint64)]
+
+
+RLIMIT_NPROC = 6
+
+
+def limit_tasks(max_tasks):
+    """``RLIMIT_NPROC`` = ``max_tasks``: in a fresh user namespace the kernel counts this uid's tasks in that
+    namespace only (from 1), so this bounds the program's threads; the init user namespace's root is
+    exempt (a pids cgroup bounds root, :mod:`metaagent.execution.cgroup`)."""
+    limit = _Rlimit(max_tasks, max_tasks)
+    _check(_libc.setrlimit(RLIMIT_NPROC, ctypes.byref(limit)), "setrlimit(RLIMIT_NPROC)")
+
+
+def enter_namespaces(scratch=None, scratch_mb=0, network=True, read_paths=(), link_paths=(), hidden=(),
+                     keep=()):  # fmt: skip
     """Private mount namespace whose root holds only ``read_paths`` and a tmpfs of ``scratch_mb`` MB on
     ``scratch`` (:func:`build_root`) and, with ``network``, empty network and IPC namespaces. Returns what
-    was done."""
+    was done ("userns": whether a user namespace was made, i.e. not root)."""
     uid, gid = os.geteuid(), os.getegid()
     flags = CLONE_NEWNS | (CLONE_NEWNET | CLONE_NEWIPC if network else 0) | (CLONE_NEWUSER if uid != 0 else 0)
     _check(_syscall("unshare", ctypes.c_int(flags)), "unshare")
@@ -367,7 +383,8 @@ def enter_namespaces(scratch=None, scratch_mb=0, network=True, read_paths=(), li
             _libc.prctl(4, 0, 0, 0, 0)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     build_root(scratch or "/tmp", read_paths, link_paths, scratch, scratch_mb, hidden, keep)
-    return {"mount": True, "net": bool(network), "scratch_mb": scratch_mb if scratch else 0}
+    return {"mount": True, "net": bool(network), "scratch_mb": scratch_mb if scratch else 0,
+            "userns": uid != 0}  # fmt: skip
 
 
 # ---- capabilities -----------------------------------------------------------------------------------
@@ -525,21 +542,26 @@ def apply_seccomp():
 
 # ---- everything -------------------------------------------------------------------------------------
 def confine(layer, read_paths=(), scratch=None, scratch_mb=0, namespaces=False, network_ns=False, list_paths=(),
-            hide_paths=(), keep_paths=(), landlock_abi=None, link_paths=()):  # fmt: skip
+            hide_paths=(), keep_paths=(), landlock_abi=None, link_paths=(), max_tasks=None):  # fmt: skip
     """Apply ``layer`` ("landlock" | "namespaces") to this process; see the module doc. ``scratch`` is the
     only writable directory (None: nothing writable). ``namespaces`` / ``network_ns`` say whether the
     mount / network and IPC namespaces are used (the host probes what works): the mount namespace's root
     then holds only ``read_paths`` (:func:`build_root`; ``link_paths`` and this process's ``sys.path``:
     paths whose symbolic links are recreated in it); ``hide_paths`` / ``keep_paths``: see :func:`hide`;
     ``landlock_abi``: the Landlock ABI whose rights are handled (None: the kernel's; a lower one behaves
-    as an older kernel). Returns what was applied."""
+    as an older kernel); ``max_tasks``: where a user namespace was made, its ``RLIMIT_NPROC``
+    (:func:`limit_tasks`; the host passes it when no pids cgroup bounds the program). Returns what was
+    applied."""
     if layer not in ("landlock", "namespaces"):
         raise ConfineError(22, f"unknown isolation layer {layer!r}")
     done = {"layer": layer}
     if namespaces or layer == "namespaces":
         links = [p for p in (*link_paths, *sys.path) if isinstance(p, str) and p.startswith("/")]
-        done.update(enter_namespaces(scratch if scratch_mb else None, scratch_mb, network_ns, read_paths, links,
-                                     hide_paths, keep_paths))  # fmt: skip
+        done.update(enter_namespaces(scratch if scratch_mb else None, scratch_mb, network_ns, read_paths,
+                                     links, hide_paths, keep_paths))  # fmt: skip
+        if max_tasks and done["userns"]:
+            limit_tasks(max_tasks)
+            done["max_tasks"] = max_tasks
     if layer == "landlock":
         writable = [scratch] if scratch else []
         # descriptors 0-2 as files: ``open("/dev/stdin")`` / ``open("/dev/stdout", "w")`` reach the files the

@@ -41,8 +41,8 @@ from .errors import ExecutionError
 #: the task limit of the pids controller
 FILES = {
     2: {"limit": "memory.max", "swap": "memory.swap.max", "events": "memory.events", "tasks": "pids.max"},
-    1: {"limit": "memory.limit_in_bytes", "swap": "memory.memsw.limit_in_bytes", "events": "memory.oom_control",
-        "tasks": "pids.max"},
+    1: {"limit": "memory.limit_in_bytes", "swap": "memory.memsw.limit_in_bytes",
+        "events": "memory.oom_control", "tasks": "pids.max"},
 }  # fmt: skip
 
 
@@ -174,7 +174,8 @@ class Slots:
             self._set_limit(slot.path, limit_bytes)
             if slot.tasks is not None:
                 os.makedirs(slot.tasks, exist_ok=True)
-                _write(os.path.join(slot.tasks, self.files["tasks"]), "max" if max_tasks is None else str(max_tasks))
+                tasks = "max" if max_tasks is None else str(max_tasks)
+                _write(os.path.join(slot.tasks, self.files["tasks"]), tasks)
             return slot, oom_kills(slot.path, self.root.version)
         except OSError as e:
             raise CgroupError(f"cannot prepare the cgroups {slot}: {e}") from e

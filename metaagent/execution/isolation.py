@@ -9,18 +9,21 @@ paths:
   libraries, never a site-packages / dist-packages directory (installed datasets, the project's own data
   in a wheel install) except the packages named in ``execution.packages``; writes only the process's own
   fresh temporary directory; no TCP bind/connect, no signals out of the domain), plus, where the kernel
-  allows it, a mount namespace (the temporary directory is a size-limited tmpfs) and empty network and
-  IPC namespaces;
-* ``namespaces``: mount namespace with every mount read-only except the tmpfs temporary directory, and
-  empty network and IPC namespaces; reads are NOT restricted;
+  allows it, the mount namespace of ``namespaces`` (its own root; the temporary directory a size-limited
+  tmpfs) and empty network and IPC namespaces;
+* ``namespaces``: a mount namespace whose root is a new read-only file system holding only what Landlock
+  would let a program read (bind mounts, :func:`._confine.build_root`) and the tmpfs temporary directory,
+  and empty network and IPC namespaces: the package, run directories and home do not exist there;
 * ``none``: only the rlimits, clean environment, process-group kill and Python-level guards.
 
 Both real layers also drop every capability and install a seccomp filter (no new processes, no execve,
-no sockets (socket(), io_uring, connect/bind), no memfd / System V / POSIX shared memory, signals and
-resource calls only on itself, no chmod/chown/xattr; the tables are in :mod:`._confine`). ``auto`` picks
-the strongest layer that works here; :func:`configure` logs the choice, and :func:`describe` is what
-``run.json`` and ``/healthz`` record. Memory beyond the address space (tmpfs, kernel buffers) is bounded
-per program by a memory cgroup where one can be created (:mod:`.cgroup`).
+no sockets (socket(), io_uring, connect/bind), no memfd / System V / POSIX shared memory, signals (also
+a file's SIGIO owner) and resource calls only on itself, no inotify / fanotify / dnotify, no
+chmod/chown/xattr; the tables are in :mod:`._confine`). ``auto`` picks the strongest layer that works
+here; :func:`configure` logs the choice, and :func:`describe` is what ``run.json`` and ``/healthz``
+record. Memory beyond the address space (tmpfs, kernel buffers) and the number of tasks (threads) are
+bounded per program by a memory and pids cgroup where one can be created (:mod:`.cgroup`; without a pids
+controller, ``RLIMIT_NPROC`` in the program's user namespace when the trainer is not root).
 
 Config: ``execution.isolation: auto | landlock | namespaces | none`` (:class:`ExecutionConfig`). The
 choice is also exported as ``METAAGENT_ISOLATION`` so helper processes started later (data loaders, Ray
@@ -115,7 +118,9 @@ class ExecutionConfig:
             )
         self.packages = tuple(self.packages)
         if not 8 <= self.max_tasks <= 4096:
-            raise ConfigError(f"execution.max_tasks must be in [8, 4096] (threads per program), got {self.max_tasks}")
+            raise ConfigError(
+                f"execution.max_tasks must be in [8, 4096] (threads per program), got {self.max_tasks}"
+            )
         if self.memory_cgroup not in MEMORY_CGROUP_MODES:
             raise ConfigError(
                 f"execution.memory_cgroup must be one of {MEMORY_CGROUP_MODES}, got {self.memory_cgroup!r}"
@@ -156,7 +161,14 @@ class Isolation:
             "network_ns": self.namespaces,
             "landlock_abi": self.landlock_abi if self.layer == "landlock" else None,
             "link_paths": list(link_paths()),
+            # no pids cgroup: RLIMIT_NPROC in the program's user namespace (made when not root)
+            "max_tasks": None if self.tasks_by_cgroup() else self.max_tasks,
         }
+
+    def tasks_by_cgroup(self) -> bool:
+        """Whether each test program's tasks are bounded by the pids controller of its cgroup slot."""
+        slots = None if self.memory_cgroup == "none" else cgroup.probe()[0]
+        return slots is not None and slots.tasks is not None
 
     def covers(self) -> list[str]:
         """What this layer enforces in the kernel, for logs, run.json and /healthz."""
@@ -168,12 +180,15 @@ class Isolation:
             if self.landlock_abi >= 4:
                 out.append("tcp")
             if self.landlock_abi >= 6:
-                out.append("signals")
+                out.append("signal-scope")
         else:
-            out.append("fs-write")
+            out += ["fs-read", "fs-write"]  # the program's own root (a mount namespace is this layer)
         if self.namespaces:
-            out += ["scratch-size", "netns", "ipcns"]
-        out += ["no-processes", "no-sockets", "no-shared-memory", "no-capabilities"]
+            out += ["own-root", "scratch-size", "netns", "ipcns"]
+        if self.tasks_by_cgroup() or (self.namespaces and os.geteuid() != 0):
+            out.append("tasks")
+        out += ["no-processes", "no-sockets", "no-signals-out", "no-fs-watch", "no-shared-memory",
+                "no-capabilities"]  # fmt: skip
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -189,6 +204,12 @@ class Isolation:
                 tasks = f"v{slots.tasks.version}: {slots.tasks.path} (max {self.max_tasks} tasks per program)"
             elif slots:
                 tasks = f"none: {slots.tasks_why}"
+        if not self.tasks_by_cgroup() and os.geteuid() == 0:
+            tasks += "; tasks not bounded (root is exempt from RLIMIT_NPROC)"
+        elif not self.tasks_by_cgroup() and self.namespaces:
+            tasks += f"; RLIMIT_NPROC {self.max_tasks} in each program's user namespace"
+        elif not self.tasks_by_cgroup():
+            tasks += "; tasks not bounded (no user namespace to count them in)"
         return {**asdict(self), "covers": self.covers(), "memory_cgroups": cgroups, "pids_cgroups": tasks}
 
 
