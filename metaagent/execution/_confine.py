@@ -291,8 +291,8 @@ def _bind_readonly(source, target):
 
 
 def _links_on_the_way(path, depth=0):
-    """The symbolic links (path, target) on the way to ``path`` (``/lib -> usr/lib``, a venv's
-    ``.venv -> /elsewhere/.venv``), following each link's target, so that paths a process computed before
+    """The symbolic links (path, target) on the way to ``path`` (``/lib -> usr/lib``, a checkout's ``.venv``
+    linking to another checkout's), following each link's target, so that paths a process computed before
     (``sys.path``) still lead where they did in a new root."""
     current, parts = "", [p for p in path.split("/") if p]
     for i, part in enumerate(parts):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import resource
 import signal
 import socket
@@ -606,13 +607,14 @@ def test_a_thread_bomb_stops_at_the_task_limit(host, via, pool):
 def test_the_suites_answer_keys_are_unreadable_however_a_program_finds_them(host, via, pool):
     """The project located from the harness's own path (``sys.argv[0]``, a module's ``__file__``), the
     editable install's finder in site-packages, the parent's working directory, or known paths (this
-    checkout, /work/main): its code tasks' tests were read this way under ``namespaces`` (4 of 5 code
-    tasks passed). Every read is refused under every layer."""
+    checkout, the checkout the editable install maps to): its code tasks' tests were read this way under
+    ``namespaces`` (4 of 5 code tasks passed). Every read is refused under every layer."""
     import metaagent
 
     keys = sorted(str(p) for p in (Path(metaagent.__file__).parent / "data" / "suite").glob("*.jsonl"))
     finders = sorted(str(p) for p in Path(sysconfig.get_paths()["purelib"]).glob("__editable__*finder.py"))
-    known = [*keys, *finders, "/work/main/metaagent/data/suite/code.jsonl"]
+    mapped = [m for f in finders for m in re.findall(r"'metaagent': '([^']+)'", Path(f).read_text())]
+    known = [*keys, *finders, *(os.path.join(m, "data", "suite", "code.jsonl") for m in mapped)]
     assert keys
     out = run_hostile(f"""
         import sys
