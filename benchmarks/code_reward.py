@@ -2,7 +2,7 @@
 the isolation layer per program side by side with the old path (no kernel isolation).
 
     .venv/bin/python benchmarks/code_reward.py [--repeat 2] [--site-packages] [--isolation-rounds 5]
-        [--humaneval] [--baseline-tree DIR [--baseline-rounds 3]]
+        [--humaneval] [--baseline-tree DIR [--baseline-rounds 3]] [--layer auto|landlock|namespaces]
 
 The batch is every bundled code task (stdin/stdout and call-based, APPS format) with its reference
 solution, so every test runs to completion (no early stop). Programs are scored one after another; the
@@ -19,7 +19,9 @@ all pass; prints the median milliseconds per problem.
 ``--baseline-tree DIR``: the same one-test programs (and, with ``--humaneval``, the HumanEval problems)
 alternately through this checkout and through the checkout at DIR (e.g. ``git worktree add /tmp/base
 main``), both with the layer ``auto`` picks, in one loop: the median of each and of the paired
-differences (this checkout's cost per program against the other's; goal: < +20 ms).
+differences (this checkout's cost per program against the other's; goal: < +20 ms). ``--layer``: the layer
+both checkouts use there and for ``--humaneval`` (default ``auto``); ``--repeat 0`` skips the throughput
+table.
 """
 
 from __future__ import annotations
@@ -93,8 +95,8 @@ def humaneval_programs() -> list[tuple[str, dict]]:
             for p in problems]  # fmt: skip
 
 
-def humaneval(programs) -> None:
-    isolation.configure("auto", quiet=True)
+def humaneval(programs, layer: str = "auto") -> None:
+    isolation.configure(layer, quiet=True)
     times, failed = [], []
     for i, (program, tests) in enumerate(programs):
         start = time.perf_counter()
@@ -115,7 +117,7 @@ sys.path.insert(0, sys.argv[1])
 import metaagent
 from metaagent.execution import isolation
 from metaagent.execution.code import run_code_tests
-isolation.configure("auto", quiet=True)
+isolation.configure(sys.argv[2], quiet=True)
 print(json.dumps(metaagent.__file__), flush=True)
 for line in sys.stdin:
     program, tests = json.loads(line)
@@ -125,15 +127,18 @@ for line in sys.stdin:
 """
 
 
-def baseline_cost(tree: str, sets: dict[str, list[tuple[str, dict]]], rounds: int) -> None:
-    """Median ms per program here and in the checkout ``tree``, interleaved program by program."""
+def baseline_cost(
+    tree: str, sets: dict[str, list[tuple[str, dict]]], rounds: int, mode: str = "auto"
+) -> None:
+    """Median ms per program here and in the checkout ``tree``, interleaved program by program, both under
+    the layer ``mode``."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", isolation.ENV_VAR)}
-    server = subprocess.Popen([sys.executable, "-c", _BASELINE_SERVER, tree], stdin=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, "-c", _BASELINE_SERVER, tree, mode], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env, cwd=tree)  # fmt: skip
     where = json.loads(server.stdout.readline())
     if not where.startswith(os.path.realpath(tree)):
         raise SystemExit(f"the baseline process imported metaagent from {where}, not from {tree}")
-    layer = isolation.configure("auto", quiet=True)
+    layer = isolation.configure(mode, quiet=True)
     print(f"\nthis checkout vs {tree} (both {layer.layer}), {rounds} rounds, interleaved:")
     print(f"{'programs':>10} {'n':>5} {'baseline ms':>12} {'this ms':>9} {'added ms':>9}")
     try:
@@ -171,6 +176,8 @@ def main() -> None:
     parser.add_argument("--humaneval", action="store_true", help="also the 164 HumanEval canonical solutions")
     parser.add_argument("--baseline-tree", help="another checkout to compare the cost per program with")
     parser.add_argument("--baseline-rounds", type=int, default=3, help="passes of the baseline comparison")
+    parser.add_argument("--layer", default="auto", choices=isolation.ISOLATION_MODES[:3],
+                        help="the isolation layer of the baseline comparison and --humaneval")  # fmt: skip
     args = parser.parse_args()
     tasks, refs = load_bundled(domain="code"), code_references()
     n_tests = sum(len(t.tests.get("inputs", [1])) for t in tasks)
@@ -178,6 +185,7 @@ def main() -> None:
         f"batch: {len(tasks)} programs, {n_tests} tests; cpus: {os.cpu_count()}; python: {sys.version.split()[0]}"
     )
     settings = [(w, False) for w in (1, 2)] + ([(w, True) for w in (1, 2)] if args.site_packages else [])
+    settings = settings if args.repeat > 0 else []
     print(f"{'workers':>7} {'site':>5} {'tests':>6} {'seconds':>8} {'tests/s':>8} {'ms/test':>8}")
     for workers, site in settings:
         best = None
@@ -193,10 +201,10 @@ def main() -> None:
         isolation_cost(tasks, refs, args.isolation_rounds)
     he = humaneval_programs() if args.humaneval else []
     if he:
-        humaneval(he)
+        humaneval(he, args.layer)
     if args.baseline_tree:
         sets = {"bundled": [(refs[t.id], one_test(t)) for t in tasks]} | ({"humaneval": he} if he else {})
-        baseline_cost(args.baseline_tree, sets, args.baseline_rounds)
+        baseline_cost(args.baseline_tree, sets, args.baseline_rounds, args.layer)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ is :mod:`metaagent.execution.isolation`.
 
 :func:`confine` applies, in this order (each step needs the previous one's privileges):
 
-1. ``namespaces``: a private mount namespace (plus a user namespace when not root) in which the scratch
-   directory becomes a size-limited tmpfs and the ``hide_paths`` (site-packages inside readable library
-   trees) are covered by empty read-only tmpfs mounts, and (``network_ns``) fresh network and IPC
-   namespaces (only a down loopback, no System V / POSIX message queue objects shared with the host); in
-   the ``namespaces`` layer every other mount is also remounted read-only;
+1. ``namespaces`` (both layers where the host offers them): a private mount namespace (plus a user
+   namespace when not root) whose root is a new, read-only file system holding only the read paths
+   (bind-mounted read-only: standard library, system libraries, a few system files, /proc/self, four
+   devices), the ``hide_paths`` (site-packages inside those trees) covered by empty read-only tmpfs
+   mounts, and the scratch directory as a size-limited tmpfs; the host's home, run directories, the
+   project and everything else do not exist there. And (``network_ns``) fresh network and IPC
+   namespaces (only a down loopback, no System V / POSIX message queue objects shared with the host);
 2. ``no_new_privs``;
 3. Landlock (``landlock`` layer): reads only beneath the listed read-only paths (a path given as
    ``(path, "dir")`` may only be listed, its files not read), every file-system right only beneath the
@@ -19,9 +21,12 @@ is :mod:`metaagent.execution.isolation`.
    connection to abstract Unix sockets created outside it (ABI >= 6);
 4. all capabilities dropped (root keeps uid 0 but loses CAP_DAC_OVERRIDE, CAP_SYS_ADMIN, CAP_KILL, ...);
 5. a seccomp filter built from three tables below: :data:`DENIED` (refused with EPERM: new processes,
-   namespaces and mounts, sockets and io_uring, shared memory and IPC, kernel interfaces, file metadata),
+   namespaces and mounts, sockets and io_uring, shared memory and IPC, kernel interfaces, inotify and
+   fanotify, file metadata),
    :data:`ARG_RULES` (allowed only with given arguments: threads but no processes, signals and resource
-   calls only on the process itself, ``socketpair`` only as a connected AF_UNIX stream pair) and
+   calls only on the process itself, also the receiver of a file's SIGIO (``fcntl(F_SETOWN)``; the
+   ``F_SETOWN_EX`` / ``FIOSETOWN`` / ``SIOCSPGRP`` forms refused), no leases or directory notifications,
+   ``socketpair`` only as a connected AF_UNIX stream pair) and
    :data:`LAST_AUDITED` (any younger system call fails with ENOSYS, as on an older kernel; ``clone3`` too,
    so that libc falls back to ``clone``).
 
@@ -30,6 +35,7 @@ Every refusal is an ``OSError`` with ``EPERM`` (Landlock file access: ``EACCES``
 
 import ctypes
 import os
+import sys
 
 # ---- system call numbers ----------------------------------------------------------------------------
 #: (x86_64, aarch64) number of every system call the filter names; None: not on that architecture.
@@ -80,6 +86,11 @@ SYSCALLS = {
     "sched_setscheduler": (144, 119), "sched_setattr": (314, 274), "migrate_pages": (256, 238),
     "move_pages": (279, 239), "get_robust_list": (274, 100), "setpriority": (141, 140),
     "ioprio_set": (251, 30),
+    # calls whose command argument sets a signal's receiver or a watch (ARG_RULES, by command)
+    "fcntl": (72, 25), "ioctl": (16, 29),
+    # watching the file system (names of files the host creates or opens, a channel between programs)
+    "inotify_init": (253, None), "inotify_init1": (294, 26), "inotify_add_watch": (254, 27),
+    "inotify_rm_watch": (255, 28), "fanotify_mark": (301, 263),
 }  # fmt: skip
 #: the highest system call number the tables above were audited against (kernel headers of Linux 6.x:
 #: 450 = set_mempolicy_home_node on both architectures); younger ones fail with ENOSYS
@@ -195,8 +206,6 @@ CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET, CLONE_NEWIPC = 0x00020000, 0x10000000,
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
     1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 )
-_MOUNT_FLAGS = {"ro": MS_RDONLY, "nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
-                "noatime": 1024, "nodiratime": 2048, "relatime": 1 << 21}  # fmt: skip
 
 
 def _write(path, text):
@@ -242,10 +251,125 @@ def hide(hidden, keep=()):
             os.close(fd)
 
 
-def enter_namespaces(scratch=None, scratch_mb=0, network=True, readonly_rest=False, hidden=(), keep=()):
-    """Private mount namespace (tmpfs of ``scratch_mb`` MB on ``scratch``; ``hidden`` directories covered,
-    see :func:`hide`; with ``readonly_rest`` every other mount read-only) and, with ``network``, empty
-    network and IPC namespaces. Returns what was done."""
+#: statvfs flags of a mount and the mount flags that keep them (a bind remount must keep the flags a user
+#: namespace locked; ST_RELATIME is 4096, MS_RELATIME 1 << 21)
+_LOCKED = ((2, MS_NOSUID), (4, MS_NODEV), (8, MS_NOEXEC), (1024, 1024), (2048, 2048), (4096, 1 << 21))
+MNT_DETACH = 2
+#: device nodes and links of the new root (Python programs write /dev/null, read /dev/urandom, /dev/stdin)
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+_DEV_LINKS = (("/dev/stdin", "/proc/self/fd/0"), ("/dev/stdout", "/proc/self/fd/1"),
+              ("/dev/stderr", "/proc/self/fd/2"), ("/dev/fd", "/proc/self/fd"))  # fmt: skip
+
+
+def _beneath(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _open_source(path):
+    """(descriptor, is a directory, mount flags to keep) of a path to bind, or None when it is out of reach
+    (absent, or not searchable by this uid). Opened before the new root covers anything."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return None
+    flags, kept = os.statvfs(f"/proc/self/fd/{fd}").f_flag, 0
+    for st_flag, ms_flag in _LOCKED:
+        kept |= ms_flag if flags & st_flag else 0
+    return fd, os.fstat(fd).st_mode & 0o170000 == 0o040000, kept
+
+
+def _bind_readonly(source, target):
+    """Bind-mount the opened ``source`` (:func:`_open_source`) at ``target`` (created), read-only, nosuid."""
+    fd, is_dir, kept = source
+    if is_dir:
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC, None)
+    _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | kept, None)
+
+
+def _links_on_the_way(path, depth=0):
+    """The symbolic links (path, target) on the way to ``path`` (``/lib -> usr/lib``, a checkout's ``.venv``
+    linking to another checkout's), following each link's target, so that paths a process computed before
+    (``sys.path``) still lead where they did in a new root."""
+    current, parts = "", [p for p in path.split("/") if p]
+    for i, part in enumerate(parts):
+        current += "/" + part
+        try:
+            target = os.readlink(current)
+        except OSError:
+            continue  # not a link (or absent)
+        links = [(current, target)]
+        if depth < 8:
+            resolved = target if target.startswith("/") else os.path.dirname(current) + "/" + target
+            links += _links_on_the_way(os.path.normpath("/".join([resolved, *parts[i + 1 :]])), depth + 1)
+        return links
+    return []
+
+
+def build_root(base, read_paths, link_paths=(), scratch=None, scratch_mb=0, hidden=(), keep=()):
+    """Make a new root file system of only ``read_paths`` (bind-mounted read-only at their own paths, the
+    symbolic links on the way to ``link_paths`` recreated), a few devices, ``hidden`` covered (see
+    :func:`hide`) and, at ``scratch``, a writable tmpfs of ``scratch_mb`` MB; then pivot into it. Everything
+    else of the host's file system (home, run directories, the project, other checkouts, other
+    processes' /proc) no longer exists for this process (ENOENT), nor do the host's paths' sizes and times
+    (``stat``). ``base``: an existing directory the new root's tmpfs is mounted on (this mount namespace
+    only)."""
+    uid, gid = os.geteuid(), os.getegid()
+    sources, bound = {}, []
+    for path in sorted(set(read_paths) | set(_DEVICES)):
+        if not any(_beneath(path, b) for b in bound):
+            sources[path] = _open_source(path)
+            bound += [path] if sources[path] else []
+    links = [link for path in link_paths for link in _links_on_the_way(path)]
+    try:
+        _mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+        for path, source in sources.items():
+            if source is not None:
+                _bind_readonly(source, base + path)
+    finally:
+        for source in sources.values():
+            if source is not None:
+                os.close(source[0])
+    for link, target in (*_DEV_LINKS, *links):
+        if not os.path.lexists(base + link):
+            os.makedirs(os.path.dirname(base + link), exist_ok=True)
+            os.symlink(target, base + link)
+    hide([base + h for h in hidden], [base + k for k in keep])
+    if scratch:
+        os.makedirs(base + scratch, exist_ok=True)
+        _mount("tmpfs", base + scratch, "tmpfs", MS_NOSUID | MS_NODEV,
+               f"size={max(1, int(scratch_mb))}m,mode=0700,uid={uid},gid={gid}")  # fmt: skip
+    os.chdir(base)
+    _check(_syscall("pivot_root", b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", ctypes.c_int(MNT_DETACH)), "umount2(old root)")
+    os.chdir("/")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    os.chdir(scratch or "/")
+
+
+class _Rlimit(ctypes.Structure):
+    _fields_ = [("cur", ctypes.c_uint64), ("max", ctypes.c_uint64)]
+
+
+RLIMIT_NPROC = 6
+
+
+def limit_tasks(max_tasks):
+    """``RLIMIT_NPROC`` = ``max_tasks``: in a fresh user namespace the kernel counts this uid's tasks in that
+    namespace only (from 1), so this bounds the program's threads; the init user namespace's root is
+    exempt (a pids cgroup bounds root, :mod:`metaagent.execution.cgroup`)."""
+    limit = _Rlimit(max_tasks, max_tasks)
+    _check(_libc.setrlimit(RLIMIT_NPROC, ctypes.byref(limit)), "setrlimit(RLIMIT_NPROC)")
+
+
+def enter_namespaces(scratch=None, scratch_mb=0, network=True, read_paths=(), link_paths=(), hidden=(),
+                     keep=()):  # fmt: skip
+    """Private mount namespace whose root holds only ``read_paths`` and a tmpfs of ``scratch_mb`` MB on
+    ``scratch`` (:func:`build_root`) and, with ``network``, empty network and IPC namespaces. Returns what
+    was done ("userns": whether a user namespace was made, i.e. not root)."""
     uid, gid = os.geteuid(), os.getegid()
     flags = CLONE_NEWNS | (CLONE_NEWNET | CLONE_NEWIPC if network else 0) | (CLONE_NEWUSER if uid != 0 else 0)
     _check(_syscall("unshare", ctypes.c_int(flags)), "unshare")
@@ -258,26 +382,9 @@ def enter_namespaces(scratch=None, scratch_mb=0, network=True, readonly_rest=Fal
         finally:
             _libc.prctl(4, 0, 0, 0, 0)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-    hide(hidden, keep)
-    if readonly_rest:
-        with open("/proc/self/mountinfo") as f:
-            mounts = [line.split() for line in f]
-        for fields in mounts:
-            target = fields[4]
-            for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-                target = target.replace(code, char)  # mountinfo's octal escapes (no codec lookups here)
-            keep = 0
-            for opt in fields[5].split(","):
-                keep |= _MOUNT_FLAGS.get(opt, 0)
-            try:
-                _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep, None)
-            except ConfineError:
-                pass  # over-mounted or vanished mounts; /proc and /sys stay what they are
-    if scratch:
-        _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV,
-               f"size={max(1, int(scratch_mb))}m,mode=0700,uid={uid},gid={gid}")  # fmt: skip
-        os.chdir(scratch)  # the old cwd is the directory under the mount
-    return {"mount": True, "net": bool(network), "scratch_mb": scratch_mb if scratch else 0}
+    build_root(scratch or "/tmp", read_paths, link_paths, scratch, scratch_mb, hidden, keep)
+    return {"mount": True, "net": bool(network), "scratch_mb": scratch_mb if scratch else 0,
+            "userns": uid != 0}  # fmt: skip
 
 
 # ---- capabilities -----------------------------------------------------------------------------------
@@ -300,6 +407,18 @@ _ALLOW, _KILL = 0x7FFF0000, 0x80000000
 _EPERM, _ENOSYS = 1, 38
 CLONE_THREAD, AF_UNIX, SOCK_STREAM, SOCK_TYPE_MASK = 0x00010000, 1, 1, 0xF
 PRIO_PROCESS, IOPRIO_WHO_PROCESS = 0, 1
+#: fcntl commands (asm-generic/fcntl.h, linux/fcntl.h) and socket ioctls (asm-generic/sockios.h) that name
+#: the receiver of a file's SIGIO / F_SETSIG signal, take a lease or set a directory watch
+F_SETOWN, F_SETOWN_EX, F_SETLEASE, F_NOTIFY, FIOSETOWN, SIOCSPGRP = 8, 15, 1024, 1026, 0x8901, 0x8902
+
+
+class ByCommand:
+    """An ARG_RULES entry for a call whose argument ``index`` is a command: per command, None (refused) or
+    the conditions under which it is allowed (as in ARG_RULES); every other command is allowed."""
+
+    def __init__(self, index, commands):
+        self.index, self.commands = index, dict(commands)
+
 
 #: refused with EPERM, by what they would reach (the audit of the system call table, see SYSCALLS)
 DENIED = {
@@ -314,18 +433,21 @@ DENIED = {
                               "semop", "semctl", "semtimedop", "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open",
                               "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
                               "userfaultfd"),
-    "kernel interfaces": ("bpf", "perf_event_open", "keyctl", "add_key", "request_key", "fanotify_init",
+    "kernel interfaces": ("bpf", "perf_event_open", "keyctl", "add_key", "request_key",
                           "name_to_handle_at", "open_by_handle_at", "uselib", "modify_ldt", "syslog",
                           "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
                           "swapon", "swapoff", "reboot", "acct", "quotactl", "quotactl_fd", "sethostname",
                           "setdomainname", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl",
                           "ioperm", "vhangup", "lookup_dcookie"),
+    "watching files": ("inotify_init", "inotify_init1", "inotify_add_watch", "inotify_rm_watch",
+                       "fanotify_init", "fanotify_mark"),
     "file metadata": ("chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat", "setxattr",
                       "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr"),
 }  # fmt: skip
 
 #: allowed only when every (argument index, mask, allowed values) holds: (argument & mask) is one of the
-#: values (mask None: the whole 32-bit argument; "pid" / "-pid": the process's own pid / process group)
+#: values (mask None: the whole 32-bit argument; "pid" / "-pid": the process's own pid / process group);
+#: a ByCommand entry applies such conditions to some commands of the call only
 ARG_RULES = {
     "clone": ((0, CLONE_THREAD, (CLONE_THREAD,)),),  # threads, never processes
     "socketpair": ((0, None, (AF_UNIX,)), (1, SOCK_TYPE_MASK, (SOCK_STREAM,))),  # no datagrams to a path
@@ -341,6 +463,12 @@ ARG_RULES = {
     "get_robust_list": ((0, None, (0, "pid")),),
     "setpriority": ((0, None, (PRIO_PROCESS,)), (1, None, (0, "pid"))),
     "ioprio_set": ((0, None, (IOPRIO_WHO_PROCESS,)), (1, None, (0, "pid"))),
+    # the receiver of SIGIO / F_SETSIG (O_ASYNC, FIOASYNC): only the program itself (0: none); F_SETOWN_EX
+    # passes it behind a pointer the filter cannot read, the socket ioctls likewise: refused. A lease
+    # makes a host process's open() of the file wait (lease-break-time); F_NOTIFY watches a directory.
+    "fcntl": ByCommand(1, {F_SETOWN: ((2, None, (0, "pid")),), F_SETOWN_EX: None, F_SETLEASE: None,
+                           F_NOTIFY: None}),  # fmt: skip
+    "ioctl": ByCommand(1, {FIOSETOWN: None, SIOCSPGRP: None}),
 }
 
 
@@ -356,10 +484,12 @@ def _errno(e):
     return (_RET, 0, 0, 0x00050000 | e)
 
 
-def _arg_rule(nr, conditions, pid):
-    """Instructions for one ARG_RULES entry: skipped unless the call is ``nr``; then EPERM unless every
-    condition holds, else allow. Arguments are read as their low 32 bits (little-endian ``seccomp_data``)."""
+def _conditions(conditions, pid):
+    """Instructions that return EPERM unless every condition holds, then allow. Arguments are read as
+    their low 32 bits (little-endian ``seccomp_data``; the kernel reads ints and commands as 32 bits)."""
     body = []
+    if conditions is None:  # a refused command
+        return [_errno(_EPERM)]
     for index, mask, values in conditions:
         values = [{"pid": pid, "-pid": -pid}.get(v, v) & 0xFFFFFFFF for v in values]
         body.append((_LD_W_ABS, 0, 0, 16 + 8 * index))
@@ -367,7 +497,20 @@ def _arg_rule(nr, conditions, pid):
             body.append((_AND_K, 0, 0, mask))
         body += [(_JEQ, len(values) - i, 0, v) for i, v in enumerate(values)]  # a match jumps past the EPERM
         body.append(_errno(_EPERM))
-    body.append((_RET, 0, 0, _ALLOW))
+    return body + [(_RET, 0, 0, _ALLOW)]
+
+
+def _arg_rule(nr, rule, pid):
+    """Instructions for one ARG_RULES entry: skipped unless the call is ``nr``; then (a ByCommand rule:
+    for the listed commands) EPERM unless every condition holds, else allow."""
+    if not isinstance(rule, ByCommand):
+        body = _conditions(rule, pid)
+    else:
+        body = [(_LD_W_ABS, 0, 0, 16 + 8 * rule.index)]
+        for command, conditions in rule.commands.items():
+            block = _conditions(conditions, pid)  # ends in a return: the command stays loaded otherwise
+            body += [(_JEQ, 0, len(block), command & 0xFFFFFFFF)] + block
+        body.append((_RET, 0, 0, _ALLOW))
     return [(_JEQ, 0, len(body), nr)] + body
 
 
@@ -399,24 +542,33 @@ def apply_seccomp():
 
 # ---- everything -------------------------------------------------------------------------------------
 def confine(layer, read_paths=(), scratch=None, scratch_mb=0, namespaces=False, network_ns=False, list_paths=(),
-            hide_paths=(), keep_paths=()):  # fmt: skip
+            hide_paths=(), keep_paths=(), landlock_abi=None, link_paths=(), max_tasks=None):  # fmt: skip
     """Apply ``layer`` ("landlock" | "namespaces") to this process; see the module doc. ``scratch`` is the
     only writable directory (None: nothing writable). ``namespaces`` / ``network_ns`` say whether the
-    mount / network and IPC namespaces are used (the host probes what works); ``hide_paths`` /
-    ``keep_paths``: see :func:`hide` (mount namespace only). Returns what was applied."""
+    mount / network and IPC namespaces are used (the host probes what works): the mount namespace's root
+    then holds only ``read_paths`` (:func:`build_root`; ``link_paths`` and this process's ``sys.path``:
+    paths whose symbolic links are recreated in it); ``hide_paths`` / ``keep_paths``: see :func:`hide`;
+    ``landlock_abi``: the Landlock ABI whose rights are handled (None: the kernel's; a lower one behaves
+    as an older kernel); ``max_tasks``: where a user namespace was made, its ``RLIMIT_NPROC``
+    (:func:`limit_tasks`; the host passes it when no pids cgroup bounds the program). Returns what was
+    applied."""
     if layer not in ("landlock", "namespaces"):
         raise ConfineError(22, f"unknown isolation layer {layer!r}")
     done = {"layer": layer}
     if namespaces or layer == "namespaces":
-        done.update(enter_namespaces(scratch if scratch_mb else None, scratch_mb, network_ns,
-                                     readonly_rest=layer == "namespaces", hidden=hide_paths,
-                                     keep=keep_paths))  # fmt: skip
+        links = [p for p in (*link_paths, *sys.path) if isinstance(p, str) and p.startswith("/")]
+        done.update(enter_namespaces(scratch if scratch_mb else None, scratch_mb, network_ns, read_paths,
+                                     links, hide_paths, keep_paths))  # fmt: skip
+        if max_tasks and done["userns"]:
+            limit_tasks(max_tasks)
+            done["max_tasks"] = max_tasks
     if layer == "landlock":
         writable = [scratch] if scratch else []
         # descriptors 0-2 as files: ``open("/dev/stdin")`` / ``open("/dev/stdout", "w")`` reach the files the
         # parent opened for them (pipes and ttys are not subject to Landlock anyway)
         done["landlock"] = apply_landlock(list(read_paths) + ["/dev/null", "/dev/zero", "/dev/urandom", 0],
-                                          writable + ["/dev/null", 1, 2], list_paths=list_paths)  # fmt: skip
+                                          writable + ["/dev/null", 1, 2], landlock_abi,
+                                          list_paths=list_paths)  # fmt: skip
     else:
         _check(_libc.prctl(38, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     drop_capabilities()

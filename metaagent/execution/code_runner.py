@@ -171,7 +171,7 @@ def run_test_case(
     start = time.monotonic()
     try:
         if slots is not None:  # memory the address-space limit does not see: tmpfs pages, kernel buffers
-            slot, kills = slots.acquire((limits.memory_mb + iso.scratch_mb) << 20)
+            slot, kills = slots.acquire((limits.memory_mb + iso.scratch_mb) << 20, iso.max_tasks)
         spec = _spec(workdirs[0], limits, iso)
         if suite.kind == "call":
             spec.update(mode="call", fn_name=suite.fn_name, args=case.input)
@@ -203,7 +203,7 @@ def _start_served_and_judge(
     suite: TestSuite,
     limits: CaseLimits,
     iso: Any,
-    slot: str | None,
+    slot: cgroup.Slot | None,
 ) -> list[_Started]:
     """An assert test's two processes: the program serving calls in ``workdirs[0]`` and the judge (in a new
     workdir, appended to ``workdirs``) running the test source against it over two pipes."""
@@ -283,7 +283,7 @@ def _start(
     stdin: str,
     limits: CaseLimits,
     fds: tuple[int, ...] = (),
-    slot: str | None = None,
+    slot: cgroup.Slot | None = None,
 ) -> _Started:
     """Write the files of one harness process into ``workdir`` and start it (its own session). ``slot``:
     move it into that memory cgroup while its interpreter starts (the move waits for an RCU grace period,
@@ -317,7 +317,7 @@ def _start(
                 os.write(go_w, b"1")
             except OSError as e:
                 kill_process(proc)
-                raise RunnerError(f"cannot move a test program into its memory cgroup {slot}: {e}") from e
+                raise RunnerError(f"cannot move a test program into its cgroups {slot}: {e}") from e
         return proc
     finally:
         for fd in (go_r, go_w):

@@ -9,18 +9,21 @@ paths:
   libraries, never a site-packages / dist-packages directory (installed datasets, the project's own data
   in a wheel install) except the packages named in ``execution.packages``; writes only the process's own
   fresh temporary directory; no TCP bind/connect, no signals out of the domain), plus, where the kernel
-  allows it, a mount namespace (the temporary directory is a size-limited tmpfs) and empty network and
-  IPC namespaces;
-* ``namespaces``: mount namespace with every mount read-only except the tmpfs temporary directory, and
-  empty network and IPC namespaces; reads are NOT restricted;
+  allows it, the mount namespace of ``namespaces`` (its own root; the temporary directory a size-limited
+  tmpfs) and empty network and IPC namespaces;
+* ``namespaces``: a mount namespace whose root is a new read-only file system holding only what Landlock
+  would let a program read (bind mounts, :func:`._confine.build_root`) and the tmpfs temporary directory,
+  and empty network and IPC namespaces: the package, run directories and home do not exist there;
 * ``none``: only the rlimits, clean environment, process-group kill and Python-level guards.
 
 Both real layers also drop every capability and install a seccomp filter (no new processes, no execve,
-no sockets (socket(), io_uring, connect/bind), no memfd / System V / POSIX shared memory, signals and
-resource calls only on itself, no chmod/chown/xattr; the tables are in :mod:`._confine`). ``auto`` picks
-the strongest layer that works here; :func:`configure` logs the choice, and :func:`describe` is what
-``run.json`` and ``/healthz`` record. Memory beyond the address space (tmpfs, kernel buffers) is bounded
-per program by a memory cgroup where one can be created (:mod:`.cgroup`).
+no sockets (socket(), io_uring, connect/bind), no memfd / System V / POSIX shared memory, signals (also
+a file's SIGIO owner) and resource calls only on itself, no inotify / fanotify / dnotify, no
+chmod/chown/xattr; the tables are in :mod:`._confine`). ``auto`` picks the strongest layer that works
+here; :func:`configure` logs the choice, and :func:`describe` is what ``run.json`` and ``/healthz``
+record. Memory beyond the address space (tmpfs, kernel buffers) and the number of tasks (threads) are
+bounded per program by a memory and pids cgroup where one can be created (:mod:`.cgroup`; without a pids
+controller, ``RLIMIT_NPROC`` in the program's user namespace when the trainer is not root).
 
 Config: ``execution.isolation: auto | landlock | namespaces | none`` (:class:`ExecutionConfig`). The
 choice is also exported as ``METAAGENT_ISOLATION`` so helper processes started later (data loaders, Ray
@@ -90,13 +93,16 @@ class ExecutionConfig:
     installed packages (top-level import names) a test program may import when site packages are on
     (``reward.site_packages``); nothing else in site-packages is readable. ``memory_cgroup``: ``auto``
     puts every test program in its own memory cgroup (limit: its memory + its scratch size, tmpfs and
-    kernel memory included) where cgroups are writable, ``none`` never does.
+    kernel memory included) where cgroups are writable, ``none`` never does. ``max_tasks``: the tasks
+    (threads, each a host PID) a test program may hold at once, enforced by the pids controller of its
+    cgroup where there is one (:mod:`.cgroup`).
     """
 
     isolation: str = "auto"  # kernel isolation of model-written code: auto | landlock | namespaces | none
     scratch_mb: int = 64  # size of each test program's temporary directory (a tmpfs) in MB
     packages: tuple[str, ...] = ()  # importable installed packages under reward.site_packages, e.g. [numpy]
     memory_cgroup: str = "auto"  # per-program memory cgroup: auto (where writable) | none
+    max_tasks: int = 128  # threads a test program may hold at once (pids cgroup)
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_MODES:
@@ -111,6 +117,10 @@ class ExecutionConfig:
                 f"got {self.packages!r}"
             )
         self.packages = tuple(self.packages)
+        if not 8 <= self.max_tasks <= 4096:
+            raise ConfigError(
+                f"execution.max_tasks must be in [8, 4096] (threads per program), got {self.max_tasks}"
+            )
         if self.memory_cgroup not in MEMORY_CGROUP_MODES:
             raise ConfigError(
                 f"execution.memory_cgroup must be one of {MEMORY_CGROUP_MODES}, got {self.memory_cgroup!r}"
@@ -129,6 +139,7 @@ class Isolation:
     reason: str = ""  # why a weaker layer than landlock (empty when landlock)
     packages: tuple[str, ...] = ()  # importable installed packages when a program runs with site packages
     memory_cgroup: str = "auto"  # per-program memory cgroups: auto (where writable) | none
+    max_tasks: int = 128  # tasks (threads) per program, where the slots have a pids controller
 
     def child_spec(self, scratch: str | None, *, site_packages: bool = False) -> dict[str, Any] | None:
         """The keyword arguments of :func:`._confine.confine` for a child process (None: layer none);
@@ -148,7 +159,16 @@ class Isolation:
             # under landlock too: UDP, Unix datagrams and anything a future kernel interface opens would
             # otherwise share the host's network; System V / POSIX IPC objects the host's
             "network_ns": self.namespaces,
+            "landlock_abi": self.landlock_abi if self.layer == "landlock" else None,
+            "link_paths": list(link_paths()),
+            # no pids cgroup: RLIMIT_NPROC in the program's user namespace (made when not root)
+            "max_tasks": None if self.tasks_by_cgroup() else self.max_tasks,
         }
+
+    def tasks_by_cgroup(self) -> bool:
+        """Whether each test program's tasks are bounded by the pids controller of its cgroup slot."""
+        slots = None if self.memory_cgroup == "none" else cgroup.probe()[0]
+        return slots is not None and slots.tasks is not None
 
     def covers(self) -> list[str]:
         """What this layer enforces in the kernel, for logs, run.json and /healthz."""
@@ -160,23 +180,37 @@ class Isolation:
             if self.landlock_abi >= 4:
                 out.append("tcp")
             if self.landlock_abi >= 6:
-                out.append("signals")
+                out.append("signal-scope")
         else:
-            out.append("fs-write")
+            out += ["fs-read", "fs-write"]  # the program's own root (a mount namespace is this layer)
         if self.namespaces:
-            out += ["scratch-size", "netns", "ipcns"]
-        out += ["no-processes", "no-sockets", "no-shared-memory", "no-capabilities"]
+            out += ["own-root", "scratch-size", "netns", "ipcns"]
+        if self.tasks_by_cgroup() or (self.namespaces and os.geteuid() != 0):
+            out.append("tasks")
+        out += ["no-processes", "no-sockets", "no-signals-out", "no-fs-watch", "no-shared-memory",
+                "no-capabilities"]  # fmt: skip
         return out
 
     def describe(self) -> dict[str, Any]:
         """What ``run.json`` and ``/healthz`` record: the layer, what it covers, and the memory cgroups
         (``"v1: <dir>"`` / ``"v2: <dir>"``, or ``"none: <why>"``)."""
+        tasks = "none: no memory cgroups (the pids limit is part of each program's slot)"
         if self.memory_cgroup == "none":
             cgroups = "none: execution.memory_cgroup=none"
         else:
             slots, why = cgroup.probe()
             cgroups = f"v{slots.root.version}: {slots.root.path}" if slots else f"none: {why}"
-        return {**asdict(self), "covers": self.covers(), "memory_cgroups": cgroups}
+            if slots and slots.tasks:
+                tasks = f"v{slots.tasks.version}: {slots.tasks.path} (max {self.max_tasks} tasks per program)"
+            elif slots:
+                tasks = f"none: {slots.tasks_why}"
+        if not self.tasks_by_cgroup() and os.geteuid() == 0:
+            tasks += "; tasks not bounded (root is exempt from RLIMIT_NPROC)"
+        elif not self.tasks_by_cgroup() and self.namespaces:
+            tasks += f"; RLIMIT_NPROC {self.max_tasks} in each program's user namespace"
+        elif not self.tasks_by_cgroup():
+            tasks += "; tasks not bounded (no user namespace to count them in)"
+        return {**asdict(self), "covers": self.covers(), "memory_cgroups": cgroups, "pids_cgroups": tasks}
 
 
 def _beneath(path: str, root: str) -> bool:
@@ -266,6 +300,17 @@ def read_rules(packages: tuple[str, ...] = (), hide: bool = False) -> ReadRules:
     return ReadRules(tuple(dict.fromkeys(read + files + allowed)), tuple(dict.fromkeys(listed)), (), ())
 
 
+@functools.lru_cache(maxsize=1)
+def link_paths() -> tuple[str, ...]:
+    """The system paths as a program names them (``/lib``, ``/etc/localtime``, the standard library's
+    directories), whose symbolic links a confined process's new root recreates (the read rules are
+    resolved paths)."""
+    paths = sysconfig.get_paths()
+    named = (*SYSTEM_LIB_DIRS, *SYSTEM_READ_PATHS, paths["stdlib"],
+             sysconfig.get_config_var("DESTSHARED") or "")  # fmt: skip
+    return tuple(p for p in dict.fromkeys(named) if p and not p.startswith("/proc/") and os.path.lexists(p))
+
+
 def package_paths(packages: tuple[str, ...]) -> list[str]:
     """The files of the top-level import names ``packages`` (their directory or module file, and a
     ``<name>.libs`` directory of bundled shared libraries next to it); IsolationError for an unknown name."""
@@ -312,7 +357,7 @@ import sys, os
 sys.path.insert(0, {dir!r})
 import _confine
 _confine.confine({layer!r}, {read!r}, {scratch!r}, 1 if {ns!r} else 0, namespaces={ns!r}, network_ns={ns!r},
-                 list_paths={listed!r}, hide_paths={hidden!r})
+                 list_paths={listed!r}, hide_paths={hidden!r}, link_paths={links!r})
 os.chdir({scratch!r}) if not {ns!r} else None
 import socket
 try:
@@ -329,7 +374,8 @@ def _probe_child(layer: str, namespaces: bool) -> tuple[bool, str]:
     with tempfile.TemporaryDirectory(prefix="metaagent-probe-") as scratch:
         rules = read_rules(hide=namespaces)
         code = _PROBE.format(dir=CHILD_DIR, layer=layer, read=list(rules.read), listed=list(rules.listed),
-                             hidden=list(rules.hidden), ns=namespaces, scratch=scratch)  # fmt: skip
+                             hidden=list(rules.hidden), ns=namespaces, scratch=scratch,
+                             links=list(link_paths()))  # fmt: skip
         try:
             proc = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
                                   timeout=30, env={"PATH": "/usr/bin:/bin"}, cwd=scratch,
@@ -387,6 +433,7 @@ def configure(
     *,
     packages: tuple[str, ...] | None = None,
     memory_cgroup: str | None = None,
+    max_tasks: int | None = None,
     quiet: bool = False,
 ) -> Isolation:
     """Choose the layer for this process (and, through ``METAAGENT_ISOLATION`` / ``METAAGENT_EXECUTION``,
@@ -399,14 +446,16 @@ def configure(
         inherited.get("scratch_mb", 64) if scratch_mb is None else scratch_mb,
         tuple(inherited.get("packages", ())) if packages is None else tuple(packages),
         inherited.get("memory_cgroup", "auto") if memory_cgroup is None else memory_cgroup,
+        inherited.get("max_tasks", ExecutionConfig.max_tasks) if max_tasks is None else max_tasks,
     )
     package_paths(settings.packages)  # an unknown name fails here, not at the first test program
     iso = resolve(settings.isolation, settings.scratch_mb)
-    iso = dataclasses.replace(iso, packages=settings.packages, memory_cgroup=settings.memory_cgroup)
+    iso = dataclasses.replace(iso, packages=settings.packages, memory_cgroup=settings.memory_cgroup,
+                              max_tasks=settings.max_tasks)  # fmt: skip
     _active = iso
     os.environ[ENV_VAR] = settings.isolation
     inherited = {"scratch_mb": settings.scratch_mb, "packages": list(settings.packages),
-                 "memory_cgroup": settings.memory_cgroup}  # fmt: skip
+                 "memory_cgroup": settings.memory_cgroup, "max_tasks": settings.max_tasks}  # fmt: skip
     os.environ[SETTINGS_ENV_VAR] = json.dumps(inherited)
     if not quiet:
         if iso.layer == "none":
@@ -434,7 +483,7 @@ def for_config(config: ExecutionConfig | None, *, purpose: str, code_tasks: bool
     finds no layer; evaluation and serving warn loudly instead."""
     config = config or ExecutionConfig()
     iso = configure(config.isolation, config.scratch_mb, packages=config.packages,
-                    memory_cgroup=config.memory_cgroup, quiet=True)  # fmt: skip
+                    memory_cgroup=config.memory_cgroup, max_tasks=config.max_tasks, quiet=True)  # fmt: skip
     if iso.layer == "none" and config.isolation == "auto":
         if purpose == "train" and code_tasks:
             raise IsolationError(f"refusing to train on code tasks without isolation: {iso.reason}; {HOW_TO_ACCEPT}")

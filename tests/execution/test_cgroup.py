@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_v1_limits_are_written_in_the_order_the_kernel_accepts(tmp_path):
     try:
         cgroup._write = lambda path, text: (writes.append(os.path.basename(path)), real_write(path, text))
         path, kills = slots.acquire(256 << 20)  # lower: memory first, then memory+swap
-        assert (path, kills) == (str(slot), 3)
+        assert (path, kills) == (cgroup.Slot(str(slot)), 3)
         slots.release(path, kills)
         (slot / "memory.limit_in_bytes").write_text(str(256 << 20))
         slots.acquire(2 << 30)  # higher: memory+swap first
@@ -97,7 +98,7 @@ def test_the_kernel_stops_a_process_at_its_slot_limit():
     """Memory RLIMIT_AS cannot see (it would allow this allocation) ends at the slot's limit."""
     slots = cgroup.probe()[0]
     slot, kills = slots.acquire(64 << 20)
-    procs = os.path.join(slot, "cgroup.procs")
+    procs = os.path.join(slot.path, "cgroup.procs")
     program = f"open({procs!r}, 'w').write('0')\nx = bytearray(256 << 20)\nprint('ok')"
     try:
         proc = subprocess.run([sys.executable, "-I", "-S", "-c", program], capture_output=True, text=True,
@@ -106,3 +107,49 @@ def test_the_kernel_stops_a_process_at_its_slot_limit():
         killed = slots.release(slot, kills)
     assert proc.returncode == -9 and "ok" not in proc.stdout
     assert killed
+
+
+def test_own_cgroup_finds_the_pids_controller_too():
+    proc = "8:pids:/job\n4:memory:/job/run-1\n0::/\n"
+    assert cgroup.own_cgroup(proc, MOUNTINFO, "pids") == (1, "/sys/fs/cgroup/pids/job")
+    assert cgroup.own_cgroup("0::/trainer.scope\n", V2_ONLY, "pids") == (2, "/sys/fs/cgroup/trainer.scope")
+
+
+def test_v2_enables_pids_beside_memory_in_the_same_slots(tmp_path):
+    root = _fake_v2(tmp_path, procs="4242\n")
+    cgroup.prepare_root(2, str(root), 4242)
+    (root / "cgroup.procs").write_text("")  # the kernel moved us into the leaf
+    (root / "cgroup.subtree_control").write_text("memory")
+    assert cgroup.prepare_root(2, str(root), 4242, "pids").path == str(root)
+    assert (root / "cgroup.subtree_control").read_text() == "+pids"
+    slots = cgroup.Slots(cgroup.CgroupRoot(2, str(root)), cgroup.CgroupRoot(2, str(root)))
+    (root / f"metaagent-{os.getpid()}-0").mkdir()
+    (root / f"metaagent-{os.getpid()}-0" / "memory.events").write_text("oom_kill 0\n")
+    try:
+        slot, _ = slots.acquire(256 << 20, 100)
+        assert slot.tasks == slot.path and (Path(slot.path) / "pids.max").read_text() == "100"
+        assert (Path(slot.path) / "memory.max").read_text() == str(256 << 20)
+    finally:
+        slots.remove_all()
+
+
+def test_v1_slots_have_a_directory_in_each_hierarchy(tmp_path):
+    memory, pids = tmp_path / "memory", tmp_path / "pids"
+    memory.mkdir(), pids.mkdir()
+    slots = cgroup.Slots(cgroup.CgroupRoot(1, str(memory)), cgroup.CgroupRoot(1, str(pids)))
+    name = f"metaagent-{os.getpid()}-0"
+    (memory / name).mkdir()
+    for file, text in (("memory.limit_in_bytes", str(1 << 30)), ("memory.oom_control", "oom_kill 0\n")):
+        (memory / name / file).write_text(text)
+    entered = []
+    real_write = cgroup._write
+    try:
+        slot, _ = slots.acquire(256 << 20, 50)
+        assert slot == cgroup.Slot(str(memory / name), str(pids / name))
+        assert (pids / name / "pids.max").read_text() == "50"
+        cgroup._write = lambda path, text: entered.append((path, text))
+        cgroup.enter(slot, 77)
+    finally:
+        cgroup._write = real_write
+        slots.remove_all()
+    assert entered == [(str(memory / name / "cgroup.procs"), "77"), (str(pids / name / "cgroup.procs"), "77")]

@@ -9,10 +9,15 @@ checked: planted files unchanged, nothing new in $HOME, a normal program still p
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import resource
 import signal
 import socket
+import subprocess
+import sys
+import sysconfig
 import textwrap
 import threading
 import time
@@ -31,8 +36,12 @@ from metaagent.workflow.tools import default_tools
 ISO = isolation.active()
 pytestmark = pytest.mark.skipif(ISO.layer == "none", reason=f"no isolation layer on this machine: {ISO.reason}")
 LANDLOCK = ISO.layer == "landlock"
-#: what a write outside the scratch directory fails with: Landlock EACCES, read-only mounts EROFS
-WRITE_DENIED = "EACCES" if LANDLOCK else "EROFS"
+#: what reaching a host path outside the scratch directory fails with: with a mount namespace (both layers
+#: where the machine offers it) the path does not exist in the program's root, ENOENT; Landlock alone EACCES
+OUTSIDE = "ENOENT" if ISO.namespaces else "EACCES"
+#: a write to a directory the root keeps as a placeholder on the way to a read path ($HOME when the
+#: interpreter is installed below it) fails with EROFS instead
+WRITE_OUTSIDE = {"REFUSED ENOENT", "REFUSED EROFS"} if ISO.namespaces else {"REFUSED EACCES"}
 
 PRELUDE = """\
 import ctypes, errno, os
@@ -113,7 +122,8 @@ def test_write_outside_the_temp_dir_is_refused(host, via, pool):
         attempt(lambda: os.open({str(host["planted"])!r}, os.O_WRONLY | os.O_CREAT, 0o644))
         attempt(lambda: open("inside.txt", "w").write("ok"))
     """, via, pool)  # fmt: skip
-    assert out.split("\n")[:3] == [f"REFUSED {WRITE_DENIED}", f"REFUSED {WRITE_DENIED}", "ESCAPED 2"]
+    lines = out.split("\n")
+    assert lines[0] == f"REFUSED {OUTSIDE}" and lines[1] in WRITE_OUTSIDE and lines[2] == "ESCAPED 2"
 
 
 @VIAS
@@ -122,21 +132,19 @@ def test_truncating_an_existing_file_is_refused(host, via, pool):
         attempt(lambda: os.open({str(host["ckpt"])!r}, os.O_WRONLY | os.O_TRUNC))
         attempt(lambda: c_call(libc.truncate({str(host["ckpt"]).encode()!r}, 0)) and None)
     """, via, pool)  # fmt: skip
-    assert out.split("\n")[:2] == [f"REFUSED {WRITE_DENIED}"] * 2
+    assert out.split("\n")[:2] == [f"REFUSED {OUTSIDE}"] * 2
 
 
-@pytest.mark.skipif(not LANDLOCK, reason="reads are restricted by the landlock layer only")
 @VIAS
 def test_reading_a_file_in_home_is_refused(host, via, pool):
     out = run_hostile(f"attempt(lambda: open({str(host['secret'])!r}).read())\n", via, pool)
-    assert out.startswith("REFUSED EACCES") and "secret" not in out
+    assert out.startswith(f"REFUSED {OUTSIDE}") and "secret" not in out
 
 
-@pytest.mark.skipif(not LANDLOCK, reason="reads are restricted by the landlock layer only")
 @VIAS
 def test_listing_the_run_directory_is_refused(host, via, pool):
     out = run_hostile(f"attempt(lambda: os.listdir({str(host['run'])!r}))\n", via, pool)
-    assert out.startswith("REFUSED EACCES") and "checkpoint" not in out
+    assert out.startswith(f"REFUSED {OUTSIDE}") and "checkpoint" not in out
 
 
 @VIAS
@@ -204,8 +212,7 @@ def test_a_symlink_planted_in_the_temp_dir_does_not_lead_outside(host, via, pool
         attempt(lambda: open("secret-link").read())
         attempt(lambda: open("ckpt-link", "w"))
     """, via, pool)  # fmt: skip
-    expected_read = "REFUSED EACCES" if LANDLOCK else "ESCAPED 'top secret'"
-    assert out.split("\n")[:2] == [expected_read, f"REFUSED {WRITE_DENIED}"]
+    assert out.split("\n")[:2] == [f"REFUSED {OUTSIDE}", f"REFUSED {OUTSIDE}"]
 
 
 @pytest.mark.skipif(not ISO.namespaces, reason="the size limit needs a mount namespace (tmpfs)")
@@ -385,7 +392,7 @@ def test_memory_outside_the_address_space_is_refused(host, via, pool):
         sampler.join()
     assert peak[0] < 200 << 10, f"host shared memory grew by {peak[0] >> 10} MB while the program ran"
     assert _sysv_segments() == segments
-    assert out.split("\n")[:3] == ["REFUSED EPERM", "REFUSED EPERM", f"REFUSED {WRITE_DENIED}"]
+    assert out.split("\n")[:3] == ["REFUSED EPERM", "REFUSED EPERM", f"REFUSED {OUTSIDE}"]
     assert not os.path.exists("/dev/shm/metaagent-escape")
 
 
@@ -404,7 +411,6 @@ def test_open_files_are_limited(host, via, pool):
     assert int(lines[1].split()[1]) < OPEN_FILES
 
 
-@pytest.mark.skipif(not LANDLOCK, reason="reads are restricted by the landlock layer only")
 @VIAS
 def test_answer_keys_are_unreadable(host, via, pool):
     """Installed datasets (HumanEval's canonical solutions), installed packages and the project's own
@@ -424,22 +430,26 @@ def test_answer_keys_are_unreadable(host, via, pool):
         import json
         print("STDLIB", json.dumps([1]))
     """, via, pool)  # fmt: skip
-    assert out.split("\n")[:4] == ["REFUSED EACCES"] * 3 + ["STDLIB [1]"]
+    assert out.split("\n")[:4] == [f"REFUSED {OUTSIDE}"] * 3 + ["STDLIB [1]"]
 
 
-@pytest.mark.skipif(not LANDLOCK, reason="reads are restricted by the landlock layer only")
 def test_only_the_configured_packages_are_importable_with_site_packages(host):
     program = PRELUDE + textwrap.dedent("""
         import yaml
         print("YAML", yaml.safe_load("a: 1"))
-        attempt(lambda: __import__("RestrictedPython"))
+        try:
+            __import__("RestrictedPython")
+            print("ESCAPED")
+        except (ImportError, OSError) as e:  # absent from the root (mount namespace) / EACCES (Landlock)
+            print("REFUSED", type(e).__name__)
     """)
     try:
         isolation.configure(ISO.requested, packages=("yaml",), quiet=True)
         result = run_code_tests(program, {"inputs": [""], "outputs": [""]}, site_packages=True, time_limit_s=10)
     finally:
         isolation.configure(ISO.requested, packages=(), quiet=True)
-    assert result.tests[0].actual.split("\n")[:2] == ["YAML {'a': 1}", "REFUSED EACCES"], result.summary()
+    refused = "REFUSED ModuleNotFoundError" if ISO.namespaces else "REFUSED PermissionError"
+    assert result.tests[0].actual.split("\n")[:2] == ["YAML {'a': 1}", refused], result.summary()
 
 
 @pytest.mark.skipif(cgroup.probe()[0] is None, reason=f"no memory cgroups here: {cgroup.probe()[1]}")
@@ -479,3 +489,162 @@ def test_a_script_cannot_run_past_its_deadline_through_run_program(pool, limits,
     budget = min(limits["total_timeout_s"], limits.get("tool_time_s", 60.0))
     assert elapsed < budget + 2.0, f"the execution ran {elapsed:.1f} s"
     assert len(execution.tool_calls) <= 2
+
+
+# ---- issue 64: signals through a file's owner, watches on host directories, threads, answer keys -------
+
+
+@pytest.fixture
+def victim():
+    """An unrelated host process of the same uid, leading its own process group."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+#: Landlock ABIs to run the signal test under: the kernel's, and older kernels' (before ABI 6 scoping)
+OLDER_ABIS = [a for a in (5, isolation.MIN_LANDLOCK_ABI) if a < ISO.landlock_abi] if LANDLOCK else []
+ABIS = [ISO.landlock_abi, *OLDER_ABIS]
+
+
+@pytest.mark.parametrize("abi", ABIS)
+@VIAS
+def test_a_file_owner_signal_never_reaches_a_host_process(host, via, pool, victim, abi, monkeypatch):
+    """F_SETOWN / F_SETOWN_EX / FIOSETOWN / SIOCSPGRP naming a host process, then O_ASYNC / FIOASYNC with
+    F_SETSIG=SIGKILL: the host process used to be killed (Landlock before ABI 6, namespaces). Setting the
+    program itself as the owner still works."""
+    monkeypatch.setattr(isolation, "_active", dataclasses.replace(ISO, landlock_abi=abi))
+    out = run_hostile(f"""
+        import fcntl, signal, socket, struct, time
+        VICTIM, FIOASYNC = {victim.pid}, 0x5452
+        r, w = os.pipe()
+        a, b = socket.socketpair()
+        attempt(lambda: fcntl.fcntl(r, fcntl.F_SETOWN, VICTIM))
+        attempt(lambda: fcntl.fcntl(r, fcntl.F_SETOWN, -VICTIM))  # its process group
+        attempt(lambda: fcntl.fcntl(r, 15, struct.pack("ii", 1, VICTIM)))  # F_SETOWN_EX, F_OWNER_TID
+        attempt(lambda: fcntl.ioctl(a.fileno(), 0x8901, struct.pack("i", VICTIM)))  # FIOSETOWN
+        attempt(lambda: fcntl.ioctl(a.fileno(), 0x8902, struct.pack("i", -VICTIM)))  # SIOCSPGRP
+        for fd in (r, a.fileno()):  # arm both: readiness signals SIGKILL to whatever owner was set
+            fcntl.fcntl(fd, fcntl.F_SETSIG, int(signal.SIGKILL))
+        fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC)
+        fcntl.ioctl(a.fileno(), FIOASYNC, struct.pack("i", 1))
+        os.write(w, b"x"); b.send(b"x"); time.sleep(0.1)
+        print("ARMED")
+        got = []
+        signal.signal(signal.SIGUSR1, lambda *args: got.append(args[0]))
+        fcntl.fcntl(r, fcntl.F_SETSIG, int(signal.SIGUSR1))
+        attempt(lambda: fcntl.fcntl(r, fcntl.F_SETOWN, os.getpid()))  # the program itself
+        os.write(w, b"y"); time.sleep(0.1)
+        print("SELF", got)
+    """, via, pool)  # fmt: skip
+    time.sleep(0.2)
+    assert victim.poll() is None, f"the host process was killed (exit {victim.returncode})"
+    own = ["ARMED", "ESCAPED 0", f"SELF [{int(signal.SIGUSR1)}]"]
+    assert out.split("\n")[:8] == ["REFUSED EPERM"] * 5 + own
+
+
+@VIAS
+def test_watching_host_directories_is_refused(host, via, pool):
+    """inotify / fanotify / dnotify on a directory the program cannot list showed the names of the files
+    the host created there (checkpoints, references); a lease made the host's open() wait."""
+    run = str(host["run"]).encode()
+    out = run_hostile(f"""
+        import fcntl
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        attempt(lambda: c_call(libc.inotify_init1(0)))
+        attempt(lambda: c_call(libc.syscall(253)) if os.uname().machine == "x86_64" else c_call(-1))
+        attempt(lambda: c_call(libc.inotify_add_watch(0, {run!r}, 0xFFF)))
+        attempt(lambda: c_call(libc.fanotify_init(0, 0)))
+        attempt(lambda: c_call(libc.syscall(301 if os.uname().machine == "x86_64" else 263, 0, 1, 0x20, -100,
+                                            ctypes.c_char_p({run!r}))))  # fanotify_mark
+        here, mine = os.open(".", os.O_RDONLY), os.open("lease.txt", os.O_RDONLY | os.O_CREAT)
+        attempt(lambda: fcntl.fcntl(here, fcntl.F_NOTIFY, fcntl.DN_CREATE | fcntl.DN_MULTISHOT))
+        attempt(lambda: fcntl.fcntl(mine, fcntl.F_SETLEASE, fcntl.F_RDLCK))
+    """, via, pool)  # fmt: skip
+    assert out.split("\n")[:7] == ["REFUSED EPERM"] * 7
+
+
+SLOTS = cgroup.probe()[0]
+TASKS_WHY = "no memory cgroups" if SLOTS is None else SLOTS.tasks_why
+
+
+@pytest.mark.skipif(SLOTS is None or SLOTS.tasks is None, reason=f"no pids cgroup for the slots: {TASKS_WHY}")
+@VIAS
+def test_a_thread_bomb_stops_at_the_task_limit(host, via, pool):
+    """2,000 threads with small stacks (within the address-space limit) used to hold 2,000 host PIDs; the
+    program's pids cgroup stops it at ``execution.max_tasks``, and the host still starts threads and
+    processes."""
+    out = run_hostile("""
+        import threading
+        libc.mallopt(-8, 1)  # M_ARENA_MAX: no 64 MB malloc arena per thread (the address-space limit)
+        threading.stack_size(64 << 10)
+        stop, started = threading.Event(), [0]
+        def bomb():
+            while started[0] < 2000:
+                threading.Thread(target=stop.wait, daemon=True).start()
+                started[0] += 1
+        try:
+            bomb()
+            print("STARTED ALL")
+        except RuntimeError as e:
+            print("REFUSED", e)
+        print("THREADS", started[0])
+        stop.set()
+    """, via, pool)  # fmt: skip
+    lines = out.split("\n")
+    assert lines[0] == "REFUSED can't start new thread", out
+    assert int(lines[1].split()[1]) < ISO.max_tasks
+    host_threads = [threading.Thread(target=time.sleep, args=(0.01,)) for _ in range(32)]
+    for t in host_threads:
+        t.start()
+    for t in host_threads:
+        t.join()
+    assert subprocess.run([sys.executable, "-c", "print(1)"], capture_output=True, text=True).stdout == "1\n"
+
+
+@VIAS
+def test_the_suites_answer_keys_are_unreadable_however_a_program_finds_them(host, via, pool):
+    """The project located from the harness's own path (``sys.argv[0]``, a module's ``__file__``), the
+    editable install's finder in site-packages, the parent's working directory, or known paths (this
+    checkout, the checkout the editable install maps to): its code tasks' tests were read this way under
+    ``namespaces`` (4 of 5 code tasks passed). Every read is refused under every layer."""
+    import metaagent
+
+    keys = sorted(str(p) for p in (Path(metaagent.__file__).parent / "data" / "suite").glob("*.jsonl"))
+    finders = sorted(str(p) for p in Path(sysconfig.get_paths()["purelib"]).glob("__editable__*finder.py"))
+    mapped = [m for f in finders for m in re.findall(r"'metaagent': '([^']+)'", Path(f).read_text())]
+    known = [*keys, *finders, *(os.path.join(m, "data", "suite", "code.jsonl") for m in mapped)]
+    assert keys
+    out = run_hostile(f"""
+        import sys
+        here = os.path.dirname(os.path.abspath(sys.argv[0]))
+        confine = getattr(sys.modules.get("_confine"), "__file__", "") or ""
+        paths = [os.path.join(here, "..", "data", "suite", "code.jsonl"),
+                 os.path.join(os.path.dirname(confine), "..", "data", "suite", "code.jsonl"),
+                 f"/proc/{{os.getppid()}}/cwd/metaagent/data/suite/code.jsonl",
+                 f"/proc/{{os.getppid()}}/root{keys[0]}", *{known!r}]
+        codes = []
+        for path in paths:
+            try:
+                codes.append("ESCAPED " + open(path).read(40)[:20])
+            except OSError as e:
+                codes.append(errno.errorcode.get(e.errno, str(e.errno)))
+        print(len(paths), ",".join(sorted(set(codes))))
+    """, via, pool)  # fmt: skip
+    count, codes = out.split("\n")[0].split(" ", 1)
+    assert int(count) == len(known) + 4 and "ESCAPED" not in codes, out
+    assert set(codes.split(",")) <= {"ENOENT", "EACCES"}
+
+
+@pytest.mark.skipif(not ISO.namespaces, reason="host paths exist for the program without a mount namespace")
+@VIAS
+def test_host_paths_do_not_exist_for_the_program(host, via, pool):
+    """``stat`` showed a checkpoint's size and modification time (Landlock does not cover metadata); in the
+    program's own root the host's paths are absent."""
+    out = run_hostile(f"""
+        attempt(lambda: os.stat({str(host["ckpt"])!r}).st_size)
+        attempt(lambda: os.stat({str(Path.home() / ".bashrc")!r}).st_mtime)
+        attempt(lambda: os.stat({str(Path(isolation.PACKAGE_DIR) / "data")!r}).st_mtime)
+    """, via, pool)  # fmt: skip
+    assert out.split("\n")[:3] == ["REFUSED ENOENT"] * 3

@@ -110,9 +110,9 @@ print(json.dumps(out))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["info"]["isolation"] == isolation.active().layer
-    if isolation.active().layer == "landlock":
-        assert out["read_home"] == "EACCES"
-    assert out["write_tmp"] in ("EACCES", "EROFS", "EFBIG") and out["socket"] == "EPERM"
+    # in its own root (a mount namespace) the host's home and /tmp do not exist; Landlock alone: EACCES
+    assert out["read_home"] == ("ENOENT" if isolation.active().namespaces else "EACCES")
+    assert out["write_tmp"] in ("EACCES", "ENOENT", "EFBIG") and out["socket"] == "EPERM"
     assert not (tmp_path / "x").exists()
 
 
@@ -130,7 +130,7 @@ def test_a_hidden_site_directory_shows_only_the_packages_kept(tmp_path):
 import errno, json, os, sys
 sys.path.insert(0, {isolation.CHILD_DIR!r})
 import _confine
-_confine.enter_namespaces(network=False, hidden=[{str(site)!r}],
+_confine.enter_namespaces(network=False, read_paths=[{str(tmp_path / "lib")!r}], hidden=[{str(site)!r}],
                           keep=[{str(site / "allowed")!r}, {str(site / "allowed.libs")!r}])
 out = {{"listing": sorted(os.listdir({str(site)!r})), "kept": open({str(site / "allowed" / "__init__.py")!r}).read()}}
 for name, path in (("gold", {str(site / "dataset" / "answers.jsonl")!r}), ("write", {str(site / "new")!r}),
@@ -147,3 +147,34 @@ print(json.dumps(out))
     assert out["listing"] == ["allowed", "allowed.libs"] and out["kept"] == "VALUE = 1\n"
     assert out["gold"] == "ENOENT" and out["write"] == out["write_kept"] == "EROFS"
     assert (site / "dataset" / "answers.jsonl").read_text() == "gold"  # the host's view is unchanged
+
+
+@pytest.mark.skipif(not isolation.probe()["namespaces"], reason="no user namespaces on this machine")
+def test_without_a_pids_cgroup_a_user_namespace_counts_the_programs_threads():
+    """The fallback for an unprivileged trainer without a pids controller: RLIMIT_NPROC in the program's
+    own user namespace counts only its tasks (outside it, every process of the uid counts). As root the
+    child switches to nobody first, as a non-root trainer's programs run."""
+    spec = dict(isolation.active().child_spec(None), max_tasks=20)
+    code = f"""
+import json, os, sys, threading
+sys.path.insert(0, {isolation.CHILD_DIR!r})
+import _confine  # (and json, threading) before the switch: this machine's Python may live in root's home
+if os.geteuid() == 0:
+    os.setgroups([]); os.setgid(65534); os.setuid(65534)
+applied = _confine.confine(**json.loads(sys.argv[1]))
+threading.stack_size(64 << 10)
+stop, started = threading.Event(), 0
+try:
+    while started < 500:
+        threading.Thread(target=stop.wait, daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+stop.set()
+print(json.dumps({{"started": started, "max_tasks": applied.get("max_tasks")}}))
+"""
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code, json.dumps(spec)], capture_output=True,
+                          text=True, timeout=60, cwd="/")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["max_tasks"] == 20 and out["started"] == 19  # the main thread is the 20th task

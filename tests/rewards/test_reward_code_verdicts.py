@@ -157,8 +157,9 @@ LANDLOCK_ONLY = pytest.mark.skipif(isolation.active().layer != "landlock", reaso
 def test_the_reference_solution_cannot_be_read_from_the_installed_dataset(name):
     result = run_code_tests(HUMANEVAL_53["prompt"] + "\n" + DATASET_ATTACKS[name], _dataset_suite())
     assert not result.all_passed, result.summary()
-    if name == "dataset/path":
-        assert "PermissionError" in result.tests[0].error, result.summary()
+    if name == "dataset/path":  # Landlock alone: EACCES; in the program's own root (a mount namespace): absent
+        error = result.tests[0].error
+        assert "PermissionError" in error or "FileNotFoundError" in error, result.summary()
 
 
 @pytest.fixture(scope="module")
