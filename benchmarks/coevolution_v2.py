@@ -33,6 +33,12 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
   executor (paired bootstrap CIs over tasks), and against the start model's ``auto`` with App. C's split of the
   tasks only the trained model solves into executor gain (same structure) and designer flip;
 - ``STATUS.md``: the command, the steps each mode has, seconds per step so far and the time left at that rate;
+- ``--modes ... sa_grpo`` (issue 61) trains the RL-trained single agent beside the designer modes:
+  ``executor_only`` with the designer frozen to each domain's single-agent script and M x N executions of one
+  design (the designer runs' executor rollouts per question; ``metaagent/configs/sa_grpo_suite.yaml`` is the same
+  run); ``--baselines`` adds ``sa@auto`` (or ``sa@<--sa-k>``), ``fixed:pot`` and ``best-per-domain`` (chosen on the
+  suite's val split among ``sa``, ``fixed:pot`` and the matrix's templates) to every held-out evaluation; a
+  ``--seed`` other than 0 with the default ``--runs`` / ``--results`` gets folders of its own (``..._seed<S>``);
 - ``metrics_<mode>.jsonl.xz`` (each run's metrics) and ``heldout/<mode>/`` (the evaluation records and
   summaries, compressed; ``metaagent-replay`` opens them).
 """
