@@ -342,8 +342,9 @@ def _html_budgets(results: dict[str, Any]) -> list[str]:
                 st = en["exec_status"]
                 rows.append(
                     (
-                        e(cell), e(method), e(b), f"{en['tasks']}/{en['tasks_planned']}",
+                        e(cell), e(method_label(method, [en])), e(b), f"{en['tasks']}/{en['tasks_planned']}",
                         f"{en['budget']['tokens_per_task']:.0f}", f"{en['budget']['agent_calls_per_task']:.1f}",
+                        *compute_cells([en]),
                         "—" if en["valid_script_rate"] is None else f"{100 * en['valid_script_rate']:.0f}%",
                         e(", ".join(f"{s} {n}" for s, n in st.items() if n)), str(en["reward_errors"]),
                         e(shortcut_cell(en.get("shortcuts"))),
@@ -352,10 +353,10 @@ def _html_budgets(results: dict[str, Any]) -> list[str]:
     return [
         "<h2>Budgets, validity, execution status</h2>",
         table(
-            ["model", "method", "benchmark", "tasks", "tokens/task", "agent calls/task", "valid scripts", "status", "reward errors",
-             "shortcuts refused"],
+            ["model", "method", "benchmark", "tasks", "tokens/task", "agent calls/task", *(h for h, _ in COMPUTE_COLUMNS),
+             "valid scripts", "status", "reward errors", "shortcuts refused"],
             rows,
-            [3, 4, 5, 6, 8],
+            [3, 4, 5, 6, 7, 8, 9, 11],
         ),
     ]
 
