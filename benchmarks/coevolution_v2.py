@@ -35,10 +35,13 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
 - ``STATUS.md``: the command, the steps each mode has, seconds per step so far and the time left at that rate;
 - ``--modes ... sa_grpo`` (issue 61) trains the RL-trained single agent beside the designer modes:
   ``executor_only`` with the designer frozen to each domain's single-agent script and M x N executions of one
-  design (the designer runs' executor rollouts per question; ``metaagent/configs/sa_grpo_suite.yaml`` is the same
-  run); ``--baselines`` adds ``sa@auto`` (or ``sa@<--sa-k>``), ``fixed:pot`` and ``best-per-domain`` (chosen on the
+  design (the designer runs' executor rollouts per question; ``metaagent/configs/sa_grpo_suite.yaml`` is the
+  same
+  run); ``--baselines`` adds ``sa@auto`` (or ``sa@<--sa-k>``), ``fixed:pot`` and ``best-per-domain`` (chosen
+  on the
   suite's val split among ``sa``, ``fixed:pot`` and the matrix's templates) to every held-out evaluation; a
-  ``--seed`` other than 0 with the default ``--runs`` / ``--results`` gets folders of its own (``..._seed<S>``);
+  ``--seed`` other than 0 with the default ``--runs`` / ``--results`` gets folders of its own
+  (``..._seed<S>``);
 - ``metrics_<mode>.jsonl.xz`` (each run's metrics) and ``heldout/<mode>/`` (the evaluation records and
   summaries, compressed; ``metaagent-replay`` opens them).
 """
@@ -58,7 +61,8 @@ import structure_matrix  # noqa: E402
 
 ROOT = v1.ROOT
 DEFAULT_MODES = (v1.FROZEN, "designer_only", "stagewise", "coupled")
-#: sa+grpo (issue 61): the trainer's executor_only with the designer frozen to each domain's single-agent script and
+#: sa+grpo (issue 61): the trainer's executor_only with the designer frozen to each domain's single-agent
+#: script and
 #: the designer runs' M x N executions of a question as one group (metaagent/configs/sa_grpo_suite.yaml)
 SA_GRPO = "sa_grpo"
 MODES = (*v1.MODES, SA_GRPO)
@@ -121,8 +125,10 @@ def suite_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def recipes(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
-    """Recipe modes: mode -> (the trainer's schedule mode, overrides after the suite preset's). ``sa_grpo``: the
-    frozen single-agent designer and N = M x N executions of one design, so a step sees the designer runs' number
+    """Recipe modes: mode -> (the trainer's schedule mode, overrides after the suite preset's). ``sa_grpo``:
+    the
+    frozen single-agent designer and N = M x N executions of one design, so a step sees the designer runs'
+    number
     of executor rollouts per question (the budget of ``metaagent/configs/sa_grpo_suite.yaml``)."""
     n = args.designs * args.executions
     frozen = ["rollout.frozen_designer=sa", "rollout.m_designs=1", f"rollout.n_executions={n}"]
@@ -130,8 +136,10 @@ def recipes(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
 
 
 def baseline_methods(args: argparse.Namespace, oracle: Oracle, family: str) -> tuple[str, ...]:
-    """``--baselines``: issue 61's equal-compute baselines beside a family's held-out methods: ``sa@k`` (k from the
-    checkpoint's own ``auto``, or ``--sa-k``), ``fixed:pot`` (answer families) and ``best-per-domain`` over the
+    """``--baselines``: issue 61's equal-compute baselines beside a family's held-out methods: ``sa@k`` (k
+    from the
+    checkpoint's own ``auto``, or ``--sa-k``), ``fixed:pot`` (answer families) and ``best-per-domain`` over
+    the
     methods the structure matrix ran on the family (chosen on the suite's val split)."""
     if not args.baselines:
         return ()
@@ -140,7 +148,8 @@ def baseline_methods(args: argparse.Namespace, oracle: Oracle, family: str) -> t
 
 
 def best_of(oracle: Oracle, family: str) -> tuple[str, ...]:
-    """best-per-domain's candidates on ``family``: ``sa``, ``fixed:pot`` (answer families) and the matrix's fixed
+    """best-per-domain's candidates on ``family``: ``sa``, ``fixed:pot`` (answer families) and the matrix's
+    fixed
     templates there, sorted (``auto`` is what is judged, never a candidate)."""
     ran = {m for m in oracle.ran.get(family, ()) if m == "sa" or m.startswith("fixed:")}
     return tuple(sorted(ran | {"sa"} | (set() if family == "code" else {"fixed:pot"})))
@@ -524,7 +533,8 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
 
 
 def seed_folders(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """``--seed S`` (S != 0) with the default ``--runs`` / ``--results``: folders of their own (``<default>_seedS``),
+    """``--seed S`` (S != 0) with the default ``--runs`` / ``--results``: folders of their own
+    (``<default>_seedS``),
     so several training seeds of the same command never resume each other's checkpoints."""
     for name in ("runs", "results"):
         if args.seed and getattr(args, name) == parser.get_default(name):
@@ -543,10 +553,17 @@ def main() -> None:
     p.add_argument("--designs", type=int, default=4, help="M: designs a task")
     p.add_argument("--executions", type=int, default=2, help="N: executions a design")
     p.add_argument("--dtype", default="bfloat16", help="held-out evaluation weights (training: the config's)")
-    p.add_argument("--baselines", action="store_true",
-                   help="held-out: add issue 61's baselines (sa@k, fixed:pot, best-per-domain chosen on val)")
-    p.add_argument("--sa-k", type=int, default=0,
-                   help="--baselines' sa@k: k (0: sa@auto, k = the checkpoint's auto executor calls per sample)")
+    p.add_argument(
+        "--baselines",
+        action="store_true",
+        help="held-out: add issue 61's baselines (sa@k, fixed:pot, best-per-domain chosen on val)",
+    )
+    p.add_argument(
+        "--sa-k",
+        type=int,
+        default=0,
+        help="--baselines' sa@k: k (0: sa@auto, k = the checkpoint's auto executor calls per sample)",
+    )
     args = p.parse_args()
     seed_folders(args, p)
     args.recipes = recipes(args)

@@ -1,12 +1,16 @@
-"""Per-seed gains and their across-seed interval (issue 61, item 2): one ``metaagent-eval`` results directory per
-training seed, the gain ``B - A`` of two methods on each seed's tasks (paired task bootstrap: the detail), and the
+"""Per-seed gains and their across-seed interval (issue 61, item 2): one ``metaagent-eval`` results directory
+per
+training seed, the gain ``B - A`` of two methods on each seed's tasks (paired task bootstrap: the detail),
+and the
 mean over seeds with a t interval over the seeds (the headline; ``metaagent.eval.across_seeds``).
 
     python benchmarks/seed_gains.py --results runs/s0/heldout runs/s1/heldout runs/s2/heldout \\
         --a sa@auto --b auto --benchmark suite:test --out gains.json --png gains.png
 
-``--a`` / ``--b`` are method names of the results (``sa``, ``sa@auto``, ``best-per-domain``, ``auto``, ...), or
-``max`` of several (``--a max:sa@auto,fixed:pot,best-per-domain``: per seed, the one with the highest mean on the
+``--a`` / ``--b`` are method names of the results (``sa``, ``sa@auto``, ``best-per-domain``, ``auto``, ...),
+or
+``max`` of several (``--a max:sa@auto,fixed:pot,best-per-domain``: per seed, the one with the highest mean on
+the
 tasks, i.e. the strongest baseline of that seed, named in the output). Each directory holds one checkpoint's
 evaluation (its results.json); ``--cell`` picks the model cell when it holds several (default: the only one).
 """
@@ -41,12 +45,15 @@ def read_scores(results: dict, cell: str | None, bench: str, method: str) -> lis
 
 
 def side(results: dict, args: argparse.Namespace, spec: str, k: int) -> tuple[str, list]:
-    """(method name, its scores): ``spec`` itself, or of ``max:m1,m2`` the method with the highest mean avg@k."""
+    """(method name, its scores): ``spec`` itself, or of ``max:m1,m2`` the method with the highest mean
+    avg@k."""
     from statistics import fmean
 
     if not spec.startswith(MAX_PREFIX):
         return spec, read_scores(results, args.cell, args.benchmark, spec)
-    options = {m: read_scores(results, args.cell, args.benchmark, m) for m in spec[len(MAX_PREFIX) :].split(",")}
+    options = {
+        m: read_scores(results, args.cell, args.benchmark, m) for m in spec[len(MAX_PREFIX) :].split(",")
+    }
 
     def mean(scores: list) -> float:
         vals = [s.avg.get(k) for s in scores if s.avg.get(k) is not None]
@@ -78,7 +85,8 @@ def gains(args: argparse.Namespace) -> dict:
 
 
 def plot(result: dict, path: Path) -> None:
-    """Per-seed gains (points with their task-bootstrap intervals) and the across-seed mean with its t interval."""
+    """Per-seed gains (points with their task-bootstrap intervals) and the across-seed mean with its t
+    interval."""
     from metaagent.eval.html import figure, palette_png
 
     fig, ax = figure((5.0, 3.0))
@@ -91,7 +99,9 @@ def plot(result: dict, path: Path) -> None:
     if result.get("ci95"):
         lo, hi = result["ci95"]
         m = result["mean"]
-        ax.errorbar([len(seeds)], [100 * m], yerr=[[100 * (m - lo)], [100 * (hi - m)]], fmt="s", color="C3", capsize=4)
+        ax.errorbar(
+            [len(seeds)], [100 * m], yerr=[[100 * (m - lo)], [100 * (hi - m)]], fmt="s", color="C3", capsize=4
+        )
     ax.axhline(0.0, color="0.6", linewidth=0.8)
     ax.set_xticks(range(len(seeds) + 1))
     ax.set_xticklabels([f"seed {s}" for s in seeds] + ["mean (t over seeds)"], fontsize=7)
@@ -101,7 +111,9 @@ def plot(result: dict, path: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--results", nargs="+", required=True, help="one metaagent-eval results directory per seed")
+    p.add_argument(
+        "--results", nargs="+", required=True, help="one metaagent-eval results directory per seed"
+    )
     p.add_argument("--a", required=True, help="the baseline method (or max:m1,m2,...)")
     p.add_argument("--b", required=True, help="the compared method (or max:m1,m2,...)")
     p.add_argument("--benchmark", required=True, help="benchmark label as in the results (suite:test, ...)")

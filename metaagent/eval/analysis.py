@@ -122,11 +122,14 @@ def paired_comparison(
     return out
 
 
-def across_seeds(per_seed: Mapping[Any, Mapping[str, Any]], *, alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
+def across_seeds(
+    per_seed: Mapping[Any, Mapping[str, Any]], *, alpha: float = DEFAULT_ALPHA
+) -> dict[str, Any]:
     """The headline of a multi-seed result: the mean of the per-seed gains ``diff_s`` (one training seed
     each, e.g. ``auto`` minus the strongest baseline on the same tasks) with the t interval over the S seeds
     (``x̄ ± t_{1-α/2, S-1} s/√S``), and each seed's ``diff`` and paired task-bootstrap ``ci95`` as detail.
-    With one seed there is no across-seed interval (``ci95`` None and a note), never a task interval instead."""
+    With one seed there is no across-seed interval (``ci95`` None and a note), never a task interval
+    instead."""
     detail = {str(seed): {"diff": float(g["diff"]), "ci95": list(g["ci95"]) if g.get("ci95") else None}
               for seed, g in per_seed.items()}  # fmt: skip
     diffs = [d["diff"] for d in detail.values()]

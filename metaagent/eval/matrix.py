@@ -45,7 +45,8 @@ def values(scores: Sequence[TaskScore], metric: str = "avg", k: int = 1) -> dict
 
 
 def compute(scores: Sequence[TaskScore]) -> dict[str, float | None]:
-    """A method's compute per sample over the tasks of ``scores``: executor calls (agent turns), designer calls
+    """A method's compute per sample over the tasks of ``scores``: executor calls (agent turns), designer
+    calls
     and generated tokens, each ``Σ over tasks / Σ samples`` (None without samples)."""
     samples = sum(s.samples for s in scores)
     if not samples:

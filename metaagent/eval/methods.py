@@ -8,7 +8,7 @@
 - ``auto``: the designer writes a team per sample and the executor runs it (the paper's method);
 - ``sa@k`` (``sa@4``): one agent at equal compute: each sample is one answer chosen from ``k`` executions of
   the ``sa`` script: the majority vote of the domain's voting key (``Domain.answer_key``, serve's vote;
-  :func:`~metaagent.eval.metrics.majority_index`, maj@k's choice), or on a code task with public tests the
+  :mod:`metaagent.rewards.selection`, maj@k's choice), or on a code task with public tests the
   first of the k programs that passes them (public tests only, never the hidden ones; none passes: the first).
   Its compute per sample is k executor calls. ``sa@auto`` (or ``sa@=auto``, ``sa@=<method>``): k is the
   compared method's mean executor calls per sample on the same model and benchmark, rounded (half up, >= 1);
@@ -35,6 +35,7 @@ from metaagent.data.tasks import Task
 from metaagent.domain import get_domain
 from metaagent.policy.base import SamplingParams
 from metaagent.records import RolloutTree
+from metaagent.rewards.selection import SELECT_MAJORITY, public_tests_pass, selection_rule, vote_key
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine, derive_seed
 
 from .errors import EvalError
@@ -43,8 +44,7 @@ SA, AUTO, FIXED_PREFIX = "sa", "auto", "fixed:"
 SA_AT = "sa@"  # sa@<k>, sa@auto, sa@=<method>: one agent at k executions a sample
 MATCH = "="  # sa@=<method>: k from that method's executor calls per sample
 BEST = "best-per-domain"
-#: how an sa@k sample picks its answer from its k executions (recorded in tree.config["eval"]["select"])
-SELECT_PUBLIC_TESTS, SELECT_MAJORITY = "public_tests", "majority"
+
 EVAL_MODE = "eval"  # RolloutTree.mode of every evaluation tree
 EVAL_KEY = "eval"  # tree.config[EVAL_KEY]: method, benchmark, n, seed of the tree
 
@@ -93,13 +93,18 @@ def _parse_sa_at(spec: str, templates: Sequence[Any]) -> Method:
     if match == AUTO or (rest.startswith(MATCH) and match):
         target = parse_method(match, templates)
         if target.kind in ("sa@k", "best"):
-            raise EvalError(f"method {spec!r}: k is matched to a method with designs of its own, not {match!r}")
+            raise EvalError(
+                f"method {spec!r}: k is matched to a method with designs of its own, not {match!r}"
+            )
         return Method(spec, "sa@k", match=match)
-    raise EvalError(f"method {spec!r}: write sa@<k> with k >= 1 (sa@4), sa@auto or sa@=<method> (sa@=fixed:debate)")
+    raise EvalError(
+        f"method {spec!r}: write sa@<k> with k >= 1 (sa@4), sa@auto or sa@=<method> (sa@=fixed:debate)"
+    )
 
 
 def parse_method(spec: str, templates: Sequence[Any]) -> Method:
-    """``sa`` | ``auto`` | ``fixed:<template>`` | ``sa@k`` forms | ``best-per-domain``; anything else is an error
+    """``sa`` | ``auto`` | ``fixed:<template>`` | ``sa@k`` forms | ``best-per-domain``; anything else is an
+    error
     listing the valid specs."""
     spec = spec.strip()
     if spec in (SA, AUTO):
@@ -160,7 +165,9 @@ def rollout_task(
     if n < 1:
         raise EvalError(f"samples per task must be >= 1, got {n}")
     if not method.runs:
-        raise EvalError(f"method {method.name!r} has no rollouts of its own (its k or its candidates decide it)")
+        raise EvalError(
+            f"method {method.name!r} has no rollouts of its own (its k or its candidates decide it)"
+        )
     task = Task.coerce(task)
     frozen = frozen_for(method, task, engine.templates or []) or engine.frozen  # a fixed-MAS training run
     k = method.k if method.kind == "sa@k" else 1
@@ -176,44 +183,24 @@ def rollout_task(
         frozen=frozen,
     )
     extra = sa_at_k_info(tree, task, int(k)) if method.kind == "sa@k" else {}
-    tree.config = {**tree.config, EVAL_KEY: {"method": method.name, "n": n, "seed": seed, **extra, **(info or {})}}
+    record = {"method": method.name, "n": n, "seed": seed, **extra, **(info or {})}
+    tree.config = {**tree.config, EVAL_KEY: record}
     return tree
 
 
-def selection_rule(task: Task) -> str:
-    """How an ``sa@k`` sample of ``task`` picks its answer: a code task (``Domain.runs_code``) with public tests
-    keeps the first program that passes them; every other task votes on ``Domain.answer_key``."""
-    public = task.metadata.get("public_tests") if isinstance(task.metadata, dict) else None
-    return SELECT_PUBLIC_TESTS if get_domain(task.domain).runs_code and public else SELECT_MAJORITY
-
-
 def sa_at_k_info(tree: RolloutTree, task: Task, k: int) -> dict[str, Any]:
-    """What scoring needs to build ``sa@k`` samples from the tree's executions (in order, k a sample): the rule,
+    """What scoring needs to build ``sa@k`` samples from the tree's executions (in order, k a sample): the
+    rule,
     and per execution its vote key (``majority``) or whether its program passed the public tests
     (``public_tests``; None: the tests could not be run, an error of that sample, never a fail)."""
     executions = [e for d in tree.designs for e in d.executions]
     rule = selection_rule(task)
     out: dict[str, Any] = {"k": k, "select": rule}
     if rule == SELECT_MAJORITY:
-        key = get_domain(task.domain).answer_key
-        out["keys"] = [key(e.answer) if e.answer and e.answer.strip() else None for e in executions]
+        out["keys"] = [vote_key(task, e.answer) for e in executions]
     else:
         out["public_passed"] = [public_tests_pass(task, e.answer) for e in executions]
     return out
-
-
-def public_tests_pass(task: Task, answer: str | None) -> bool | None:
-    """Whether the program in ``answer`` passes ``task``'s public tests (``run_tests``, the scripts' own tool:
-    same limits); False for no answer, None when the test runner itself failed."""
-    if not answer or not answer.strip():
-        return False
-    from metaagent.rewards.errors import ExecutionError, RewardError, TestsFormatError
-    from metaagent.workflow.tools import RunTests
-
-    try:
-        return RunTests(task.metadata["public_tests"])(answer).startswith("PASS")
-    except (RewardError, ExecutionError, TestsFormatError):
-        return None
 
 
 def rollout_tasks(

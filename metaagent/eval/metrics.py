@@ -11,6 +11,8 @@ import random
 from collections.abc import Callable, Sequence
 from statistics import fmean
 
+from metaagent.rewards.selection import majority_index
+
 from .errors import EvalError
 
 #: metric name -> what its number is (the one list of metrics the harness reports)
@@ -72,23 +74,6 @@ def maj_at_k(answers: Sequence[str | None], correct: Sequence[float], k: int | N
         raise EvalError(f"maj@k needs 1 <= k <= n, got k={k}, n={len(answers)}")
     best = majority_index(answers[:k])
     return 0.0 if best is None else float(correct[best])
-
-
-def majority_index(answers: Sequence[str | None]) -> int | None:
-    """The position of the majority vote among ``answers`` (shape (k,)): the first sample whose answer is the
-    most frequent non-None one (ties: the answer seen first); None when no sample has an answer. maj@k and the
-    ``sa@k`` baseline both choose with it."""
-    votes: dict[str, int] = {}
-    first: dict[str, int] = {}
-    for i, a in enumerate(answers):
-        if a is None:
-            continue
-        votes[a] = votes.get(a, 0) + 1
-        first.setdefault(a, i)
-    if not votes:
-        return None
-    best = max(votes, key=lambda a: (votes[a], -first[a]))
-    return first[best]
 
 
 def bootstrap_ci(
@@ -183,7 +168,9 @@ def seed_interval(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA) -> t
     the sampling unit (each seed's value is one run's gain), so the interval is about a new training seed, not
     about the tasks (that is each seed's paired task bootstrap). Fewer than 2 seeds is an error."""
     if len(values) < 2:
-        raise EvalError(f"an across-seed interval needs at least 2 seeds, got {len(values)}; train more seeds")
+        raise EvalError(
+            f"an across-seed interval needs at least 2 seeds, got {len(values)}; train more seeds"
+        )
     if not 0 < alpha < 1:
         raise EvalError(f"alpha must be in (0, 1), got {alpha}")
     xs = [float(v) for v in values]

@@ -62,7 +62,8 @@ COMPUTE_COLUMNS = (
 
 
 def compute_cells(entries: Sequence[dict[str, Any] | None]) -> list[str]:
-    """A row's compute per sample over its benchmarks (weighted by samples): executor calls, designer calls and
+    """A row's compute per sample over its benchmarks (weighted by samples): executor calls, designer calls
+    and
     generated tokens (designer + agents), formatted; ``—`` where nothing was sampled."""
     present = [en for en in entries if en and en.get("samples")]
     samples = sum(en["samples"] for en in present)
@@ -77,7 +78,8 @@ def compute_cells(entries: Sequence[dict[str, Any] | None]) -> list[str]:
 
 
 def method_label(method: str, entries: Sequence[dict[str, Any] | None]) -> str:
-    """The method as the tables name it: ``sa@=<method>`` with the k it ran with on each benchmark (``k=3``, or
+    """The method as the tables name it: ``sa@=<method>`` with the k it ran with on each benchmark (``k=3``,
+    or
     ``k=2/3`` per benchmark in column order when they differ)."""
     ks = [en["k"] for en in entries if en and en.get("k") is not None]
     if not ks:
@@ -89,7 +91,13 @@ def metric_table(results: dict[str, Any], metric: str) -> str:
     """One markdown table of ``metric`` (e.g. ``avg@3``) in the Table 1 layout, with each row's compute per
     sample (:data:`COMPUTE_COLUMNS`, mean over its benchmarks)."""
     benches = results["benchmarks"]
-    head = "| Model | Method | " + " | ".join(benches) + " | Avg | " + " | ".join(h for h, _ in COMPUTE_COLUMNS) + " |\n"
+    head = (
+        "| Model | Method | "
+        + " | ".join(benches)
+        + " | Avg | "
+        + " | ".join(h for h, _ in COMPUTE_COLUMNS)
+        + " |\n"
+    )
     head += "|---|---|" + "---:|" * (len(benches) + 1 + len(COMPUTE_COLUMNS)) + "\n"
     lines = []
     base: dict[str, dict[str, float | None]] = {}
@@ -132,8 +140,9 @@ def render_table(results: dict[str, Any]) -> str:
         f"Scores in %, mean over tasks; parentheses: gain over `sa` of the same model. n = {cfg['n']} samples "
         f"per task, seed {cfg['seed']}, temperature {cfg['temperature']}."
         + ("" if results["complete"] else " `*`: over fewer tasks than planned.")
-        + " Compute per sample (mean): executor calls (agent turns), designer calls, generated tokens (designer +"
-        " agents); an `sa@k` sample is one answer from k executions, so it costs k executions' compute.",
+        + " Compute per sample (mean): executor calls (agent turns), designer calls, generated tokens"
+        " (designer + agents); an `sa@k` sample is one answer from k executions, so it costs k executions'"
+        " compute.",
         "",
         f"## avg@{k} (Table 1 layout)",
         "",
@@ -145,7 +154,9 @@ def render_table(results: dict[str, Any]) -> str:
     out += ["## 95% bootstrap CIs and budgets", ""]
     out.append(
         f"| Model | Method | Benchmark | tasks | avg@{k} [95% CI] | pass@{k} [95% CI] | tokens/task | agent calls/task "
-        "| " + " | ".join(h for h, _ in COMPUTE_COLUMNS) + " | valid scripts | reward errors | shortcuts refused |"
+        "| "
+        + " | ".join(h for h, _ in COMPUTE_COLUMNS)
+        + " | valid scripts | reward errors | shortcuts refused |"
     )
     out.append("|---|---|---|---:|---|---|---:|---:|" + "---:|" * len(COMPUTE_COLUMNS) + "---:|---:|---|")
     for cell, method, entries in _rows(results):
@@ -188,7 +199,8 @@ def render_table(results: dict[str, Any]) -> str:
 
 
 def best_section(results: dict[str, Any]) -> list[str]:
-    """best-per-domain's choice per (model, benchmark, domain): the chosen candidate and every candidate's mean
+    """best-per-domain's choice per (model, benchmark, domain): the chosen candidate and every candidate's
+    mean
     avg@k on the selection split (the split it was chosen on, never the one it is scored on)."""
     rows = []
     split = "val"
@@ -202,7 +214,9 @@ def best_section(results: dict[str, Any]) -> list[str]:
                 scored = ", ".join(
                     f"{m} {100 * v:.1f}" for m, v in sel["val"].items() if v is not None
                 ) or sel.get("note", "—")
-                rows.append(f"| {cell} | {b} | {domain} | {sel['chosen'] or '—'} | {sel['val_tasks']} | {scored} |")
+                rows.append(
+                    f"| {cell} | {b} | {domain} | {sel['chosen'] or '—'} | {sel['val_tasks']} | {scored} |"
+                )
     if not rows:
         return []
     return [
@@ -353,8 +367,19 @@ def _html_budgets(results: dict[str, Any]) -> list[str]:
     return [
         "<h2>Budgets, validity, execution status</h2>",
         table(
-            ["model", "method", "benchmark", "tasks", "tokens/task", "agent calls/task", *(h for h, _ in COMPUTE_COLUMNS),
-             "valid scripts", "status", "reward errors", "shortcuts refused"],
+            [
+                "model",
+                "method",
+                "benchmark",
+                "tasks",
+                "tokens/task",
+                "agent calls/task",
+                *(h for h, _ in COMPUTE_COLUMNS),
+                "valid scripts",
+                "status",
+                "reward errors",
+                "shortcuts refused",
+            ],
             rows,
             [3, 4, 5, 6, 7, 8, 9, 11],
         ),

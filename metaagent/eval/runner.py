@@ -195,23 +195,41 @@ class Evaluation:
             if not any(self.tasks.values()):
                 raise EvalError(f"none of --tasks {cfg.tasks[:3]} is in {[b.label for b in self.benchmarks]}")
             self.benchmarks = [b for b in self.benchmarks if self.tasks[b.label]]
-        self.selection = {b.label: self._selection_bench(b) for b in self.benchmarks} if self.candidates else {}
-        for b in self.selection.values():
+        self.selection = (
+            {b.label: self._selection_bench(b) for b in self.benchmarks} if self.candidates else {}
+        )
+        for label, b in self.selection.items():
             self.tasks[b.label] = benchmark_tasks(b, limit=cfg.limit)
+            self._check_disjoint(label, b)
         self._check_resume()
+
+    def _check_disjoint(self, label: str, selection: Benchmark) -> None:
+        """best-per-domain never chooses on a task it is scored on: a loader without the selection split (one
+        that returns the same tasks for every split, e.g. ``humaneval``) is refused."""
+        scored = {t.id for t in benchmark_tasks(next(b for b in self.benchmarks if b.label == label))}
+        shared = sorted(scored & {t.id for t in self.tasks[selection.label]})
+        if shared:
+            raise EvalError(
+                f"best-per-domain: {selection.label} shares {len(shared)} task(s) with {label} "
+                f"(e.g. {shared[0]}): that benchmark has no separate selection split; choose on another "
+                "split with --selection-split"
+            )
 
     def _candidates(self) -> list[Method]:
         """best-per-domain's candidates (none without it); a candidate not among the methods joins them."""
         if not any(m.kind == "best" for m in self.methods):
             if self.config.best_of:
-                raise EvalError("--best-of names best-per-domain's candidates; add best-per-domain to --methods")
+                raise EvalError(
+                    "--best-of names best-per-domain's candidates; add best-per-domain to --methods"
+                )
             return []
         names = self.config.best_of or [m.name for m in self.methods if m.kind in (SA, "fixed")]
         found = [parse_method(n, self.templates) for n in dict.fromkeys(names)]
         bad = [m.name for m in found if m.kind not in (SA, "fixed", "sa@k") or not m.runs]
         if bad or not found:
             raise EvalError(
-                f"best-per-domain chooses among sa, fixed:<template> and sa@<k> methods, got {bad or 'none'}; "
+                "best-per-domain chooses among sa, fixed:<template> and sa@<k> methods, "
+                f"got {bad or 'none'}; "
                 "add sa or fixed:<template> methods to --methods, or name them in --best-of"
             )
         known = {m.name for m in self.methods}
@@ -223,15 +241,19 @@ class Evaluation:
         known = {m.name for m in self.methods}
         matches = [m for m in self.methods if m.kind == "sa@k" and m.k is None and m.match not in known]
         if matches:
-            raise EvalError(f"{matches[0].name} matches k to {matches[0].match!r}, which is not in --methods; add it")
+            raise EvalError(
+                f"{matches[0].name} matches k to {matches[0].match!r}, which is not in --methods; add it"
+            )
 
     def _selection_bench(self, bench: Benchmark) -> Benchmark:
-        """The benchmark's selection split (``--selection-split``): best-per-domain never chooses on its test."""
+        """The benchmark's selection split (``--selection-split``): best-per-domain never chooses on its
+        test."""
         split = self.config.selection_split
         if bench.spec.split_name == split:
             raise EvalError(
-                f"best-per-domain chooses on split {split!r}, which is {bench.label}'s own split: evaluate on "
-                "another split, or pass --selection-split (e.g. val) to choose on a split the scores never use"
+                f"best-per-domain chooses on split {split!r}, which is {bench.label}'s own split: "
+                "evaluate on another split, or pass --selection-split (e.g. val) to choose on a split the "
+                "scores never use"
             )
         spec = dataclasses.replace(bench.spec, split=split)
         head = bench.spec.source + f":{split}" + (f"/{bench.spec.domain}" if bench.spec.domain else "")
@@ -364,7 +386,8 @@ class Evaluation:
         parts: list[Part] = []
         seen: dict[Path, dict[str, RolloutTree]] = {}
         self.pending = []  # sa@=<method> parts whose method is not complete yet (planned again after it)
-        order = [m for m in self.methods if m.runs] + [m for m in self.methods if m.kind == "sa@k" and not m.runs]
+        later = [m for m in self.methods if m.kind == "sa@k" and not m.runs]  # sa@=<method>: after it
+        order = [m for m in self.methods if m.runs] + later
         for bench in self.benchmarks:  # every model of a (benchmark, method) before the next: partial runs compare
             for method in order:
                 for designer, executor in self.cells:
@@ -379,10 +402,13 @@ class Evaluation:
             for method in self.candidates if bench.label in self.selection else ():
                 for designer, executor in self.cells:
                     sel = self.selection[bench.label]
-                    parts.append(self._part(designer, executor, sel, method, seen, selection=True, target=bench.label))
+                    part = self._part(designer, executor, sel, method, seen, selection=True, target=bench.label)
+                    parts.append(part)
         return parts
 
-    def _part(self, designer: str, executor: str, bench: Benchmark, method: Method, seen: dict, **kw: Any) -> Part:
+    def _part(
+        self, designer: str, executor: str, bench: Benchmark, method: Method, seen: dict, **kw: Any
+    ) -> Part:
         """A part and the trees already recorded in its file (shared with earlier parts of the same file)."""
         path = record_path(self.out, method, designer, executor, bench.label)
         part = Part(designer, executor, bench, method, self.tasks[bench.label], path, **kw)
@@ -392,14 +418,17 @@ class Evaluation:
             trees, bad = read_trees(path)
             lines, _ = read_record_lines(path)
             if bad or (lines and not lines[-1].endswith("\n")):
-                log.warning("%s: %d unreadable line(s) dropped (a killed run); their tasks run again", path, len(bad))
+                log.warning(
+                    "%s: %d unreadable line(s) dropped (a killed run); their tasks run again", path, len(bad)
+                )
                 write_record_lines(path, [t.to_json() + "\n" for t in trees])  # appends start on a fresh line
             part.done = {t.task_id: t for t in trees}
         seen[path] = part.done
         return part
 
     def _matched(self, parts: Sequence[Part], method: Method, designer: str, executor: str, bench: Benchmark):
-        """``sa@=<method>`` as ``sa@<k>`` with k = that method's mean executor calls per sample on the same cell and
+        """``sa@=<method>`` as ``sa@<k>`` with k = that method's mean executor calls per sample on the same
+        cell and
         benchmark (:func:`matched_k`), or None while its part is not complete."""
         target = next(
             (p for p in parts if p.name == method.match and (p.designer, p.executor) == (designer, executor)
@@ -435,7 +464,9 @@ class Evaluation:
                 parts = self.plan()
                 unique = list({p.path: p for p in parts}.values())
                 more = self._jobs(unique)
-                self.observer.start(sum(len(p.tasks) for p in unique), sum(len(p.tasks) - len(p.todo) for p in unique))
+                self.observer.start(
+                    sum(len(p.tasks) for p in unique), sum(len(p.tasks) - len(p.todo) for p in unique)
+                )
                 if more:
                     self._run_jobs(more, parts)
         finally:
@@ -652,7 +683,8 @@ def build_results(
 
 
 def matched_k(trees: Sequence[RolloutTree], ks: Sequence[int]) -> int:
-    """``sa@=<method>``'s k: the method's mean executor calls per sample over ``trees``, rounded half up, at least
+    """``sa@=<method>``'s k: the method's mean executor calls per sample over ``trees``, rounded half up, at
+    least
     1: ``k = max(1, floor(Σ calls / Σ samples + 1/2))``."""
     task_scores = [score_task(t, ks) for t in trees]
     samples = sum(s.samples for s in task_scores)
@@ -662,7 +694,8 @@ def matched_k(trees: Sequence[RolloutTree], ks: Sequence[int]) -> int:
 
 
 def task_group(task: Task) -> str:
-    """The domain best-per-domain chooses for: a suite task's family (``metadata["family"]``), else its domain."""
+    """The domain best-per-domain chooses for: a suite task's family (``metadata["family"]``), else its
+    domain."""
     family = task.metadata.get("family") if isinstance(task.metadata, dict) else None
     return str(family or task.domain)
 
@@ -685,7 +718,9 @@ def _best_per_domain(
     done: dict[tuple[str, str], bool] = {}
     for p in parts:
         key = (cell_label(p.designer, p.executor), str(p.target) if p.selection else p.bench.label)
-        (val_groups if p.selection else groups).setdefault(key, {}).update({t.id: task_group(t) for t in p.tasks})
+        (val_groups if p.selection else groups).setdefault(key, {}).update(
+            {t.id: task_group(t) for t in p.tasks}
+        )
         done[key] = done.get(key, True) and p.complete
     out = {}
     for (cell, bench), by_task in groups.items():
@@ -700,16 +735,27 @@ def _best_per_domain(
         for domain in sorted(set(by_task.values())):
             seen = {m: values(merged.get((domain, m), ()), "avg", k) for m in cands}
             if not any(seen.values()):
-                record[domain] = {"chosen": None, "val": {}, "val_tasks": 0, "note": "no selection-split tasks"}
+                record[domain] = {
+                    "chosen": None,
+                    "val": {},
+                    "val_tasks": 0,
+                    "note": "no selection-split tasks",
+                }
                 continue
-            chosen[domain] = oracle({key: v for key, v in merged.items() if key[0] == domain}, domain, k=k, exclude=())
+            chosen[domain] = oracle(
+                {key: v for key, v in merged.items() if key[0] == domain}, domain, k=k, exclude=()
+            )
             record[domain] = {
                 "chosen": chosen[domain],
                 "val": {m: (fmean(v.values()) if v else None) for m, v in seen.items()},
                 "val_tasks": max(len(v) for v in seen.values()),
             }
-        by_method = {m: {s.task_id: s for s in scores.get((cell, bench, m), [])} for m in set(chosen.values())}
-        composed = [by_method[chosen[d]][t] for t, d in by_task.items() if d in chosen and t in by_method[chosen[d]]]
+        by_method = {
+            m: {s.task_id: s for s in scores.get((cell, bench, m), [])} for m in set(chosen.values())
+        }
+        composed = [
+            by_method[chosen[d]][t] for t, d in by_task.items() if d in chosen and t in by_method[chosen[d]]
+        ]
         entry = summarize(composed, ks, n_boot=config.bootstrap, seed=config.seed)
         entry.update(
             tasks_planned=len(by_task),

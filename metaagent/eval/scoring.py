@@ -15,11 +15,12 @@ from typing import Any
 
 from metaagent.domain import domains
 from metaagent.records import EXECUTION_STATUSES, Design, Execution, RolloutTree
+from metaagent.rewards.selection import SELECT_MAJORITY, choose
 from metaagent.rewards.shortcuts import SHORTCUT_CLASSES, shortcuts_of
 
 from .errors import EvalError
-from .methods import EVAL_KEY, SELECT_MAJORITY, SELECT_PUBLIC_TESTS
-from .metrics import DEFAULT_BOOTSTRAP, avg_at_k, bootstrap_ci, maj_at_k, majority_index, pass_at_k
+from .methods import EVAL_KEY
+from .metrics import DEFAULT_BOOTSTRAP, avg_at_k, bootstrap_ci, maj_at_k, pass_at_k
 
 INVALID_DESIGN = "invalid_design"  # status of a sample whose design did not pass the checker
 
@@ -86,35 +87,25 @@ def samples_of(tree: RolloutTree) -> list[Sample]:
     return out
 
 
-def _chosen(info: dict[str, Any], start: int, k: int) -> tuple[int, str | None]:
-    """The execution an ``sa@k`` sample keeps among executions ``start .. start + k - 1``, and an error when the
-    choice could not be made (a public-test run that failed before the first passing program)."""
-    if info["select"] == SELECT_MAJORITY:
-        best = majority_index(info["keys"][start : start + k])
-        return (0 if best is None else best), None
-    if info["select"] == SELECT_PUBLIC_TESTS:
-        for i, passed in enumerate(info["public_passed"][start : start + k]):
-            if passed is None:
-                return i, "the public tests of a program could not be run"
-            if passed:
-                return i, None
-        return 0, None  # none passes its public tests: the first program, as one agent would answer
-    raise EvalError(f"unknown sa@k selection rule {info['select']!r} in an evaluation record")
-
-
 def vote_samples(tree: RolloutTree) -> list[Sample]:
     """The ``sa@k`` samples of a tree whose record says ``k`` (``tree.config["eval"]``): executions in order,
-    k a sample; each sample is the chosen execution's outcome (:func:`_chosen`) with the compute of all k
-    (tokens, prompt tokens and executor calls summed)."""
+    k a sample; each sample is the chosen execution's outcome (:func:`metaagent.rewards.selection.choose`)
+    with the compute of all k (tokens, prompt tokens and executor calls summed)."""
     info = (tree.config or {}).get(EVAL_KEY) or {}
     k = int(info["k"])
     base = samples_of(tree)
     if not base or len(base) % k:
         raise EvalError(f"task {tree.task_id}: {len(base)} executions is not a multiple of sa@k's k={k}")
+    marks = info.get("keys") if info["select"] == SELECT_MAJORITY else info.get("public_passed")
+    if marks is None or len(marks) != len(base):
+        raise EvalError(f"task {tree.task_id}: its sa@k record has no {info['select']} mark per execution")
     out = []
     for start in range(0, len(base), k):
         group = base[start : start + k]
-        i, error = _chosen(info, start, k)
+        try:
+            i, error = choose(info["select"], marks[start : start + k])
+        except ValueError as e:
+            raise EvalError(f"task {tree.task_id}: {e} in its evaluation record") from None
         c = group[i]
         out.append(
             Sample(

@@ -63,7 +63,8 @@ class FrozenDesign:
     per_domain: bool = False
 
     def script_for(self, domain: str) -> str:
-        """The script a task of ``domain`` runs: ``script``, or the domain's ``solo_script`` (``per_domain``)."""
+        """The script a task of ``domain`` runs: ``script``, or the domain's ``solo_script``
+        (``per_domain``)."""
         if not self.per_domain:
             return self.script
         from metaagent.domain import get_domain

@@ -1,5 +1,6 @@
 """The fair baselines of issue 61: ``sa@k`` (majority vote / first program passing the public tests),
-``sa@auto`` (k from auto's executor calls), ``fixed:pot``, ``best-per-domain`` (chosen on the validation split,
+``sa@auto`` (k from auto's executor calls), ``fixed:pot``, ``best-per-domain`` (chosen on the validation
+split,
 never the test split), the compute columns, and the across-seed interval. Hand-made trees and a scripted
 model: nothing here depends on what a model samples."""
 
@@ -13,11 +14,18 @@ import pytest
 from metaagent.data import Task, load_bundled
 from metaagent.eval import EvalError, Evaluation, make_config, parse_method, score_task
 from metaagent.eval.analysis import across_seeds
-from metaagent.eval.methods import SELECT_MAJORITY, SELECT_PUBLIC_TESTS, sa_at_k_info, selection_rule
-from metaagent.eval.metrics import majority_index, maj_at_k, seed_interval, t_quantile
+from metaagent.eval.methods import sa_at_k_info
+from metaagent.eval.metrics import maj_at_k, seed_interval, t_quantile
 from metaagent.eval.report import render_table
 from metaagent.policy import ChatRequest, ScriptedPolicy
 from metaagent.records import AgentTurn, CheckReport, Design, Execution, RewardRecord, RolloutTree
+from metaagent.rewards.selection import (
+    SELECT_MAJORITY,
+    SELECT_PUBLIC_TESTS,
+    choose,
+    majority_index,
+    selection_rule,
+)
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.engine import RolloutEngine
 from metaagent.workflow import SandboxPool, check_script, load_templates
@@ -40,7 +48,9 @@ def pool():
 
 
 def _turn(tokens: int) -> AgentTurn:
-    return AgentTurn(0, "Assistant", "sys", [], "r", "r", [1, 2], list(range(1, tokens + 1)), [-1.0] * tokens, "stop", "m")
+    return AgentTurn(
+        0, "Assistant", "sys", [], "r", "r", [1, 2], list(range(1, tokens + 1)), [-1.0] * tokens, "stop", "m"
+    )
 
 
 def _tree(task: Task, answers: list[str | None], correct: list[float | None], k: int) -> RolloutTree:
@@ -52,7 +62,9 @@ def _tree(task: Task, answers: list[str | None], correct: list[float | None], k:
             "ok",
             answer=a,
             turns=[_turn(j + 1)],
-            reward=RewardRecord(c, c, 0.0) if c is not None else RewardRecord(None, None, None, error="checker down"),
+            reward=RewardRecord(c, c, 0.0)
+            if c is not None
+            else RewardRecord(None, None, None, error="checker down"),
         )
         for j, (a, c) in enumerate(zip(answers, correct))
     ]
@@ -82,6 +94,12 @@ def test_majority_index_is_maj_at_k_choice():
     assert majority_index(["5", None, "7"]) == 0  # tie: the answer seen first
     assert majority_index([None, None]) is None
     assert maj_at_k(["5", "3", "3"], [0.0, 1.0, 1.0]) == 1.0 and maj_at_k([None], [1.0]) == 0.0
+    assert choose(SELECT_MAJORITY, [None, None]) == (0, None)  # no vote: the first sample
+    assert choose(SELECT_PUBLIC_TESTS, [False, True, True]) == (1, None)
+    assert choose(SELECT_PUBLIC_TESTS, [False, False]) == (0, None)
+    assert choose(SELECT_PUBLIC_TESTS, [False, None, True])[1] is not None  # a runner failure before a pass
+    with pytest.raises(ValueError, match="unknown selection rule"):
+        choose("best", [1])
 
 
 def test_sa_at_k_votes_on_the_domain_key_and_sums_the_compute():
@@ -89,7 +107,8 @@ def test_sa_at_k_votes_on_the_domain_key_and_sums_the_compute():
     tree = _tree(MATH_TASK, answers, [0.0, 1.0, 1.0, 0.0, 0.0, 0.0], k=3)
     assert tree.config["eval"]["select"] == SELECT_MAJORITY == selection_rule(MATH_TASK)
     s = score_task(tree, [1, 2])
-    # group 1 votes 3 (two of three, spaces normalised by math's answer key): correct; group 2: 5 vs 7 tie -> 5
+    # group 1 votes 3 (two of three, spaces normalised by math's answer key): correct; group 2: 5 vs 7 tie ->
+    # 5
     assert (s.samples, s.n, s.c) == (2, 2, 1) and s.avg[2] == 0.5
     assert s.agent_calls == 6 and s.tokens == sum(range(1, 7))  # each sample costs its k executions
 
@@ -153,7 +172,9 @@ def test_frozen_sa_designer_runs_each_domain_s_single_agent_script(pool):
         seen.append(request.messages[0]["content"])
         return "<delivery>\\boxed{3}</delivery>"
 
-    engine = RolloutEngine(None, ScriptedPolicy(reply), RolloutConfig(n_executions=1, frozen_designer="sa"), pool=pool)
+    engine = RolloutEngine(
+        None, ScriptedPolicy(reply), RolloutConfig(n_executions=1, frozen_designer="sa"), pool=pool
+    )
     trees = engine.rollout([MATH_TASK, CODE_TASK], mode="eval")
     assert [t.designs[0].source for t in trees] == ["frozen:sa", "frozen:sa"]
     assert any("boxed" in s for s in seen) and any("Python program" in s for s in seen)
@@ -217,6 +238,9 @@ def test_best_per_domain_refuses_to_choose_on_the_split_it_scores(tmp_path, pool
         _run(tmp_path / "r", pool, methods=["sa", "best-per-domain"], benchmarks=["bundled:val/math"])
     with pytest.raises(EvalError, match="best-per-domain"):
         _run(tmp_path / "r2", pool, methods=["auto", "best-per-domain"], best_of=["auto"])
+    # humaneval: one task set for any split
+    with pytest.raises(EvalError, match="no separate selection split"):
+        _run(tmp_path / "r3", pool, methods=["sa", "best-per-domain"], benchmarks=["humaneval"])
 
 
 def test_sa_auto_takes_k_from_auto_and_every_table_states_the_compute(tmp_path, pool):
@@ -226,7 +250,10 @@ def test_sa_auto_takes_k_from_auto_and_every_table_states_the_compute(tmp_path, 
     assert entries["auto"]["budget"]["agent_calls_per_sample"] == 2.0  # the two-agent team
     matched = entries["sa@auto"]
     assert (matched["k"], matched["k_from"], matched["samples"]) == (2, "auto", 4)
-    assert matched["budget"]["agent_calls_per_sample"] == 2.0 and matched["budget"]["designer_calls_per_sample"] == 0
+    assert (
+        matched["budget"]["agent_calls_per_sample"] == 2.0
+        and matched["budget"]["designer_calls_per_sample"] == 0
+    )
     assert entries["auto"]["budget"]["designer_calls_per_sample"] == 1.0
     assert matched["per_task"] == entries["sa@2"]["per_task"]  # the same records: sa@auto ran as sa@2
     assert matched["records"] == entries["sa@2"]["records"] and matched["records"].endswith("sa_2.jsonl")
@@ -249,7 +276,11 @@ def test_sa_matched_to_a_method_not_in_the_run_is_refused(tmp_path, pool):
 def test_seed_interval_is_the_t_interval_over_seeds():
     mean, low, high = seed_interval([1.0, 2.0, 3.0])
     half = 4.302653 * 1.0 / math.sqrt(3)  # t_{0.975, 2} = 4.302653, s = 1
-    assert mean == 2.0 and low == pytest.approx(2.0 - half, abs=1e-5) and high == pytest.approx(2.0 + half, abs=1e-5)
+    assert (
+        mean == 2.0
+        and low == pytest.approx(2.0 - half, abs=1e-5)
+        and high == pytest.approx(2.0 + half, abs=1e-5)
+    )
     assert t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-5)
     with pytest.raises(EvalError, match="at least 2 seeds"):
         seed_interval([1.0])

@@ -58,8 +58,10 @@ def test_cli_tiny_model(tmp_path, capsys):
 
 
 def test_cli_tiny_model_with_the_equal_compute_baselines(tmp_path, capsys):
-    """sa@2, sa@auto, fixed:pot and best-per-domain (chosen on bundled:val) beside sa and auto, end to end with the
-    tiny model: every method scored on every task, the compute columns filled, best-per-domain's choice printed."""
+    """sa@2, sa@auto, fixed:pot and best-per-domain (chosen on bundled:val) beside sa and auto, end to end
+    with the
+    tiny model: every method scored on every task, the compute columns filled, best-per-domain's choice
+    printed."""
     out = tmp_path / "baselines"
     main(
         [

@@ -1,4 +1,5 @@
-"""benchmarks/seed_gains.py: per-seed paired gains of two methods from one results directory per training seed,
+"""benchmarks/seed_gains.py: per-seed paired gains of two methods from one results directory per training
+seed,
 their mean with the t interval over seeds, the strongest baseline per seed (``max:``), and the plot."""
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ def load():
 
 
 def _entry(values: list[float]) -> dict:
-    return {"per_task": [TaskScore(f"t{i}", "math", 2, 0, 2, 0, avg={2: v}).to_dict() for i, v in enumerate(values)]}
+    return {
+        "per_task": [
+            TaskScore(f"t{i}", "math", 2, 0, 2, 0, avg={2: v}).to_dict() for i, v in enumerate(values)
+        ]
+    }
 
 
 def _results(folder: Path, methods: dict[str, list[float]]) -> Path:

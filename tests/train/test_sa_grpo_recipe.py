@@ -41,7 +41,11 @@ def test_sa_grpo_mode_trains_the_shipped_recipe():
     mode = _config(cmd[3:]).to_dict()
     recipe = _config(["--config", str(package_path("configs", "sa_grpo_suite.yaml"))]).to_dict()
     assert mode == recipe
-    assert (mode["rollout"]["frozen_designer"], mode["rollout"]["m_designs"], mode["rollout"]["n_executions"]) == (
+    assert (
+        mode["rollout"]["frozen_designer"],
+        mode["rollout"]["m_designs"],
+        mode["rollout"]["n_executions"],
+    ) == (
         "sa",
         1,
         8,
@@ -68,7 +72,10 @@ def test_other_seeds_get_folders_of_their_own():
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(["--seed", "2"])
     v2.seed_folders(args, parser)
-    assert (args.runs, args.results) == ("runs/coevolution_v2_seed2", "benchmarks/results/coevolution_v2_seed2")
+    assert (args.runs, args.results) == (
+        "runs/coevolution_v2_seed2",
+        "benchmarks/results/coevolution_v2_seed2",
+    )
     given = parser.parse_args(["--seed", "2", "--runs", "mine"])
     v2.seed_folders(given, parser)
     assert given.runs == "mine"
@@ -80,7 +87,10 @@ def test_baselines_add_the_equal_compute_methods_and_choose_among_the_matrix_tem
                        {"arith": {"sa", "fixed:tool_pair", "auto"}, "code": {"sa", "fixed:solver_tester"}}, "sa")  # fmt: skip
     args = argparse.Namespace(baselines=True, sa_k=0)
     assert v2.baseline_methods(args, oracle, "arith") == ("sa@auto", "best-per-domain", "fixed:pot")
-    assert v2.baseline_methods(argparse.Namespace(baselines=True, sa_k=3), oracle, "code") == ("sa@3", "best-per-domain")
+    assert v2.baseline_methods(argparse.Namespace(baselines=True, sa_k=3), oracle, "code") == (
+        "sa@3",
+        "best-per-domain",
+    )
     assert v2.best_of(oracle, "arith") == ("fixed:pot", "fixed:tool_pair", "sa")
     assert v2.best_of(oracle, "code") == ("fixed:solver_tester", "sa")
     assert v2.baseline_methods(argparse.Namespace(baselines=False, sa_k=0), oracle, "arith") == ()
