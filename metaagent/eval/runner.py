@@ -589,6 +589,9 @@ class Evaluation:
         from .report import render_html, render_table
 
         results = build_results(self.config, parts, self.ks, run_id=self.run_id)
+        # sa@=<method> parts whose method is not complete yet: (designer, executor, benchmark, method)
+        results["pending"] = [list(p) for p in getattr(self, "pending", [])]
+        results["complete"] = results["complete"] and not results["pending"]
         (self.out / RESULTS_FILE).write_text(json.dumps(results, indent=1, default=str))
         (self.out / TABLE_FILE).write_text(render_table(results))
         if self.config.html:
