@@ -718,13 +718,15 @@ def _best_per_domain(
     k = max(ks)
     groups: dict[tuple[str, str], dict[str, str]] = {}  # (cell, benchmark) -> task id -> domain
     val_groups: dict[tuple[str, str], dict[str, str]] = {}
-    done: dict[tuple[str, str], bool] = {}
+    done: dict[tuple[str, str], bool] = {}  # every candidate's parts (selection and scored) complete
+    candidates = {m for (_, _, m) in selection}
     for p in parts:
         key = (cell_label(p.designer, p.executor), str(p.target) if p.selection else p.bench.label)
         (val_groups if p.selection else groups).setdefault(key, {}).update(
             {t.id: task_group(t) for t in p.tasks}
         )
-        done[key] = done.get(key, True) and p.complete
+        if p.name in candidates:
+            done[key] = done.get(key, True) and p.complete
     out = {}
     for (cell, bench), by_task in groups.items():
         cands = [m for (c, b, m) in selection if (c, b) == (cell, bench)]
