@@ -298,3 +298,11 @@ def test_across_seeds_keeps_each_seed_s_task_bootstrap_as_detail():
     assert agg["per_seed"] == {"0": {"diff": 0.1, "ci95": [0.0, 0.2]}, "1": {"diff": 0.3, "ci95": [0.1, 0.5]}}
     one = across_seeds({0: {"diff": 0.1, "ci95": [0.0, 0.2]}})
     assert one["ci95"] is None and "2 seeds" in one["note"]
+
+
+def test_serve_refuses_the_per_domain_frozen_designer():
+    from metaagent.rollout.engine import FrozenDesign
+    from metaagent.serve.team import frozen_preview
+
+    with pytest.raises(ValueError, match="needs one fixed script"):
+        frozen_preview(FrozenDesign.resolve("sa"))
