@@ -53,6 +53,7 @@ from metaagent.records import (
 )
 from metaagent.rollout.config import RolloutConfig, SamplingConfig
 from metaagent.rollout.engine import RolloutEngine, make_pool
+from metaagent.seeding import derive_seed
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
 from .analysis import design_stats, paired_comparison
@@ -70,6 +71,7 @@ RUN_FILE = "run.json"
 TABLE_FILE = "table.md"
 REPORT_FILE = "report.html"
 PROBE_TIMEOUT_S = 5.0
+CARVE = "~"  # --selection-split <split>~<N>: a seeded carve-out of N tasks of that split
 
 
 class EvalObserver:
@@ -199,7 +201,7 @@ class Evaluation:
             {b.label: self._selection_bench(b) for b in self.benchmarks} if self.candidates else {}
         )
         for label, b in self.selection.items():
-            self.tasks[b.label] = benchmark_tasks(b, limit=cfg.limit)
+            self.tasks[b.label] = self._selection_tasks(b)
             self._check_disjoint(label, b)
         self._check_resume()
 
@@ -245,10 +247,24 @@ class Evaluation:
                 f"{matches[0].name} matches k to {matches[0].match!r}, which is not in --methods; add it"
             )
 
+    def _selection_tasks(self, selection: Benchmark) -> list[Task]:
+        """The selection split's tasks: its first ``--limit``, or for a carve-out ``<split>~<N>`` N tasks of that
+        split in the seeded order ``derive_seed(seed, "selection", task id)`` (the same N for every method)."""
+        _, _, carve = self.config.selection_split.partition(CARVE)
+        if not carve:
+            return benchmark_tasks(selection, limit=self.config.limit)
+        tasks = benchmark_tasks(selection)
+        return sorted(tasks, key=lambda t: derive_seed(self.config.seed, "selection", t.id))[: int(carve)]
+
     def _selection_bench(self, bench: Benchmark) -> Benchmark:
         """The benchmark's selection split (``--selection-split``): best-per-domain never chooses on its
         test."""
-        split = self.config.selection_split
+        split, sep, carve = self.config.selection_split.partition(CARVE)
+        if sep and not (carve.isdigit() and int(carve) >= 1):
+            raise EvalError(
+                f"--selection-split {self.config.selection_split!r}: a carve-out is <split>~<N> with N >= 1 "
+                "tasks, e.g. train~50"
+            )
         if bench.spec.split_name == split:
             raise EvalError(
                 f"best-per-domain chooses on split {split!r}, which is {bench.label}'s own split: "
@@ -256,7 +272,8 @@ class Evaluation:
                 "scores never use"
             )
         spec = dataclasses.replace(bench.spec, split=split)
-        head = bench.spec.source + f":{split}" + (f"/{bench.spec.domain}" if bench.spec.domain else "")
+        head = bench.spec.source + f":{self.config.selection_split}"
+        head += f"/{bench.spec.domain}" if bench.spec.domain else ""
         return Benchmark(head, spec)
 
     # ---- set-up ---------------------------------------------------------------------------------------------

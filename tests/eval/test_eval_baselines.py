@@ -233,6 +233,22 @@ def test_best_per_domain_chooses_on_validation_and_scores_on_test(tmp_path, pool
     assert again["cells"]["scripted"]["benchmarks"]["bundled:test/math"]["best-per-domain"]["selection"]
 
 
+def test_best_per_domain_on_a_seeded_carve_out_of_the_train_split(tmp_path, pool):
+    out = tmp_path / "res"
+    results = _run(out, pool, methods=["sa", "best-per-domain"], selection_split="train~3")
+    best = results["cells"]["scripted"]["benchmarks"]["bundled:test/math"]["best-per-domain"]
+    assert best["selection"]["math"]["val_tasks"] == 3 and best["selection_split"] == "train~3"
+    (records,) = (out / "rollouts" / "e=scripted").glob("bundled_train_3_math/sa.jsonl")
+    from metaagent.records import read_trees
+    from metaagent.seeding import derive_seed
+
+    ids = [t.task_id for t in read_trees(records)[0]]
+    train = [t.id for t in load_bundled("train") if t.domain == "math"]
+    assert sorted(ids) == sorted(sorted(train, key=lambda i: derive_seed(0, "selection", i))[:3])
+    with pytest.raises(EvalError, match="carve-out"):
+        _run(tmp_path / "bad", pool, methods=["sa", "best-per-domain"], selection_split="train~0")
+
+
 def test_best_per_domain_refuses_to_choose_on_the_split_it_scores(tmp_path, pool):
     with pytest.raises(EvalError, match="own split"):
         _run(tmp_path / "r", pool, methods=["sa", "best-per-domain"], benchmarks=["bundled:val/math"])
