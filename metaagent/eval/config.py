@@ -74,8 +74,8 @@ class EvalConfig(Checked):
     # best-per-domain: its candidate methods (default: sa and the fixed:<template> methods of --methods),
     # chosen per domain (suite family, else task domain) on --selection-split, never on the scored split
     best_of: list[str] = field(default_factory=list)
-    # the split best-per-domain chooses on (never the benchmark's own split); <split>~<N>: N tasks of that split
-    # in a seeded order (derive_seed(seed, "selection", task id)), for a benchmark without a validation split
+    # the split best-per-domain chooses on (never the benchmark's own split); <split>~<N>: N tasks of that
+    # split in a seeded order (derive_seed(seed, "selection", task id)), for a benchmark without a val split
     selection_split: str = "val"
     seed: int = 0  # seed of every sample (a task's samples depend on seed, method and task id)
     temperature: Annotated[float, Field(ge=0)] = 0.7  # sampling temperature of both roles (0: greedy)

@@ -150,7 +150,8 @@ def render_table(results: dict[str, Any]) -> str:
     ]
     for designer, executor, bench, method in results.get("pending", []):
         match = method.split("=", 1)[-1] if "=" in method else method.split("@", 1)[-1]
-        out.append(f"`{method}` on {bench} ({designer} -> {executor}): not run yet, its k waits for `{match}`.\n")
+        cell = f"{designer} -> {executor}"
+        out.append(f"`{method}` on {bench} ({cell}): not run yet, its k waits for `{match}`.\n")
     for metric in [f"pass@{x}" for x in results["ks"]] + [f"maj@{k}"]:
         if any(_value(en, metric) is not None for _, _, es in _rows(results) for en in es.values()):
             out += [f"## {metric}", "", metric_table(results, metric)]

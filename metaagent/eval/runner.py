@@ -248,8 +248,9 @@ class Evaluation:
             )
 
     def _selection_tasks(self, selection: Benchmark) -> list[Task]:
-        """The selection split's tasks: its first ``--limit``, or for a carve-out ``<split>~<N>`` N tasks of that
-        split in the seeded order ``derive_seed(seed, "selection", task id)`` (the same N for every method)."""
+        """The selection split's tasks: its first ``--limit``, or for a carve-out ``<split>~<N>`` N tasks of
+        that split in the seeded order ``derive_seed(seed, "selection", task id)`` (the same for every
+        method)."""
         _, _, carve = self.config.selection_split.partition(CARVE)
         if not carve:
             return benchmark_tasks(selection, limit=self.config.limit)

@@ -279,7 +279,8 @@ def test_sa_auto_takes_k_from_auto_and_every_table_states_the_compute(tmp_path, 
     assert row.split("|")[-4:-1] == [" 2.00 ", " 0.00 ", f" {matched['budget']['tokens_per_sample']:.0f} "]
     resumed = _run(out, pool, methods=["sa", "sa@auto", "sa@2", "auto"], report_only=True)
     assert resumed["cells"]["scripted"]["benchmarks"]["bundled:test/math"]["sa@auto"]["k"] == 2
-    waiting = _run(tmp_path / "empty", pool, methods=["sa@auto", "auto"], report_only=True)  # auto not run yet
+    # auto not run yet: sa@auto waits
+    waiting = _run(tmp_path / "empty", pool, methods=["sa@auto", "auto"], report_only=True)
     assert waiting["pending"] == [["scripted", "scripted", "bundled:test/math", "sa@auto"]]
     assert not waiting["complete"] and "not run yet, its k waits for `auto`" in render_table(waiting)
 
