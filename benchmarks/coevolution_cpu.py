@@ -103,6 +103,19 @@ def checkpoint_step(folder: Path) -> int:
     return 0 if newest is None else int(newest.name.rsplit("_", 1)[-1])
 
 
+def train_command(args: argparse.Namespace, mode: str, folder: Path) -> list[str]:
+    """The ``train-metaagent`` command of ``mode`` into ``folder``. A recipe mode (``args.recipes``: v2's
+    ``sa_grpo``) is a schedule mode of the trainer plus overrides that win over the preset's."""
+    schedule_mode, recipe = getattr(args, "recipes", {}).get(mode, (mode, ()))
+    return [
+        sys.executable, "-m", "metaagent.cli.train", "--config", args.config,
+        "--model", args.model, "--mode", schedule_mode,
+        "--stage-len", str(args.stage_len),
+        "--steps", str(args.steps), "--out", str(folder), "--trainer.save-every", str(args.save_every),
+        "--trainer.val-every", "0", f"trainer.seed={args.seed}", *args.train_args, *recipe,
+    ]  # fmt: skip
+
+
 def train(args: argparse.Namespace, mode: str, until: int | None = None) -> bool:
     """Train ``mode`` to step ``until`` (default: ``--steps``); False when it already got there."""
     folder = run_dir(args, mode)
@@ -110,13 +123,7 @@ def train(args: argparse.Namespace, mode: str, until: int | None = None) -> bool
     done = checkpoint_step(folder)
     if done >= until and (folder / "checkpoints").is_dir():
         return False
-    cmd = [
-        sys.executable, "-m", "metaagent.cli.train", "--config", args.config,
-        "--model", args.model, "--mode", mode,
-        "--stage-len", str(args.stage_len),
-        "--steps", str(args.steps), "--out", str(folder), "--trainer.save-every", str(args.save_every),
-        "--trainer.val-every", "0", f"trainer.seed={args.seed}", *args.train_args,
-    ]  # fmt: skip
+    cmd = train_command(args, mode, folder)
     if (folder / "checkpoints").is_dir() and any((folder / "checkpoints").iterdir()):
         cmd.append("--resume")
     print("+", " ".join(cmd), f"  # until step {until}", flush=True)

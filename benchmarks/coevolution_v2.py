@@ -33,6 +33,15 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
   executor (paired bootstrap CIs over tasks), and against the start model's ``auto`` with App. C's split of the
   tasks only the trained model solves into executor gain (same structure) and designer flip;
 - ``STATUS.md``: the command, the steps each mode has, seconds per step so far and the time left at that rate;
+- ``--modes ... sa_grpo`` (issue 61) trains the RL-trained single agent beside the designer modes:
+  ``executor_only`` with the designer frozen to each domain's single-agent script and M x N executions of one
+  design (the designer runs' executor rollouts per question; ``metaagent/configs/sa_grpo_suite.yaml`` is the
+  same
+  run); ``--baselines`` adds ``sa@auto`` (or ``sa@<--sa-k>``), ``fixed:pot`` and ``best-per-domain`` (chosen
+  on the
+  suite's val split among ``sa``, ``fixed:pot`` and the matrix's templates) to every held-out evaluation; a
+  ``--seed`` other than 0 with the default ``--runs`` / ``--results`` gets folders of its own
+  (``..._seed<S>``);
 - ``metrics_<mode>.jsonl.xz`` (each run's metrics) and ``heldout/<mode>/`` (the evaluation records and
   summaries, compressed; ``metaagent-replay`` opens them).
 """
@@ -52,6 +61,11 @@ import structure_matrix  # noqa: E402
 
 ROOT = v1.ROOT
 DEFAULT_MODES = (v1.FROZEN, "designer_only", "stagewise", "coupled")
+#: sa+grpo (issue 61): the trainer's executor_only with the designer frozen to each domain's single-agent
+#: script and
+#: the designer runs' M x N executions of a question as one group (metaagent/configs/sa_grpo_suite.yaml)
+SA_GRPO = "sa_grpo"
+MODES = (*v1.MODES, SA_GRPO)
 ORACLE = "benchmarks/results/structure_matrix/matrix.json"
 #: seconds a training step of the default size is expected to take on the shared 2-core host before any is
 #: measured: v1's bf16 steps (B = 2, M = N = 2: 8 executions, 4 designs) took 25.5-35.0 s
@@ -110,6 +124,37 @@ def suite_overrides(args: argparse.Namespace) -> list[str]:
             f"rollout.executor.max_tokens={args.executor_max_tokens}"]  # fmt: skip
 
 
+def recipes(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
+    """Recipe modes: mode -> (the trainer's schedule mode, overrides after the suite preset's). ``sa_grpo``:
+    the
+    frozen single-agent designer and N = M x N executions of one design, so a step sees the designer runs'
+    number
+    of executor rollouts per question (the budget of ``metaagent/configs/sa_grpo_suite.yaml``)."""
+    n = args.designs * args.executions
+    frozen = ["rollout.frozen_designer=sa", "rollout.m_designs=1", f"rollout.n_executions={n}"]
+    return {SA_GRPO: ("executor_only", frozen)}
+
+
+def baseline_methods(args: argparse.Namespace, oracle: Oracle, family: str) -> tuple[str, ...]:
+    """``--baselines``: issue 61's equal-compute baselines beside a family's held-out methods: ``sa@k`` (k
+    from the
+    checkpoint's own ``auto``, or ``--sa-k``), ``fixed:pot`` (answer families) and ``best-per-domain`` over
+    the
+    methods the structure matrix ran on the family (chosen on the suite's val split)."""
+    if not args.baselines:
+        return ()
+    out = [f"sa@{args.sa_k}" if args.sa_k else "sa@auto", "best-per-domain"]
+    return (*out, "fixed:pot") if family != "code" else tuple(out)
+
+
+def best_of(oracle: Oracle, family: str) -> tuple[str, ...]:
+    """best-per-domain's candidates on ``family``: ``sa``, ``fixed:pot`` (answer families) and the matrix's
+    fixed
+    templates there, sorted (``auto`` is what is judged, never a candidate)."""
+    ran = {m for m in oracle.ran.get(family, ()) if m == "sa" or m.startswith("fixed:")}
+    return tuple(sorted(ran | {"sa"} | (set() if family == "code" else {"fixed:pot"})))
+
+
 def heldout_dir(args: argparse.Namespace, mode: str) -> Path:
     return Path(args.runs) / f"heldout_{mode}"
 
@@ -119,9 +164,11 @@ def evaluations(args: argparse.Namespace, oracle: Oracle, mode: str) -> list:
     for :func:`v1.train_round_robin`'s ``evals``."""
 
     def one(family: str) -> None:
-        v1.evaluate(args, mode, benchmarks=(f"suite_{family}:test",), methods=oracle.eval_methods(family),
+        extra = ("--best-of", *best_of(oracle, family)) if args.baselines else ()
+        v1.evaluate(args, mode, benchmarks=(f"suite_{family}:test",),
+                    methods=(*oracle.eval_methods(family), *baseline_methods(args, oracle, family)),
                     out=heldout_dir(args, mode) / "evals" / family,
-                    extra=("--dtype", args.dtype, "--sandbox-workers", "2"))  # fmt: skip
+                    extra=("--dtype", args.dtype, "--sandbox-workers", "2", *extra))  # fmt: skip
 
     return [lambda family=family: one(family) for family in args.families]
 
@@ -485,8 +532,17 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
     ]))  # fmt: skip
 
 
+def seed_folders(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """``--seed S`` (S != 0) with the default ``--runs`` / ``--results``: folders of their own
+    (``<default>_seedS``),
+    so several training seeds of the same command never resume each other's checkpoints."""
+    for name in ("runs", "results"):
+        if args.seed and getattr(args, name) == parser.get_default(name):
+            setattr(args, name, f"{parser.get_default(name)}_seed{args.seed}")
+
+
 def main() -> None:
-    p = v1.parser(__doc__, v1.MODES, modes=list(DEFAULT_MODES), save_every=5, model="embedded-sft-suite",
+    p = v1.parser(__doc__, MODES, modes=list(DEFAULT_MODES), save_every=5, model="embedded-sft-suite",
                   runs="runs/coevolution_v2", results="benchmarks/results/coevolution_v2", eval_limit=30, eval_n=4,
                   designer_max_tokens=384, jobs=2)  # fmt: skip
     p.add_argument("--families", nargs="+", default=None,
@@ -497,7 +553,20 @@ def main() -> None:
     p.add_argument("--designs", type=int, default=4, help="M: designs a task")
     p.add_argument("--executions", type=int, default=2, help="N: executions a design")
     p.add_argument("--dtype", default="bfloat16", help="held-out evaluation weights (training: the config's)")
+    p.add_argument(
+        "--baselines",
+        action="store_true",
+        help="held-out: add issue 61's baselines (sa@k, fixed:pot, best-per-domain chosen on val)",
+    )
+    p.add_argument(
+        "--sa-k",
+        type=int,
+        default=0,
+        help="--baselines' sa@k: k (0: sa@auto, k = the checkpoint's auto executor calls per sample)",
+    )
     args = p.parse_args()
+    seed_folders(args, p)
+    args.recipes = recipes(args)
     if args.stage_len > 10:
         raise SystemExit(f"--stage-len {args.stage_len}: issue #42 asks for stage length <= 10")
     oracle = Oracle.read(args.oracle)

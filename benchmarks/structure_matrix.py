@@ -73,7 +73,7 @@ def main() -> None:
     args = p.parse_args()
 
     from metaagent.eval import paired_comparison
-    from metaagent.eval.matrix import cell, mixture, oracle, pattern_share
+    from metaagent.eval.matrix import cell, compute, mixture, oracle, pattern_share
     from metaagent.eval.methods import AUTO, SA, template_for
     from metaagent.workflow import load_templates
     from metaagent.workflow.analysis import PATTERN_STRUCTURE
@@ -160,18 +160,28 @@ def main() -> None:
     lines = [
         f"# Structure matrix: avg@{k} (%) per family x method, 95% bootstrap CI over tasks",
         "",
-        "Tasks recorded per family: " + ", ".join(f"{f} {n}" for f, n in tasks.items())
+        "Tasks recorded per family: "
+        + ", ".join(f"{f} {n}" for f, n in tasks.items())
         + ". `—`: not run (a template of the other domain). Oracle: the family's best of `sa` and the fixed "
         "templates (in-sample).",
         "",
-        "| method | " + " | ".join(families) + " | mixture |",
-        "|---|" + "---|" * (len(families) + 1),
+        "| method | "
+        + " | ".join(families)
+        + " | mixture | exec calls/sample | designer calls/sample | tokens/sample |",
+        "|---|" + "---|" * (len(families) + 4),
     ]
     for m in methods:
         row = [ci(matrix[f].get(m)) + (" **oracle**" if per_family[f]["oracle"] == m else "") for f in families]
-        lines.append(f"| `{m}` | " + " | ".join(row) + f" | {pct(mix['methods'][m])} |")
+        used = compute(
+            [s for f in families for s in scores.get((f, m), [])]
+        )  # pooled over the families it ran on
+        cost = " | ".join("—" if used[x] is None else f"{used[x]:.{0 if x == 'tokens' else 2}f}"
+                          for x in ("executor_calls", "designer_calls", "tokens"))  # fmt: skip
+        lines.append(f"| `{m}` | " + " | ".join(row) + f" | {pct(mix['methods'][m])} | {cost} |")
     lines += [
-        "| per-family oracle | " + " | ".join(f"`{per_family[f]['oracle']}`" for f in families) + f" | {pct(mix['oracle'])} |",
+        "| per-family oracle | "
+        + " | ".join(f"`{per_family[f]['oracle']}`" for f in families)
+        + f" | {pct(mix['oracle'])} | — | — | — |",
         "",
         "## Per family",
         "",

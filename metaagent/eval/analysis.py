@@ -6,7 +6,10 @@ improvement?") and the paired comparison of two result sets on the same tasks.
 - :func:`paired_comparison`: per-task metric difference ``B - A`` with a paired-bootstrap 95% CI, and the
   split of the tasks solved by B but not by A into *same structure* (an executor-side gain: the modal
   pattern of the task's valid designs is the same under A and B) vs *different structure* (a designer
-  flip; a side without any valid design counts as different).
+  flip; a side without any valid design counts as different);
+- :func:`across_seeds`: per-seed gains (each a paired comparison's ``diff`` and task-bootstrap ``ci95``) as
+  their mean with the t interval over seeds (:func:`~metaagent.eval.metrics.seed_interval`), each seed's own
+  interval kept as detail.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from metaagent.records import RolloutTree
 from metaagent.workflow.analysis import PATTERNS, STRUCTURE_FAMILY, STRUCTURES
 
-from .metrics import DEFAULT_BOOTSTRAP, paired_bootstrap_ci
+from .metrics import DEFAULT_ALPHA, DEFAULT_BOOTSTRAP, paired_bootstrap_ci, seed_interval
 from .scoring import TaskScore
 
 LEVELS: dict[str, tuple[str, ...]] = {
@@ -116,4 +119,25 @@ def paired_comparison(
     out["only_b_tasks"] = {
         sb.task_id: {"a": sa.structure, "b": sb.structure, "same": sb.task_id in same_b} for sa, sb in only_b
     }
+    return out
+
+
+def across_seeds(
+    per_seed: Mapping[Any, Mapping[str, Any]], *, alpha: float = DEFAULT_ALPHA
+) -> dict[str, Any]:
+    """The headline of a multi-seed result: the mean of the per-seed gains ``diff_s`` (one training seed
+    each, e.g. ``auto`` minus the strongest baseline on the same tasks) with the t interval over the S seeds
+    (``x̄ ± t_{1-α/2, S-1} s/√S``), and each seed's ``diff`` and paired task-bootstrap ``ci95`` as detail.
+    With one seed there is no across-seed interval (``ci95`` None and a note), never a task interval
+    instead."""
+    detail = {str(seed): {"diff": float(g["diff"]), "ci95": list(g["ci95"]) if g.get("ci95") else None}
+              for seed, g in per_seed.items()}  # fmt: skip
+    diffs = [d["diff"] for d in detail.values()]
+    out: dict[str, Any] = {"seeds": len(diffs), "per_seed": detail, "interval": "t over seeds"}
+    if len(diffs) < 2:
+        note = "an across-seed interval needs 2 seeds or more"
+        out.update(mean=diffs[0] if diffs else None, ci95=None, note=note)
+        return out
+    mean, low, high = seed_interval(diffs, alpha=alpha)
+    out.update(mean=mean, ci95=[low, high])
     return out

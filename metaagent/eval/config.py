@@ -37,7 +37,10 @@ class EvalConfig(Checked):
     """Everything one ``metaagent-eval`` run needs; stored in ``results.json`` and checked on resume.
     ``metaagent-eval``'s flags are generated from these fields (:mod:`metaagent.cli.flags`)."""
 
-    # methods side by side: sa, auto, fixed:<template> (e.g. fixed:reflection)
+    # methods side by side: sa, auto, fixed:<template> (e.g. fixed:reflection, fixed:pot), sa@<k> (one
+    # agent, k executions a sample: majority vote / first passing the public tests), sa@auto (k = auto's
+    # executor calls per sample), sa@=<method>, best-per-domain (the best candidate per domain on
+    # --selection-split)
     methods: list[str] = field(default_factory=lambda: ["sa", "auto"])
     # benchmarks: NAME[:split][@local file or dir], e.g. bundled:test, humaneval, aime24@aime.jsonl
     benchmarks: list[str] = field(default_factory=lambda: ["bundled:test"])
@@ -68,6 +71,12 @@ class EvalConfig(Checked):
     limit: PositiveInt | None = None  # first N tasks of each benchmark
     split: str | None = None  # split of the benchmarks that do not name one
     tasks: list[str] = field(default_factory=list)  # only these task ids
+    # best-per-domain: its candidate methods (default: sa and the fixed:<template> methods of --methods),
+    # chosen per domain (suite family, else task domain) on --selection-split, never on the scored split
+    best_of: list[str] = field(default_factory=list)
+    # the split best-per-domain chooses on (never the benchmark's own split); <split>~<N>: N tasks of that
+    # split in a seeded order (derive_seed(seed, "selection", task id)), for a benchmark without a val split
+    selection_split: str = "val"
     seed: int = 0  # seed of every sample (a task's samples depend on seed, method and task id)
     temperature: Annotated[float, Field(ge=0)] = 0.7  # sampling temperature of both roles (0: greedy)
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0  # nucleus sampling of both roles

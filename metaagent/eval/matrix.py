@@ -4,7 +4,8 @@ the structure per family is worth against the best single method on the mixture.
 Input everywhere: per-task scores (:class:`~metaagent.eval.scoring.TaskScore`) keyed by ``(family, method)``,
 read at one metric and budget (``avg@k`` by default). All functions are pure.
 
-- :func:`cell` a family x method cell: mean over tasks and its bootstrap 95% CI;
+- :func:`cell` a family x method cell: mean over tasks and its bootstrap 95% CI, and the compute per sample
+  (:func:`compute`: executor calls, designer calls, generated tokens);
 - :func:`oracle` a family's best method among the candidates (``sa`` and the fixed templates; ``auto`` is
   what is being judged, never a candidate), chosen on the same tasks it is scored on (in-sample);
 - :func:`cross_fitted_oracle` the same choice made on one half of a family's tasks and scored on the other
@@ -43,13 +44,28 @@ def values(scores: Sequence[TaskScore], metric: str = "avg", k: int = 1) -> dict
     return out
 
 
+def compute(scores: Sequence[TaskScore]) -> dict[str, float | None]:
+    """A method's compute per sample over the tasks of ``scores``: executor calls (agent turns), designer
+    calls
+    and generated tokens, each ``Σ over tasks / Σ samples`` (None without samples)."""
+    samples = sum(s.samples for s in scores)
+    if not samples:
+        return {"executor_calls": None, "designer_calls": None, "tokens": None}
+    return {
+        "executor_calls": sum(s.agent_calls for s in scores) / samples,
+        "designer_calls": sum(s.sampled_designs for s in scores) / samples,
+        "tokens": sum(s.tokens for s in scores) / samples,
+    }
+
+
 def cell(scores: Sequence[TaskScore], *, metric: str = "avg", k: int = 1, n_boot: int = DEFAULT_BOOTSTRAP) -> dict[str, Any]:
-    """Mean of ``metric@k`` over the tasks of one family x method cell, with its bootstrap 95% CI."""
+    """Mean of ``metric@k`` over the tasks of one family x method cell, with its bootstrap 95% CI and the
+    compute per sample (:func:`compute`)."""
     v = list(values(scores, metric, k).values())
     if not v:
-        return {"tasks": 0, "mean": None, "ci95": None}
+        return {"tasks": 0, "mean": None, "ci95": None, "compute": compute(scores)}
     low, high = bootstrap_ci(v, n_boot=n_boot)
-    return {"tasks": len(v), "mean": fmean(v), "ci95": [low, high]}
+    return {"tasks": len(v), "mean": fmean(v), "ci95": [low, high], "compute": compute(scores)}
 
 
 def _candidates(scores: Scores, family: str, exclude: Sequence[str]) -> list[str]:

@@ -11,6 +11,8 @@ import random
 from collections.abc import Callable, Sequence
 from statistics import fmean
 
+from metaagent.rewards.selection import majority_index
+
 from .errors import EvalError
 
 #: metric name -> what its number is (the one list of metrics the harness reports)
@@ -70,17 +72,8 @@ def maj_at_k(answers: Sequence[str | None], correct: Sequence[float], k: int | N
     k = len(answers) if k is None else k
     if k < 1 or k > len(answers):
         raise EvalError(f"maj@k needs 1 <= k <= n, got k={k}, n={len(answers)}")
-    votes: dict[str, int] = {}
-    first: dict[str, float] = {}
-    for a, c in zip(answers[:k], correct[:k]):
-        if a is None:
-            continue
-        votes[a] = votes.get(a, 0) + 1
-        first.setdefault(a, float(c))
-    if not votes:
-        return 0.0
-    best = max(votes, key=lambda a: (votes[a], -list(votes).index(a)))
-    return first[best]
+    best = majority_index(answers[:k])
+    return 0.0 if best is None else float(correct[best])
 
 
 def bootstrap_ci(
@@ -167,3 +160,21 @@ def t_quantile(q: float, df: int) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mass(mid) < q - 0.5 else (lo, mid)
     return (lo + hi) / 2
+
+
+def seed_interval(values: Sequence[float], *, alpha: float = DEFAULT_ALPHA) -> tuple[float, float, float]:
+    """Mean over S training seeds and its t interval: ``x̄ ± t_{1-α/2, S-1} · s / sqrt(S)`` with ``s`` the
+    sample standard deviation (``S - 1`` in the denominator); shape (S,) -> (mean, low, high). The seeds are
+    the sampling unit (each seed's value is one run's gain), so the interval is about a new training seed, not
+    about the tasks (that is each seed's paired task bootstrap). Fewer than 2 seeds is an error."""
+    if len(values) < 2:
+        raise EvalError(
+            f"an across-seed interval needs at least 2 seeds, got {len(values)}; train more seeds"
+        )
+    if not 0 < alpha < 1:
+        raise EvalError(f"alpha must be in (0, 1), got {alpha}")
+    xs = [float(v) for v in values]
+    mean = fmean(xs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
+    half = t_quantile(1 - alpha / 2, len(xs) - 1) * sd / math.sqrt(len(xs))
+    return mean, mean - half, mean + half

@@ -17,7 +17,7 @@ from metaagent.records import RolloutTree
 
 from .html import benchmark_plot, figure, img, png, table, write_page
 from .html import escape as e
-from .methods import SA
+from .methods import BEST, SA
 
 
 def _rows(results: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -53,11 +53,52 @@ def _value(entry: dict[str, Any] | None, metric: str) -> float | None:
     return None if m is None or m["mean"] is None else 100.0 * m["mean"]
 
 
+#: the compute columns of every table: (header, budget key of a summary), per sample (mean)
+COMPUTE_COLUMNS = (
+    ("exec calls/sample", "agent_calls_per_sample"),
+    ("designer calls/sample", "designer_calls_per_sample"),
+    ("tokens/sample", "tokens_per_sample"),
+)
+
+
+def compute_cells(entries: Sequence[dict[str, Any] | None]) -> list[str]:
+    """A row's compute per sample over its benchmarks (weighted by samples): executor calls, designer calls
+    and
+    generated tokens (designer + agents), formatted; ``—`` where nothing was sampled."""
+    present = [en for en in entries if en and en.get("samples")]
+    samples = sum(en["samples"] for en in present)
+    out = []
+    for _, key in COMPUTE_COLUMNS:
+        if not samples:
+            out.append("—")
+            continue
+        value = sum(en["budget"].get(key, 0.0) * en["samples"] for en in present) / samples
+        out.append(f"{value:.0f}" if key == "tokens_per_sample" else f"{value:.2f}")
+    return out
+
+
+def method_label(method: str, entries: Sequence[dict[str, Any] | None]) -> str:
+    """The method as the tables name it: ``sa@=<method>`` with the k it ran with on each benchmark (``k=3``,
+    or
+    ``k=2/3`` per benchmark in column order when they differ)."""
+    ks = [en["k"] for en in entries if en and en.get("k") is not None]
+    if not ks:
+        return method
+    return f"{method} (k={ks[0]})" if len(set(ks)) == 1 else f"{method} (k={'/'.join(str(k) for k in ks)})"
+
+
 def metric_table(results: dict[str, Any], metric: str) -> str:
-    """One markdown table of ``metric`` (e.g. ``avg@3``) in the Table 1 layout."""
+    """One markdown table of ``metric`` (e.g. ``avg@3``) in the Table 1 layout, with each row's compute per
+    sample (:data:`COMPUTE_COLUMNS`, mean over its benchmarks)."""
     benches = results["benchmarks"]
-    head = "| Model | Method | " + " | ".join(benches) + " | Avg |\n"
-    head += "|---|---|" + "---:|" * (len(benches) + 1) + "\n"
+    head = (
+        "| Model | Method | "
+        + " | ".join(benches)
+        + " | Avg | "
+        + " | ".join(h for h, _ in COMPUTE_COLUMNS)
+        + " |\n"
+    )
+    head += "|---|---|" + "---:|" * (len(benches) + 1 + len(COMPUTE_COLUMNS)) + "\n"
     lines = []
     base: dict[str, dict[str, float | None]] = {}
     for cell, method, entries in _rows(results):
@@ -83,7 +124,9 @@ def metric_table(results: dict[str, Any], metric: str) -> str:
             cells.append("—")
         else:
             cells.append(f"{avg:.2f}" + (f" ({signed(avg - ref_avg, 2)})" if ref_avg is not None else ""))
-        lines.append(f"| {cell} | {method} | " + " | ".join(cells) + " |")
+        cells += compute_cells([entries[b] for b in benches])
+        label = method_label(method, [entries[b] for b in benches])
+        lines.append(f"| {cell} | {label} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -96,21 +139,30 @@ def render_table(results: dict[str, Any]) -> str:
         "",
         f"Scores in %, mean over tasks; parentheses: gain over `sa` of the same model. n = {cfg['n']} samples "
         f"per task, seed {cfg['seed']}, temperature {cfg['temperature']}."
-        + ("" if results["complete"] else " `*`: over fewer tasks than planned."),
+        + ("" if results["complete"] else " `*`: over fewer tasks than planned.")
+        + " Compute per sample (mean): executor calls (agent turns), designer calls, generated tokens"
+        " (designer + agents); an `sa@k` sample is one answer from k executions, so it costs k executions'"
+        " compute.",
         "",
         f"## avg@{k} (Table 1 layout)",
         "",
         metric_table(results, f"avg@{k}"),
     ]
+    for designer, executor, bench, method in results.get("pending", []):
+        match = method.split("=", 1)[-1] if "=" in method else method.split("@", 1)[-1]
+        cell = f"{designer} -> {executor}"
+        out.append(f"`{method}` on {bench} ({cell}): not run yet, its k waits for `{match}`.\n")
     for metric in [f"pass@{x}" for x in results["ks"]] + [f"maj@{k}"]:
         if any(_value(en, metric) is not None for _, _, es in _rows(results) for en in es.values()):
             out += [f"## {metric}", "", metric_table(results, metric)]
     out += ["## 95% bootstrap CIs and budgets", ""]
     out.append(
         f"| Model | Method | Benchmark | tasks | avg@{k} [95% CI] | pass@{k} [95% CI] | tokens/task | agent calls/task "
-        "| valid scripts | reward errors | shortcuts refused |"
+        "| "
+        + " | ".join(h for h, _ in COMPUTE_COLUMNS)
+        + " | valid scripts | reward errors | shortcuts refused |"
     )
-    out.append("|---|---|---|---:|---|---|---:|---:|---:|---:|---|")
+    out.append("|---|---|---|---:|---|---|---:|---:|" + "---:|" * len(COMPUTE_COLUMNS) + "---:|---:|---|")
     for cell, method, entries in _rows(results):
         for b, en in entries.items():
             if not en:
@@ -125,11 +177,14 @@ def render_table(results: dict[str, Any]) -> str:
 
             valid = en["valid_script_rate"]
             out.append(
-                f"| {cell} | {method} | {b} | {en['tasks']}/{en['tasks_planned']} | {ci(f'avg@{k}')} | {ci(f'pass@{k}')} "
+                f"| {cell} | {method_label(method, [en])} | {b} | {en['tasks']}/{en['tasks_planned']} "
+                f"| {ci(f'avg@{k}')} | {ci(f'pass@{k}')} "
                 f"| {en['budget']['tokens_per_task']:.0f} | {en['budget']['agent_calls_per_task']:.1f} "
+                f"| {' | '.join(compute_cells([en]))} "
                 f"| {'—' if valid is None else f'{100 * valid:.0f}%'} | {en['reward_errors']} "
                 f"| {shortcut_cell(en.get('shortcuts'))} |"
             )
+    out += best_section(results)
     out += _structure_section(results)
     out += _grid_section(results)
     cmps = [c for c in results["comparisons"] if c.get("diff") is not None]
@@ -145,6 +200,37 @@ def render_table(results: dict[str, Any]) -> str:
                 f"| {c['only_b']}: {c['only_b_same_structure']} / {c['only_b_different_structure']} | {c['only_a']} |"
             )
     return "\n".join(out) + "\n"
+
+
+def best_section(results: dict[str, Any]) -> list[str]:
+    """best-per-domain's choice per (model, benchmark, domain): the chosen candidate and every candidate's
+    mean
+    avg@k on the selection split (the split it was chosen on, never the one it is scored on)."""
+    rows = []
+    split = "val"
+    for cell, c in results["cells"].items():
+        for b, methods in c["benchmarks"].items():
+            en = methods.get(BEST)
+            if not en:
+                continue
+            split = en.get("selection_split", split)
+            for domain, sel in en["selection"].items():
+                scored = ", ".join(
+                    f"{m} {100 * v:.1f}" for m, v in sel["val"].items() if v is not None
+                ) or sel.get("note", "—")
+                rows.append(
+                    f"| {cell} | {b} | {domain} | {sel['chosen'] or '—'} | {sel['val_tasks']} | {scored} |"
+                )
+    if not rows:
+        return []
+    return [
+        "",
+        f"## best-per-domain: the candidate chosen per domain on split `{split}` (avg@{results['k_main']} %)",
+        "",
+        f"| Model | Benchmark | domain | chosen | {split} tasks | candidates on {split} |",
+        "|---|---|---|---|---:|---|",
+        *rows,
+    ]
 
 
 def _structure_section(results: dict[str, Any]) -> list[str]:
@@ -274,8 +360,9 @@ def _html_budgets(results: dict[str, Any]) -> list[str]:
                 st = en["exec_status"]
                 rows.append(
                     (
-                        e(cell), e(method), e(b), f"{en['tasks']}/{en['tasks_planned']}",
+                        e(cell), e(method_label(method, [en])), e(b), f"{en['tasks']}/{en['tasks_planned']}",
                         f"{en['budget']['tokens_per_task']:.0f}", f"{en['budget']['agent_calls_per_task']:.1f}",
+                        *compute_cells([en]),
                         "—" if en["valid_script_rate"] is None else f"{100 * en['valid_script_rate']:.0f}%",
                         e(", ".join(f"{s} {n}" for s, n in st.items() if n)), str(en["reward_errors"]),
                         e(shortcut_cell(en.get("shortcuts"))),
@@ -284,10 +371,21 @@ def _html_budgets(results: dict[str, Any]) -> list[str]:
     return [
         "<h2>Budgets, validity, execution status</h2>",
         table(
-            ["model", "method", "benchmark", "tasks", "tokens/task", "agent calls/task", "valid scripts", "status", "reward errors",
-             "shortcuts refused"],
+            [
+                "model",
+                "method",
+                "benchmark",
+                "tasks",
+                "tokens/task",
+                "agent calls/task",
+                *(h for h, _ in COMPUTE_COLUMNS),
+                "valid scripts",
+                "status",
+                "reward errors",
+                "shortcuts refused",
+            ],
             rows,
-            [3, 4, 5, 6, 8],
+            [3, 4, 5, 6, 7, 8, 9, 11],
         ),
     ]
 

@@ -19,9 +19,11 @@ the tasks already recorded; another limit, more methods, benchmarks or models si
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
+import math
 import platform
 import re
 import shutil
@@ -32,6 +34,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from metaagent import __version__
@@ -50,13 +53,14 @@ from metaagent.records import (
 )
 from metaagent.rollout.config import RolloutConfig, SamplingConfig
 from metaagent.rollout.engine import RolloutEngine, make_pool
+from metaagent.seeding import derive_seed
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
 from .analysis import design_stats, paired_comparison
 from .benchmarks import Benchmark, benchmark_tasks, parse_benchmark
 from .config import EvalConfig
 from .errors import EvalError
-from .methods import SA, Method, parse_method, rollout_task
+from .methods import BEST, SA, Method, parse_method, rollout_task
 from .scoring import TaskScore, check_budgets, score_task, summarize
 
 log = logging.getLogger(__name__)
@@ -67,6 +71,7 @@ RUN_FILE = "run.json"
 TABLE_FILE = "table.md"
 REPORT_FILE = "report.html"
 PROBE_TIMEOUT_S = 5.0
+CARVE = "~"  # --selection-split <split>~<N>: a seeded carve-out of N tasks of that split
 
 
 class EvalObserver:
@@ -119,7 +124,9 @@ def probe_endpoint(base_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
 
 @dataclass
 class Part:
-    """One (cell, benchmark, method) of the run: its tasks and record file."""
+    """One (cell, benchmark, method) of the run: its tasks and record file. ``label`` is the method's name in
+    the results when it differs from the method run (``sa@auto`` runs ``sa@<k>``); a ``selection`` part is a
+    best-per-domain candidate on the selection split (kept in ``results["selection"]``, not in the tables)."""
 
     designer: str
     executor: str
@@ -128,10 +135,21 @@ class Part:
     tasks: list[Task]
     path: Path
     done: dict[str, RolloutTree] = field(default_factory=dict)
+    label: str | None = None
+    selection: bool = False
+    target: str | None = None  # a selection part: the benchmark whose best-per-domain it chooses for
+
+    @property
+    def name(self) -> str:
+        return self.label or self.method.name
 
     @property
     def todo(self) -> list[Task]:
         return [t for t in self.tasks if t.id not in self.done]
+
+    @property
+    def complete(self) -> bool:
+        return not self.todo
 
 
 class Evaluation:
@@ -162,6 +180,8 @@ class Evaluation:
         self.ks = check_budgets(cfg.k or [1, cfg.n], cfg.n)
         self.methods = [parse_method(m, self.templates) for m in dict.fromkeys(cfg.methods)]
         self.benchmarks = [parse_benchmark(b, split=cfg.split) for b in dict.fromkeys(cfg.benchmarks)]
+        self.candidates = self._candidates()
+        self._check_matches()
         self.cells = list(dict.fromkeys(cfg.cells()))
         self.out = Path(cfg.out)
         self._policies: dict[str, Policy] = dict(policies or {})
@@ -177,7 +197,85 @@ class Evaluation:
             if not any(self.tasks.values()):
                 raise EvalError(f"none of --tasks {cfg.tasks[:3]} is in {[b.label for b in self.benchmarks]}")
             self.benchmarks = [b for b in self.benchmarks if self.tasks[b.label]]
+        self.selection = (
+            {b.label: self._selection_bench(b) for b in self.benchmarks} if self.candidates else {}
+        )
+        for label, b in self.selection.items():
+            self.tasks[b.label] = self._selection_tasks(b)
+            self._check_disjoint(label, b)
         self._check_resume()
+
+    def _check_disjoint(self, label: str, selection: Benchmark) -> None:
+        """best-per-domain never chooses on a task it is scored on: a loader without the selection split (one
+        that returns the same tasks for every split, e.g. ``humaneval``) is refused."""
+        scored = {t.id for t in benchmark_tasks(next(b for b in self.benchmarks if b.label == label))}
+        shared = sorted(scored & {t.id for t in self.tasks[selection.label]})
+        if shared:
+            raise EvalError(
+                f"best-per-domain: {selection.label} shares {len(shared)} task(s) with {label} "
+                f"(e.g. {shared[0]}): that benchmark has no separate selection split; choose on another "
+                "split with --selection-split"
+            )
+
+    def _candidates(self) -> list[Method]:
+        """best-per-domain's candidates (none without it); a candidate not among the methods joins them."""
+        if not any(m.kind == "best" for m in self.methods):
+            if self.config.best_of:
+                raise EvalError(
+                    "--best-of names best-per-domain's candidates; add best-per-domain to --methods"
+                )
+            return []
+        names = self.config.best_of or [m.name for m in self.methods if m.kind in (SA, "fixed")]
+        found = [parse_method(n, self.templates) for n in dict.fromkeys(names)]
+        bad = [m.name for m in found if m.kind not in (SA, "fixed", "sa@k") or not m.runs]
+        if bad or not found:
+            raise EvalError(
+                "best-per-domain chooses among sa, fixed:<template> and sa@<k> methods, "
+                f"got {bad or 'none'}; "
+                "add sa or fixed:<template> methods to --methods, or name them in --best-of"
+            )
+        known = {m.name for m in self.methods}
+        self.methods += [m for m in found if m.name not in known]
+        return found
+
+    def _check_matches(self) -> None:
+        """Every ``sa@=<method>`` names a method of the run (its k is read from that method's records)."""
+        known = {m.name for m in self.methods}
+        matches = [m for m in self.methods if m.kind == "sa@k" and m.k is None and m.match not in known]
+        if matches:
+            raise EvalError(
+                f"{matches[0].name} matches k to {matches[0].match!r}, which is not in --methods; add it"
+            )
+
+    def _selection_tasks(self, selection: Benchmark) -> list[Task]:
+        """The selection split's tasks: its first ``--limit``, or for a carve-out ``<split>~<N>`` N tasks of
+        that split in the seeded order ``derive_seed(seed, "selection", task id)`` (the same for every
+        method)."""
+        _, _, carve = self.config.selection_split.partition(CARVE)
+        if not carve:
+            return benchmark_tasks(selection, limit=self.config.limit)
+        tasks = benchmark_tasks(selection)
+        return sorted(tasks, key=lambda t: derive_seed(self.config.seed, "selection", t.id))[: int(carve)]
+
+    def _selection_bench(self, bench: Benchmark) -> Benchmark:
+        """The benchmark's selection split (``--selection-split``): best-per-domain never chooses on its
+        test."""
+        split, sep, carve = self.config.selection_split.partition(CARVE)
+        if sep and not (carve.isdigit() and int(carve) >= 1):
+            raise EvalError(
+                f"--selection-split {self.config.selection_split!r}: a carve-out is <split>~<N> with N >= 1 "
+                "tasks, e.g. train~50"
+            )
+        if bench.spec.split_name == split:
+            raise EvalError(
+                f"best-per-domain chooses on split {split!r}, which is {bench.label}'s own split: "
+                "evaluate on another split, or pass --selection-split (e.g. val) to choose on a split the "
+                "scores never use"
+            )
+        spec = dataclasses.replace(bench.spec, split=split)
+        head = bench.spec.source + f":{self.config.selection_split}"
+        head += f"/{bench.spec.domain}" if bench.spec.domain else ""
+        return Benchmark(head, spec)
 
     # ---- set-up ---------------------------------------------------------------------------------------------
 
@@ -300,26 +398,64 @@ class Evaluation:
         )
 
     def plan(self) -> list[Part]:
-        """Every (cell, benchmark, method) with its record file and the tasks already recorded there."""
+        """Every (cell, benchmark, method) with its record file and the tasks already recorded there; an
+        ``sa@=<method>`` part only once that method's part is complete (its k is read from those records), and
+        best-per-domain's candidates on each benchmark's selection split (``selection`` parts)."""
         parts: list[Part] = []
-        seen: set[Path] = set()
+        seen: dict[Path, dict[str, RolloutTree]] = {}
+        self.pending = []  # sa@=<method> parts whose method is not complete yet (planned again after it)
+        later = [m for m in self.methods if m.kind == "sa@k" and not m.runs]  # sa@=<method>: after it
+        order = [m for m in self.methods if m.runs] + later
         for bench in self.benchmarks:  # every model of a (benchmark, method) before the next: partial runs compare
-            for method in self.methods:
+            for method in order:
                 for designer, executor in self.cells:
-                    path = record_path(self.out, method, designer, executor, bench.label)
-                    part = Part(designer, executor, bench, method, self.tasks[bench.label], path)
-                    if path in seen:  # sa/fixed: cells with the same executor share records
-                        part.done = next(p.done for p in parts if p.path == path)
-                    elif path.is_file():
-                        trees, bad = read_trees(path)
-                        lines, _ = read_record_lines(path)
-                        if bad or (lines and not lines[-1].endswith("\n")):
-                            log.warning("%s: %d unreadable line(s) dropped (a killed run); their tasks run again", path, len(bad))
-                            write_record_lines(path, [t.to_json() + "\n" for t in trees])  # appends start on a fresh line
-                        part.done = {t.task_id: t for t in trees}
-                    seen.add(path)
+                    run, label = method, None
+                    if not method.runs:
+                        run = self._matched(parts, method, designer, executor, bench)
+                        if run is None:
+                            self.pending.append((designer, executor, bench.label, method.name))
+                            continue
+                        label = method.name
+                    parts.append(self._part(designer, executor, bench, run, seen, label=label))
+            for method in self.candidates if bench.label in self.selection else ():
+                for designer, executor in self.cells:
+                    sel = self.selection[bench.label]
+                    part = self._part(designer, executor, sel, method, seen, selection=True, target=bench.label)
                     parts.append(part)
         return parts
+
+    def _part(
+        self, designer: str, executor: str, bench: Benchmark, method: Method, seen: dict, **kw: Any
+    ) -> Part:
+        """A part and the trees already recorded in its file (shared with earlier parts of the same file)."""
+        path = record_path(self.out, method, designer, executor, bench.label)
+        part = Part(designer, executor, bench, method, self.tasks[bench.label], path, **kw)
+        if path in seen:  # sa/fixed: cells with the same executor share records
+            part.done = seen[path]
+        elif path.is_file():
+            trees, bad = read_trees(path)
+            lines, _ = read_record_lines(path)
+            if bad or (lines and not lines[-1].endswith("\n")):
+                log.warning(
+                    "%s: %d unreadable line(s) dropped (a killed run); their tasks run again", path, len(bad)
+                )
+                write_record_lines(path, [t.to_json() + "\n" for t in trees])  # appends start on a fresh line
+            part.done = {t.task_id: t for t in trees}
+        seen[path] = part.done
+        return part
+
+    def _matched(self, parts: Sequence[Part], method: Method, designer: str, executor: str, bench: Benchmark):
+        """``sa@=<method>`` as ``sa@<k>`` with k = that method's mean executor calls per sample on the same
+        cell and
+        benchmark (:func:`matched_k`), or None while its part is not complete."""
+        target = next(
+            (p for p in parts if p.name == method.match and (p.designer, p.executor) == (designer, executor)
+             and p.bench.label == bench.label and not p.selection),
+            None,
+        )  # fmt: skip
+        if target is None or not target.complete or not target.tasks:
+            return None
+        return method.with_k(matched_k([target.done[t.id] for t in target.tasks], self.ks))
 
     # ---- running --------------------------------------------------------------------------------------------
 
@@ -342,6 +478,15 @@ class Evaluation:
         try:
             if jobs:
                 self._run_jobs(jobs, parts)
+            if self.pending and not self.config.report_only:  # sa@=<method>: k is known once its method ran
+                parts = self.plan()
+                unique = list({p.path: p for p in parts}.values())
+                more = self._jobs(unique)
+                self.observer.start(
+                    sum(len(p.tasks) for p in unique), sum(len(p.tasks) - len(p.todo) for p in unique)
+                )
+                if more:
+                    self._run_jobs(more, parts)
         finally:
             self.observer.finish()
             for w in self._writers.values():
@@ -462,6 +607,9 @@ class Evaluation:
         from .report import render_html, render_table
 
         results = build_results(self.config, parts, self.ks, run_id=self.run_id)
+        # sa@=<method> parts whose method is not complete yet: (designer, executor, benchmark, method)
+        results["pending"] = [list(p) for p in getattr(self, "pending", [])]
+        results["complete"] = results["complete"] and not results["pending"]
         (self.out / RESULTS_FILE).write_text(json.dumps(results, indent=1, default=str))
         (self.out / TABLE_FILE).write_text(render_table(results))
         if self.config.html:
@@ -489,25 +637,36 @@ def build_results(
     k_main = max(ks)
     cells: dict[str, Any] = {}
     scores: dict[tuple[str, str, str], list[TaskScore]] = {}
+    selection: dict[tuple[str, str, str], list[TaskScore]] = {}  # (cell, benchmark chosen for, method) on val
     complete = True
     for p in parts:
         cell = cell_label(p.designer, p.executor)
         trees = [p.done[t.id] for t in p.tasks if t.id in p.done]
         complete = complete and len(trees) == len(p.tasks)
         task_scores = [score_task(t, ks) for t in trees]
-        scores[(cell, p.bench.label, p.method.name)] = task_scores
+        if p.selection:
+            selection[(cell, str(p.target), p.name)] = task_scores
+            continue
+        scores[(cell, p.bench.label, p.name)] = task_scores
         entry = summarize(task_scores, ks, n_boot=config.bootstrap, seed=config.seed)
         entry["tasks_planned"] = len(p.tasks)
         entry["complete"] = len(trees) == len(p.tasks)
         entry["designs"] = design_stats(trees)
         entry["records"] = str(p.path)
         entry["per_task"] = [s.to_dict() for s in task_scores]
+        if p.label:  # sa@=<method>: the k it ran with
+            entry["k"], entry["k_from"] = p.method.k, p.method.match
         cells.setdefault(cell, {"designer": p.designer, "executor": p.executor, "benchmarks": {}})
-        cells[cell]["benchmarks"].setdefault(p.bench.label, {})[p.method.name] = entry
+        cells[cell]["benchmarks"].setdefault(p.bench.label, {})[p.name] = entry
+    best = _best_per_domain(config, parts, scores, selection, ks)
+    for (cell, bench), entry in best.items():
+        cells[cell]["benchmarks"].setdefault(bench, {})[BEST] = entry
+        scores[(cell, bench, BEST)] = entry.pop("_scores")
+        complete = complete and entry["complete"]
 
     comparisons: list[dict[str, Any]] = []
-    methods = list(dict.fromkeys(p.method.name for p in parts))
-    benches = list(dict.fromkeys(p.bench.label for p in parts))
+    methods = list(dict.fromkeys([p.name for p in parts if not p.selection] + ([BEST] if best else [])))
+    benches = list(dict.fromkeys(p.bench.label for p in parts if not p.selection))
     cell_names = list(cells)
     for cell in cell_names:  # every method vs sa, same cell
         for bench in benches:
@@ -542,6 +701,95 @@ def build_results(
         "versions": versions(),
         "created_at": time.time(),
     }
+
+
+def matched_k(trees: Sequence[RolloutTree], ks: Sequence[int]) -> int:
+    """``sa@=<method>``'s k: the method's mean executor calls per sample over ``trees``, rounded half up, at
+    least
+    1: ``k = max(1, floor(Σ calls / Σ samples + 1/2))``."""
+    task_scores = [score_task(t, ks) for t in trees]
+    samples = sum(s.samples for s in task_scores)
+    if not samples:
+        raise EvalError("sa@=<method>: the matched method has no samples to count executor calls on")
+    return max(1, math.floor(sum(s.agent_calls for s in task_scores) / samples + 0.5))
+
+
+def task_group(task: Task) -> str:
+    """The domain best-per-domain chooses for: a suite task's family (``metadata["family"]``), else its
+    domain."""
+    family = task.metadata.get("family") if isinstance(task.metadata, dict) else None
+    return str(family or task.domain)
+
+
+def _best_per_domain(
+    config: EvalConfig,
+    parts: Sequence[Part],
+    scores: dict[tuple[str, str, str], list[TaskScore]],
+    selection: dict[tuple[str, str, str], list[TaskScore]],
+    ks: Sequence[int],
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """(cell, benchmark) -> best-per-domain's entry: per domain the candidate with the best mean avg@k on the
+    selection split (:func:`metaagent.eval.matrix.oracle`: ties to ``sa``, else by name), scored on the
+    benchmark's tasks with that candidate's records; ``selection`` keeps every candidate's validation mean."""
+    from .matrix import oracle, values
+
+    k = max(ks)
+    groups: dict[tuple[str, str], dict[str, str]] = {}  # (cell, benchmark) -> task id -> domain
+    val_groups: dict[tuple[str, str], dict[str, str]] = {}
+    done: dict[tuple[str, str], bool] = {}  # every candidate's parts (selection and scored) complete
+    candidates = {m for (_, _, m) in selection}
+    for p in parts:
+        key = (cell_label(p.designer, p.executor), str(p.target) if p.selection else p.bench.label)
+        (val_groups if p.selection else groups).setdefault(key, {}).update(
+            {t.id: task_group(t) for t in p.tasks}
+        )
+        if p.name in candidates:
+            done[key] = done.get(key, True) and p.complete
+    out = {}
+    for (cell, bench), by_task in groups.items():
+        cands = [m for (c, b, m) in selection if (c, b) == (cell, bench)]
+        if not cands:
+            continue
+        merged: dict[tuple[str, str], list[TaskScore]] = {}
+        for m in cands:
+            for s in selection[(cell, bench, m)]:
+                merged.setdefault((val_groups[(cell, bench)][s.task_id], m), []).append(s)
+        chosen, record = {}, {}
+        for domain in sorted(set(by_task.values())):
+            seen = {m: values(merged.get((domain, m), ()), "avg", k) for m in cands}
+            if not any(seen.values()):
+                record[domain] = {
+                    "chosen": None,
+                    "val": {},
+                    "val_tasks": 0,
+                    "note": "no selection-split tasks",
+                }
+                continue
+            chosen[domain] = oracle(
+                {key: v for key, v in merged.items() if key[0] == domain}, domain, k=k, exclude=()
+            )
+            record[domain] = {
+                "chosen": chosen[domain],
+                "val": {m: (fmean(v.values()) if v else None) for m, v in seen.items()},
+                "val_tasks": max(len(v) for v in seen.values()),
+            }
+        by_method = {
+            m: {s.task_id: s for s in scores.get((cell, bench, m), [])} for m in set(chosen.values())
+        }
+        composed = [
+            by_method[chosen[d]][t] for t, d in by_task.items() if d in chosen and t in by_method[chosen[d]]
+        ]
+        entry = summarize(composed, ks, n_boot=config.bootstrap, seed=config.seed)
+        entry.update(
+            tasks_planned=len(by_task),
+            complete=done.get((cell, bench), False) and len(composed) == len(by_task),
+            selection=record,
+            selection_split=config.selection_split,
+            per_task=[s.to_dict() for s in composed],
+            _scores=composed,
+        )
+        out[(cell, bench)] = entry
+    return out
 
 
 def _grid(config: EvalConfig, cells: dict[str, Any], benches: Sequence[str], k: int) -> dict[str, Any] | None:

@@ -15,9 +15,11 @@ from typing import Any
 
 from metaagent.domain import domains
 from metaagent.records import EXECUTION_STATUSES, Design, Execution, RolloutTree
+from metaagent.rewards.selection import SELECT_MAJORITY, choose
 from metaagent.rewards.shortcuts import SHORTCUT_CLASSES, shortcuts_of
 
 from .errors import EvalError
+from .methods import EVAL_KEY
 from .metrics import DEFAULT_BOOTSTRAP, avg_at_k, bootstrap_ci, maj_at_k, pass_at_k
 
 INVALID_DESIGN = "invalid_design"  # status of a sample whose design did not pass the checker
@@ -85,6 +87,41 @@ def samples_of(tree: RolloutTree) -> list[Sample]:
     return out
 
 
+def vote_samples(tree: RolloutTree) -> list[Sample]:
+    """The ``sa@k`` samples of a tree whose record says ``k`` (``tree.config["eval"]``): executions in order,
+    k a sample; each sample is the chosen execution's outcome (:func:`metaagent.rewards.selection.choose`)
+    with the compute of all k (tokens, prompt tokens and executor calls summed)."""
+    info = (tree.config or {}).get(EVAL_KEY) or {}
+    k = int(info["k"])
+    base = samples_of(tree)
+    if not base or len(base) % k:
+        raise EvalError(f"task {tree.task_id}: {len(base)} executions is not a multiple of sa@k's k={k}")
+    marks = info.get("keys") if info["select"] == SELECT_MAJORITY else info.get("public_passed")
+    if marks is None or len(marks) != len(base):
+        raise EvalError(f"task {tree.task_id}: its sa@k record has no {info['select']} mark per execution")
+    out = []
+    for start in range(0, len(base), k):
+        group = base[start : start + k]
+        try:
+            i, error = choose(info["select"], marks[start : start + k])
+        except ValueError as e:
+            raise EvalError(f"task {tree.task_id}: {e} in its evaluation record") from None
+        c = group[i]
+        out.append(
+            Sample(
+                correct=None if error else c.correct,
+                answer=c.answer,
+                status=c.status,
+                tokens=sum(s.tokens for s in group),
+                prompt_tokens=sum(s.prompt_tokens for s in group),
+                agent_calls=sum(s.agent_calls for s in group),
+                reward_error=error or c.reward_error,
+                shortcuts=c.shortcuts,
+            )
+        )
+    return out
+
+
 @dataclass
 class TaskScore:
     """A task's numbers under one method: per-k metrics (None when fewer than k samples were scored)."""
@@ -146,8 +183,10 @@ def votes(domain: str) -> bool:
 
 
 def score_task(tree: RolloutTree, ks: Sequence[int]) -> TaskScore:
-    """avg@k, pass@k and maj@k (domains that vote: math) of one task's tree for each budget in ``ks``."""
-    samples = samples_of(tree)
+    """avg@k, pass@k and maj@k (domains that vote: math) of one task's tree for each budget in ``ks`` (an
+    ``sa@k`` tree's samples are its k-execution groups, :func:`vote_samples`)."""
+    voted = "select" in ((tree.config or {}).get(EVAL_KEY) or {})
+    samples = vote_samples(tree) if voted else samples_of(tree)
     scored = [s for s in samples if s.correct is not None]
     correct = [1.0 if (s.correct or 0.0) >= 0.5 else 0.0 for s in scored]
     domain = str(tree.task.get("domain", "?"))
@@ -235,6 +274,7 @@ def summarize(
         "agent_calls_per_task": sum(s.agent_calls for s in scores) / n_tasks,
         "tokens_per_sample": sum(s.tokens for s in scores) / samples if samples else 0.0,
         "agent_calls_per_sample": sum(s.agent_calls for s in scores) / samples if samples else 0.0,
+        "designer_calls_per_sample": sum(s.sampled_designs for s in scores) / samples if samples else 0.0,
     }
     return out
 

@@ -65,7 +65,8 @@ class RolloutConfig(Checked):
             folder, e.g. ``embedded-sft``), else "full". See ``metaagent.rollout.prompts``.
         template_selection: "domain" picks templates whose domains include the task's, "uniform" any.
         frozen_designer: a template name or a script path; when set, every design is this frozen script
-            (fixed multi-agent system) and no designer sample is produced.
+            (fixed multi-agent system) and no designer sample is produced. ``sa``: each task domain's
+            single-agent script (eval's ``sa``; the ``sa+grpo`` recipe, ``configs/sa_grpo_suite.yaml``).
         limits: sandbox limits per execution (``metaagent.workflow`` Limits fields, e.g. timeout_s).
         sandbox_workers: sandbox worker processes (each runs one execution at a time).
         max_inflight: executions in flight at once (threads waiting on agent calls).

@@ -48,17 +48,42 @@ from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt
 from metaagent.seeding import derive_seed
 
 
+#: the frozen-designer spec whose design is each task domain's single-agent script (``Domain.solo_script``)
+SOLO_DESIGN = "sa"
+
+
 @dataclass
 class FrozenDesign:
-    """A fixed multi-agent system: the script every design of a task is replaced by."""
+    """A fixed multi-agent system: the script every design of a task is replaced by. With ``per_domain`` the
+    script is the task domain's single-agent baseline (``Domain.solo_script``, eval's ``sa``), so one frozen
+    designer serves a math + code mixture (the ``sa+grpo`` recipe: ``rollout.frozen_designer: sa``)."""
 
     name: str
     script: str
+    per_domain: bool = False
+
+    def script_for(self, domain: str) -> str:
+        """The script a task of ``domain`` runs: ``script``, or the domain's ``solo_script``
+        (``per_domain``)."""
+        if not self.per_domain:
+            return self.script
+        from metaagent.domain import get_domain
+
+        solo = get_domain(domain).solo_script
+        if solo is None:
+            raise ValueError(
+                f"domain {domain!r} has no single-agent script (Domain.solo_script); "
+                f"frozen designer {SOLO_DESIGN!r} cannot run its tasks"
+            )
+        return solo
 
     @classmethod
     def resolve(cls, spec: str, templates: Sequence | None = None) -> FrozenDesign:
         """A template name from the bank, a fixed workflow (``metaagent/workflow/fixed_workflows``: the
-        seed systems' workflows, never shown to the designer), or a path to a script file."""
+        seed systems' workflows, never shown to the designer), a path to a script file, or :data:`SOLO_DESIGN`
+        (``sa``: each task domain's single-agent baseline script)."""
+        if spec == SOLO_DESIGN:
+            return cls(name=SOLO_DESIGN, script="", per_domain=True)
         path = Path(spec)
         if path.suffix == ".py" and path.is_file():
             return cls(name=f"file:{path}", script=path.read_text())
@@ -190,7 +215,7 @@ class RolloutEngine:
                 tree.timings["total_s"] = time.perf_counter() - t0
             return trees
         if frozen:
-            designs = [[self._frozen_design(frozen)] for _ in tasks]
+            designs = [[self._frozen_design(frozen, task.domain)] for task in tasks]
         else:
             designs = self._design(tasks, m, step, seed, designer_sampling)
         t_design = time.perf_counter() - t0
@@ -371,12 +396,13 @@ class RolloutEngine:
         structure = analyze_script(script) if report.ok else None
         return Design(index=index, source=source, sample=sample, script=script, check=report, structure=structure)
 
-    def _frozen_design(self, frozen: FrozenDesign) -> Design:
+    def _frozen_design(self, frozen: FrozenDesign, domain: str) -> Design:
         from metaagent.domain import domain_tool_names
         from metaagent.workflow import rules
 
         tools = rules.DEFAULT_TOOL_NAMES + domain_tool_names()
-        design = self._checked_design(0, f"frozen:{frozen.name}", None, f"```python\n{frozen.script}\n```", tools)
+        script = frozen.script_for(domain)
+        design = self._checked_design(0, f"frozen:{frozen.name}", None, f"```python\n{script}\n```", tools)
         if not design.valid:
             errors = "; ".join(str(e) for e in design.check.errors)
             raise ValueError(f"frozen design {frozen.name} does not pass the checker: {errors}")

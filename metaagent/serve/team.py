@@ -368,6 +368,11 @@ def frozen_preview(frozen: FrozenDesign) -> Design:
     """The fixed design as the engine will build it, checked once at start-up (a bad script fails there)."""
     from metaagent.workflow import analyze_script, check_script
 
+    if frozen.per_domain:
+        raise ValueError(
+            f"frozen designer {frozen.name!r} picks each task domain's own script (training and eval only); "
+            "metaagent-serve needs one fixed script: name a template or a script file"
+        )
     report = check_script(frozen.script)
     if not report.ok:
         errors = "; ".join(str(e) for e in report.errors)

@@ -57,6 +57,35 @@ def test_cli_tiny_model(tmp_path, capsys):
     _check(out, _eval(out, "tiny", 8), "tiny", capsys)
 
 
+def test_cli_tiny_model_with_the_equal_compute_baselines(tmp_path, capsys):
+    """sa@2, sa@auto, fixed:pot and best-per-domain (chosen on bundled:val) beside sa and auto, end to end
+    with the
+    tiny model: every method scored on every task, the compute columns filled, best-per-domain's choice
+    printed."""
+    out = tmp_path / "baselines"
+    main(
+        [
+            "--model", "tiny",
+            "--methods", "sa", "sa@2", "sa@auto", "fixed:pot", "best-per-domain", "auto",
+            "--benchmarks", "bundled:test/math",
+            "--limit", "2", "--n", "1",
+            "--designer-max-tokens", "8", "--executor-max-tokens", "8",
+            "--sandbox-workers", "2", "--bootstrap", "100", "--no-html",
+            "--out", str(out),
+        ]
+    )  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    entries = results["cells"]["tiny"]["benchmarks"]["bundled:test/math"]
+    assert list(entries) == ["sa", "sa@2", "fixed:pot", "auto", "sa@auto", "best-per-domain"]
+    assert all(e["tasks"] == 2 and e["complete"] for e in entries.values())
+    assert entries["sa@2"]["budget"]["agent_calls_per_sample"] == 2.0  # one answer from two executions
+    assert entries["sa@auto"]["k"] >= 1 and entries["sa@auto"]["k_from"] == "auto"
+    assert entries["best-per-domain"]["selection"]["math"]["chosen"] in ("sa", "fixed:pot")
+    table = (out / "table.md").read_text()
+    assert "| tiny | sa@auto (k=" in table and "exec calls/sample" in table and "## best-per-domain" in table
+    capsys.readouterr()
+
+
 @pytest.mark.slow
 def test_cli_embedded_model(tmp_path, capsys):
     out = tmp_path / "embedded"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from metaagent.eval.matrix import cell, cross_fitted_oracle, mixture, oracle, pattern_share
+from metaagent.eval.matrix import cell, compute, cross_fitted_oracle, mixture, oracle, pattern_share
 from metaagent.eval.scoring import TaskScore
 from metaagent.records import RolloutTree
 
@@ -30,7 +30,17 @@ def test_oracle_is_the_best_candidate_and_never_auto():
     assert oracle(m, "a", k=4) == "fixed:tool" and oracle(m, "b", k=4) == "sa"
     c = cell(m["a", "fixed:tool"], k=4)
     assert c["tasks"] == 20 and c["mean"] == pytest.approx(0.8) and c["ci95"][0] < 0.8 < c["ci95"][1]
-    assert cell(m["a", "sa"], k=1) == {"tasks": 0, "mean": None, "ci95": None}  # no avg@1 recorded
+    empty = cell(m["a", "sa"], k=1)  # no avg@1 recorded
+    assert (empty["tasks"], empty["mean"], empty["ci95"]) == (0, None, None)
+
+
+def test_cells_carry_the_compute_per_sample():
+    scores = [
+        TaskScore("t0", "math", 2, 1, 2, 0, avg={2: 0.5}, tokens=30, agent_calls=4, sampled_designs=2),
+        TaskScore("t1", "math", 2, 2, 2, 0, avg={2: 1.0}, tokens=10, agent_calls=2, sampled_designs=2),
+    ]
+    assert cell(scores, k=2)["compute"] == {"executor_calls": 1.5, "designer_calls": 1.0, "tokens": 10.0}
+    assert compute([]) == {"executor_calls": None, "designer_calls": None, "tokens": None}
 
 
 def test_mixture_oracle_beats_the_best_single_method_and_auto_is_not_a_single_method():
