@@ -20,7 +20,7 @@ import importlib
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,9 +113,6 @@ class Domain:
     runs_code: bool = False
     #: the final answer is a ``\boxed{}`` value checked against a gold ``answer`` (distillation's boxed examples)
     boxed_answer: bool = False
-    #: this domain's share of a training batch given ``data.math_fraction`` f (math: f, code: 1 - f); None: drawn
-    #: only when no domain of the data has a share (then every domain of the data alike)
-    batch_share: Callable[[float], float] | None = None
     #: ``metaagent-serve`` accepts a request naming this domain (its text alone is a whole task)
     served: bool = False
     #: serve's guess for a request without a domain: True when the text is a task of this domain
@@ -202,18 +199,6 @@ def guess_domain(text: str) -> str:
     if len(fallback) != 1:
         raise DomainError(f"exactly one served domain must set guess_default, found {fallback}")
     return fallback[0]
-
-
-def batch_ratio(math_fraction: float, present: Iterable[str]) -> dict[str, float]:
-    """Each domain's share of a training batch: ``Domain.batch_share(math_fraction)`` of the domains in
-    ``present`` whose share is positive; when none has one, every domain in ``present`` alike."""
-    present = sorted(set(present))
-    ratio = {}
-    for name in present:
-        share = get_domain(name).batch_share
-        if share is not None and share(math_fraction) > 0:
-            ratio[name] = share(math_fraction)
-    return ratio or {name: 1.0 for name in present}
 
 
 def domain_tool_names() -> tuple[str, ...]:

@@ -101,7 +101,6 @@ CODE = register_domain(
         "submit(solver(task))\n",
         template_twins=TEMPLATE_TWINS,
         runs_code=True,
-        batch_share=lambda math_fraction: 1.0 - math_fraction,
         served=True,
         looks_like=looks_like,
     )

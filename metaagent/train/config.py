@@ -6,6 +6,8 @@ command line as ``section.field=value`` (e.g. ``rollout.m_designs=4``).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -31,6 +33,8 @@ from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
 from metaagent.train.verl_backend.config import VerlConfig
 
 from .schedule import MODES
+
+log = logging.getLogger(__name__)
 
 WEIGHTS = ("shared", "separate")
 TRAIN_BACKENDS = ("local", "verl")
@@ -127,13 +131,30 @@ class DataConfig(Checked):
     # validation datasets (trainer.val_every), same form as data.train
     val: list[dict[str, Any]] = field(default_factory=lambda: [{"source": "bundled", "split": "val"}])
     batch_size: PositiveInt = 8  # tasks per training step (paper: 8)
-    # share of a batch's tasks drawn from math when the data holds math and code (paper: 0.5)
-    math_fraction: Annotated[float, Field(ge=0, le=1)] = 0.5
+    # domain -> weight of a training batch's tasks, e.g. {math: 3, code: 1}; {} = every loaded domain alike
+    # (the paper's half math, half code). A loaded domain with weight 0 is refused (data.mixture.batch_shares)
+    mix: dict[str, Annotated[float, Field(ge=0)]] = field(default_factory=dict)
+    # deprecated alias of data.mix = {math: f, code: 1 - f} (over the loaded domains); null = data.mix decides
+    math_fraction: Annotated[float, Field(ge=0, le=1)] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.train:
             raise ConfigError("data.train must list at least one dataset, e.g. [{source: bundled, split: train}]")
+        if self.math_fraction is not None and self.mix:
+            raise ConfigError(
+                "data.math_fraction is a deprecated alias of data.mix; give only data.mix, "
+                "e.g. {math: 1, code: 1}"
+            )
+
+    def batch_mix(self, loaded: Iterable[str]) -> dict[str, float]:
+        """``data.mix``, or the deprecated ``math_fraction`` f as ``{math: f, code: 1 - f}`` over the
+        ``loaded`` domains (a loaded domain it gives no weight is refused like one data.mix leaves out)."""
+        if self.math_fraction is None:
+            return dict(self.mix)
+        f = self.math_fraction
+        log.warning("data.math_fraction=%s is deprecated: use data.mix={math: %s, code: %s}", f, f, 1 - f)
+        return {d: w for d, w in (("math", f), ("code", 1.0 - f)) if d in set(loaded)}
 
 
 @dataclass
