@@ -101,6 +101,11 @@ CODE = register_domain(
         "submit(solver(task))\n",
         template_twins=TEMPLATE_TWINS,
         runs_code=True,
+        row_fields=(
+            ("tests", "tests"), ("public_tests", "metadata.public_tests"), ("fn_name", "metadata.fn_name"),
+            ("starter_code", "metadata.starter_code"), ("time_limit_s", "metadata.time_limit_s"),
+            ("memory_limit_bytes", "metadata.memory_limit_bytes"),
+        ),  # fmt: skip
         served=True,
         looks_like=looks_like,
     )

@@ -39,8 +39,12 @@ class EvalConfig(Checked):
 
     # methods side by side: sa, auto, fixed:<template> (e.g. fixed:reflection)
     methods: list[str] = field(default_factory=lambda: ["sa", "auto"])
-    # benchmarks: NAME[:split][@local file or dir], e.g. bundled:test, humaneval, aime24@aime.jsonl
+    # benchmarks: NAME[:split][@local file or dir] or file:PATH (your own tasks), e.g. bundled:test, humaneval,
+    # aime24@aime.jsonl, file:tasks.jsonl
     benchmarks: list[str] = field(default_factory=lambda: ["bundled:test"])
+    # domain -> "module:function": a plain Python reward(task, answer) -> float in [0, 1] as that domain's
+    # R_correct instead of its scorer (as training's data.rewards; docs/guide/own-tasks.md)
+    rewards: dict[str, str] = field(default_factory=dict)
     # models, each evaluated as designer and executor: alias (embedded, embedded-sft, tiny), local HF
     # directory, or served model name (openai backend)
     models: list[str] = field(default_factory=lambda: ["embedded"])

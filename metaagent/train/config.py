@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError, load_config, parse_sections, to_dict
 from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
@@ -122,18 +122,35 @@ class PolicyConfig(Checked):
         return self.model
 
 
+def dataset_specs(value: Any) -> Any:
+    """``data.train`` / ``data.val`` as given: a task file's path (``--data.train tasks.jsonl``, or
+    ``file:tasks.jsonl``) stands for ``{source: file, path: ...}`` (:mod:`metaagent.data.files`), alone or as
+    an item of the list."""
+    if isinstance(value, (str, dict)):
+        value = [value]
+    if isinstance(value, list):
+        return [{"source": "file", "path": v.removeprefix("file:")} if isinstance(v, str) else v for v in value]
+    return value
+
+
+DatasetSpecs = Annotated[list[dict[str, Any]], BeforeValidator(dataset_specs)]
+
+
 @dataclass
 class DataConfig(Checked):
     """Training/validation tasks and the per-batch domain mixture (paper: batch 8, half math, half code)."""
 
-    # training datasets (metaagent.data.DatasetSpec mappings: source, split, limit, ...)
-    train: list[dict[str, Any]] = field(default_factory=lambda: [{"source": "bundled", "split": "train"}])
+    # training datasets: metaagent.data.DatasetSpec mappings (source, split, limit, ...) or a task file's path
+    train: DatasetSpecs = field(default_factory=lambda: [{"source": "bundled", "split": "train"}])
     # validation datasets (trainer.val_every), same form as data.train
-    val: list[dict[str, Any]] = field(default_factory=lambda: [{"source": "bundled", "split": "val"}])
+    val: DatasetSpecs = field(default_factory=lambda: [{"source": "bundled", "split": "val"}])
     batch_size: PositiveInt = 8  # tasks per training step (paper: 8)
     # domain -> weight of a training batch's tasks, e.g. {math: 3, code: 1}; {} = every loaded domain alike
     # (the paper's half math, half code). A loaded domain with weight 0 is refused (data.mixture.batch_shares)
     mix: dict[str, Annotated[float, Field(ge=0)]] = field(default_factory=dict)
+    # domain -> "module:function": a plain Python reward(task, answer) -> float in [0, 1] as that domain's
+    # R_correct instead of its scorer (metaagent.domain.register_reward; docs/guide/own-tasks.md)
+    rewards: dict[str, str] = field(default_factory=dict)
     # deprecated alias of data.mix = {math: f, code: 1 - f} (over the loaded domains); null = data.mix decides
     math_fraction: Annotated[float, Field(ge=0, le=1)] | None = None
 

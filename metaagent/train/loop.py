@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from metaagent import __version__
-from metaagent.domain import get_domain
+from metaagent.domain import get_domain, use_rewards
 from metaagent.errors import MetaAgentError
 from metaagent.learn.metrics import MetricsLogger, cuda_peak_mib
 from metaagent.learn.trackers import step_samples
@@ -180,6 +180,7 @@ class TrainLoop:
 
         cfg = self.config
         check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
+        use_rewards(cfg.data.rewards)  # data.rewards: each domain's own reward(task, answer), before any scoring
         self.run_dir = Path(cfg.trainer.out)
         if not resume and (self.run_dir / "run.json").is_file():
             self._move_aside_previous_run()
