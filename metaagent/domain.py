@@ -118,8 +118,8 @@ class Domain:
     #: the final answer is a ``\boxed{}`` value checked against a gold ``answer`` (distillation's boxed examples)
     boxed_answer: bool = False
     #: a task file's row fields for this domain (docs/guide/own-tasks.md: ``{"question", "answer"}`` for an
-    #: answer domain) -> where each goes in the Task: ``answer``, ``tests`` or ``metadata.<key>``; the first is
-    #: the reference a row must carry (:mod:`metaagent.data.files`)
+    #: answer domain) -> where each goes in the Task: ``answer``, ``tests`` or ``metadata.<key>``; the first
+    #: is the reference a row must carry (:mod:`metaagent.data.files`)
     row_fields: tuple[tuple[str, str], ...] = (("answer", "answer"),)
     #: ``metaagent-serve`` accepts a request naming this domain (its text alone is a whole task)
     served: bool = False
@@ -203,11 +203,13 @@ def reward_verdict(domain: str, fn: RewardFn, task: Task, answer: str | None) ->
     try:
         value = fn(task, answer or "")
     except Exception as e:  # noqa: BLE001 - the user's code: recorded and counted
-        return Verdict(None, details, (), "task_reward", f"reward {name} of {domain} raised {type(e).__name__}: {e}")
+        error = f"reward {name} of {domain} raised {type(e).__name__}: {e}"
+        return Verdict(None, details, (), "task_reward", error)
     if isinstance(value, bool):
         value = float(value)
     if not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
-        return Verdict(None, details, (), "task_reward", f"reward {name} returned {value!r}; it must be in [0, 1]")
+        error = f"reward {name} returned {value!r}; it must be a number in [0, 1]"
+        return Verdict(None, details, (), "task_reward", error)
     details["task_reward"]["value"] = float(value)
     return Verdict(float(value), details)
 

@@ -1,15 +1,16 @@
 """Your own tasks: a JSONL file, one task a line (the guide: docs/guide/own-tasks.md).
 
 Every row is a JSON object with a non-empty ``question`` and its domain's reference: ``{"question": ...,
-"answer": ...}`` for an answer domain (math, qa, or a plugin such as ``arith``), ``"tests"`` for code, ``"env"``
-for plan. Optional on every row: ``id`` (default ``<file stem>-<line>``), ``domain`` (default the spec's
-``domain``, else ``math``), ``split`` (a row without one belongs to every split), ``source`` and ``metadata``.
-The further fields a domain accepts, and where each lands in the :class:`~metaagent.data.tasks.Task`, are the
-domain's own (``Domain.row_fields``: code's ``public_tests``, ``fn_name``, ``starter_code``; qa's ``answers``,
-``corpus``).
+"answer": ...}`` for an answer domain (math, qa, or a plugin such as ``arith``), ``"tests"`` for code,
+``"env"`` for plan. Optional on every row: ``id`` (default ``<file stem>-<line>``), ``domain`` (default the
+spec's ``domain``, else ``math``), ``split`` (a row without one belongs to every split), ``source`` and
+``metadata``. The further fields a domain accepts, and where each lands in the
+:class:`~metaagent.data.tasks.Task`, are the domain's own (``Domain.row_fields``: code's ``public_tests``,
+``fn_name``, ``starter_code``; qa's ``answers``, ``corpus``).
 
-A row that does not fit is one :class:`~metaagent.data.errors.DataError` line naming the file, the line number and
-the field (an empty file, a line that is not JSON, an unknown field, a missing reference, malformed tests).
+A row that does not fit is one :class:`~metaagent.data.errors.DataError` line naming the file, the line
+number and the field (an empty file, a line that is not JSON, an unknown field, a missing reference,
+malformed tests).
 """
 
 from __future__ import annotations
@@ -29,11 +30,23 @@ from .tasks import Task, TaskError
 if TYPE_CHECKING:
     from .loaders import DatasetSpec
 
-SOURCE = "file"  # the data source of a task file: data.train=[{source: file, path: ...}], --benchmarks file:PATH
+SOURCE = (
+    "file"  # the data source of a task file: data.train=[{source: file, path: ...}], --benchmarks file:PATH
+)
 DEFAULT_DOMAIN = "math"  # the domain of a row without one when the spec names none
-COMMON_FIELDS = ("id", "domain", "question", "split", "source", "metadata")  # every domain's rows may carry them
+COMMON_FIELDS = (
+    "id",
+    "domain",
+    "question",
+    "split",
+    "source",
+    "metadata",
+)  # every domain's rows may carry them
 SUFFIXES = (".jsonl", ".json")
-TEST_TARGETS = ("tests", "metadata.public_tests")  # code tests a row gives in any accepted form, checked on load
+TEST_TARGETS = (
+    "tests",
+    "metadata.public_tests",
+)  # code tests a row gives in any accepted form, checked on load
 EXAMPLE = '{"question": "What is 2 + 3?", "answer": "5"}'
 
 Row = tuple[str, int, Any]  # (file, line number, the parsed JSON value)

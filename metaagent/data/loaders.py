@@ -120,7 +120,7 @@ SOURCES: dict[str, Source] = {
         ),
         Source(
             files.SOURCE, "any", None, "all", files.as_task,
-            note="your own tasks: a .jsonl file, one task a line (metaagent.data.files, docs/guide/own-tasks.md)",
+            note="your own tasks: a .jsonl file, one task a line (metaagent.data.files)",
         ),
     )
 }
@@ -165,7 +165,7 @@ class DatasetSpec:
         if self.path is not None and not Path(self.path).exists():
             raise DataError(f"dataset file {self.path!r} does not exist")
         if self.source == files.SOURCE and self.path is None:
-            raise DataError(f"source {files.SOURCE!r} needs the task file's path, e.g. {{source: file, path: t.jsonl}}")
+            raise DataError(f"source {files.SOURCE!r} needs a task file: {{source: file, path: tasks.jsonl}}")
 
     @property
     def info(self) -> Source:

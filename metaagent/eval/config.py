@@ -39,8 +39,8 @@ class EvalConfig(Checked):
 
     # methods side by side: sa, auto, fixed:<template> (e.g. fixed:reflection)
     methods: list[str] = field(default_factory=lambda: ["sa", "auto"])
-    # benchmarks: NAME[:split][@local file or dir] or file:PATH (your own tasks), e.g. bundled:test, humaneval,
-    # aime24@aime.jsonl, file:tasks.jsonl
+    # benchmarks: NAME[:split][@local file or dir] or file:PATH (your own tasks), e.g. bundled:test,
+    # humaneval, aime24@aime.jsonl, file:tasks.jsonl
     benchmarks: list[str] = field(default_factory=lambda: ["bundled:test"])
     # domain -> "module:function": a plain Python reward(task, answer) -> float in [0, 1] as that domain's
     # R_correct instead of its scorer (as training's data.rewards; docs/guide/own-tasks.md)

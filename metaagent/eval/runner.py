@@ -157,7 +157,7 @@ class Evaluation:
         from metaagent.execution.isolation import ExecutionConfig, for_config
 
         self.config = cfg = config
-        use_rewards(cfg.rewards)  # --rewards: each domain's own reward(task, answer) function, before any scoring
+        use_rewards(cfg.rewards)  # --rewards: each domain's own reward(task, answer), before any scoring
         self.isolation = for_config(ExecutionConfig(cfg.isolation), purpose="eval")
         self.observer = observer or EvalObserver()
         self.templates = load_templates()

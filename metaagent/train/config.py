@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveFloat, Posi
 
 from metaagent.config import Checked, ConfigError, load_config, parse_sections, to_dict
 from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
+from metaagent.data.files import SOURCE as FILE_SOURCE
 from metaagent.execution.isolation import ExecutionConfig
 from metaagent.learn.optim import (  # noqa: F401
     DEFAULT_TIS_CAP,
@@ -129,7 +130,9 @@ def dataset_specs(value: Any) -> Any:
     if isinstance(value, (str, dict)):
         value = [value]
     if isinstance(value, list):
-        return [{"source": "file", "path": v.removeprefix("file:")} if isinstance(v, str) else v for v in value]
+        prefix = f"{FILE_SOURCE}:"
+        return [{"source": FILE_SOURCE, "path": v.removeprefix(prefix)} if isinstance(v, str) else v
+                for v in value]  # fmt: skip
     return value
 
 

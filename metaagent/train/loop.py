@@ -180,7 +180,7 @@ class TrainLoop:
 
         cfg = self.config
         check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
-        use_rewards(cfg.data.rewards)  # data.rewards: each domain's own reward(task, answer), before any scoring
+        use_rewards(cfg.data.rewards)  # data.rewards: each domain's reward(task, answer), before any scoring
         self.run_dir = Path(cfg.trainer.out)
         if not resume and (self.run_dir / "run.json").is_file():
             self._move_aside_previous_run()

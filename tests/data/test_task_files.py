@@ -1,6 +1,7 @@
-"""Your own tasks: a JSONL task file per domain (metaagent/data/files.py), its one-line schema errors naming file,
-line and field, ``--data.train FILE`` and ``--benchmarks file:PATH``, and a plain reward function registered for a
-domain (metaagent.domain.register_reward) scoring R_correct, its failures counted as errors, never a 0."""
+"""Your own tasks: a JSONL task file per domain (metaagent/data/files.py), its one-line schema errors naming
+file, line and field, ``--data.train FILE`` and ``--benchmarks file:PATH``, and a plain reward function
+registered for a domain (metaagent.domain.register_reward) scoring R_correct, its failures counted as errors,
+never a 0."""
 
 from __future__ import annotations
 
@@ -29,18 +30,39 @@ def test_question_and_answer_rows_are_math_tasks_and_each_domain_takes_its_own_f
         {"question": "What is 2 + 3?", "answer": 5},
         "",
         {"question": "Capital of France?", "domain": "qa", "answers": ["Paris", "paris"], "id": "fr"},
-        {"question": "Add a and b.", "domain": "code", "tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]},
-         "public_tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]}, "split": "val"},
-    )  # fmt: skip
+        {
+            "question": "Add a and b.",
+            "domain": "code",
+            "tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]},
+            "public_tests": {"inputs": ["1 2\n"], "outputs": ["3\n"]},
+            "split": "val",
+        },
+    )
     math, qa, code = load_tasks({"source": "file", "path": str(path)})
-    assert (math.id, math.domain, math.answer, math.split, math.source) == ("tasks-1", "math", "5", "train", "file")
+    assert (math.id, math.domain, math.answer, math.split, math.source) == (
+        "tasks-1",
+        "math",
+        "5",
+        "train",
+        "file",
+    )
     assert (qa.id, qa.domain, qa.answer, qa.metadata["answers"]) == ("fr", "qa", None, ["Paris", "paris"])
     assert code.domain == "code" and code.tests["inputs"] == ["1 2\n"] and code.split == "val"
     assert code.metadata["public_tests"] == code.tests  # both normalised (metaagent.execution.code_tests)
-    assert [t.id for t in load_tasks({"source": "file", "path": str(path), "split": "val"})] == ["tasks-1", "fr", code.id]
-    assert [t.id for t in load_tasks({"source": "file", "path": str(path), "split": "train"})] == ["tasks-1", "fr"]
+    assert [t.id for t in load_tasks({"source": "file", "path": str(path), "split": "val"})] == [
+        "tasks-1",
+        "fr",
+        code.id,
+    ]
+    assert [t.id for t in load_tasks({"source": "file", "path": str(path), "split": "train"})] == [
+        "tasks-1",
+        "fr",
+    ]
     # the spec's domain is the domain of rows without one, and keeps only that domain's rows
-    assert [t.domain for t in load_tasks({"source": "file", "path": str(path), "domain": "qa"})] == ["qa", "qa"]
+    assert [t.domain for t in load_tasks({"source": "file", "path": str(path), "domain": "qa"})] == [
+        "qa",
+        "qa",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -51,17 +73,40 @@ def test_question_and_answer_rows_are_math_tasks_and_each_domain_takes_its_own_f
         (['{"question": "q", "answer": "1"}', "{oops"], r"tasks.jsonl line 2: not valid JSON"),
         (["[1, 2]"], r"tasks.jsonl line 1: a task is a JSON object, got list"),
         (['{"question": "What?"}'], r"tasks.jsonl line 1: field 'answer': a math task needs a gold 'answer'"),
-        (['{"question": "", "answer": "1"}'], r"tasks.jsonl line 1: field 'question' must be a non-empty string"),
-        (['{"question": "q", "answer": [1]}'], r"tasks.jsonl line 1: field 'answer' must be a string or a number"),
-        (['{"question": "q", "gold": "1"}'], r"tasks.jsonl line 1: unknown field 'gold' for a math task; allowed: id,"),
-        (['{"question": "q", "answer": "1", "domain": "poetry"}'], r"line 1: field 'domain': unknown domain 'poetry'"),
-        (['{"question": "q", "domain": "code"}'], r"tasks.jsonl line 1: field 'tests': a code task needs 'tests'"),
-        (['{"question": "q", "domain": "code", "tests": {"x": 1}}'], r"line 1: field 'tests': unrecognised tests"),
-        (['{"question": "q", "answer": "1", "metadata": 3}'], r"line 1: field 'metadata' must be a JSON object"),
-        (['{"question": "a", "answer": "1", "id": "x"}', '{"question": "b", "answer": "2", "id": "x"}'],
-         r"tasks.jsonl line 2: field 'id': 'x' is already the id of line 1"),
+        (
+            ['{"question": "", "answer": "1"}'],
+            r"tasks.jsonl line 1: field 'question' must be a non-empty string",
+        ),
+        (
+            ['{"question": "q", "answer": [1]}'],
+            r"tasks.jsonl line 1: field 'answer' must be a string or a number",
+        ),
+        (
+            ['{"question": "q", "gold": "1"}'],
+            r"tasks.jsonl line 1: unknown field 'gold' for a math task; allowed: id,",
+        ),
+        (
+            ['{"question": "q", "answer": "1", "domain": "poetry"}'],
+            r"line 1: field 'domain': unknown domain 'poetry'",
+        ),
+        (
+            ['{"question": "q", "domain": "code"}'],
+            r"tasks.jsonl line 1: field 'tests': a code task needs 'tests'",
+        ),
+        (
+            ['{"question": "q", "domain": "code", "tests": {"x": 1}}'],
+            r"line 1: field 'tests': unrecognised tests",
+        ),
+        (
+            ['{"question": "q", "answer": "1", "metadata": 3}'],
+            r"line 1: field 'metadata' must be a JSON object",
+        ),
+        (
+            ['{"question": "a", "answer": "1", "id": "x"}', '{"question": "b", "answer": "2", "id": "x"}'],
+            r"tasks.jsonl line 2: field 'id': 'x' is already the id of line 1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_row_that_does_not_fit_is_one_line_naming_file_line_and_field(tmp_path, lines, message):
     path = write(tmp_path, *lines)
     with pytest.raises(DataError, match=message) as err:
@@ -75,29 +120,42 @@ def test_data_train_and_val_take_a_task_file_path(tmp_path):
 
     path = write(tmp_path, {"question": "What is 2 + 3?", "answer": "5"})
     for argv in (["--data.train", str(path)], [f"data.train=file:{path}"], [f"data.train=[{path}]"]):
-        cfg = resolve_config(build_parser().parse_intermixed_args(["--config", "tiny", *argv, "--data.val", str(path)]))
+        cfg = resolve_config(
+            build_parser().parse_intermixed_args(["--config", "tiny", *argv, "--data.val", str(path)])
+        )
         assert cfg.data.train == cfg.data.val == [{"source": "file", "path": str(path)}]
         assert [t.id for t in train_tasks(cfg.data.train)] == ["tasks-1"]
     with pytest.raises(DataError, match="dataset file 'missing.jsonl' does not exist"):
-        train_tasks(resolve_config(build_parser().parse_intermixed_args(["--data.train", "missing.jsonl"])).data.train)
+        train_tasks(
+            resolve_config(build_parser().parse_intermixed_args(["--data.train", "missing.jsonl"])).data.train
+        )
 
 
 def test_benchmarks_take_a_task_file(tmp_path):
     from metaagent.eval.benchmarks import benchmark_tasks, parse_benchmark
     from metaagent.eval.errors import EvalError
 
-    path = write(tmp_path, {"question": "What is 2 + 3?", "answer": "5"}, {"question": "1 + 1?", "answer": "2", "split": "x"},
-                 {"question": "2 + 2?", "answer": "4", "split": "test"})  # fmt: skip
+    path = write(
+        tmp_path,
+        {"question": "What is 2 + 3?", "answer": "5"},
+        {"question": "1 + 1?", "answer": "2", "split": "x"},
+        {"question": "2 + 2?", "answer": "4", "split": "test"},
+    )
     bench = parse_benchmark(f"file:{path}")
     assert bench.label == "file:tasks.jsonl" and len(benchmark_tasks(bench)) == 3
-    assert [t.id for t in benchmark_tasks(parse_benchmark(f"file:{path}", split="test"))] == ["tasks-1", "tasks-3"]
+    assert [t.id for t in benchmark_tasks(parse_benchmark(f"file:{path}", split="test"))] == [
+        "tasks-1",
+        "tasks-3",
+    ]
     with pytest.raises(EvalError, match=r"benchmark file:nope.jsonl: no such file"):
         parse_benchmark("file:nope.jsonl")
-    with pytest.raises(EvalError, match=rf"benchmark file:empty.jsonl: {re.escape(str(tmp_path))}.*the file is empty"):
+    with pytest.raises(
+        EvalError, match=rf"benchmark file:empty.jsonl: {re.escape(str(tmp_path))}.*the file is empty"
+    ):
         benchmark_tasks(parse_benchmark(f"file:{write(tmp_path, name='empty.jsonl')}"))
 
 
-# ---- a reward function registered for a domain --------------------------------------------------------------
+# ---- a reward function registered for a domain ----------------------------------------------------------
 
 
 @pytest.fixture
@@ -111,9 +169,18 @@ def rewards():
 
 def _execution(answer: str) -> Execution:
     turn = AgentTurn(
-        index=0, role="Solver", system_prompt="", messages=[], response=f"<delivery>{answer}</delivery>",
-        delivery=answer, prompt_ids=[], response_ids=[], logprobs=None, finish_reason="stop", model="m",
-    )  # fmt: skip
+        index=0,
+        role="Solver",
+        system_prompt="",
+        messages=[],
+        response=f"<delivery>{answer}</delivery>",
+        delivery=answer,
+        prompt_ids=[],
+        response_ids=[],
+        logprobs=None,
+        finish_reason="stop",
+        model="m",
+    )
     return Execution(index=0, status="ok", answer=answer, submitted=True, turns=[turn])
 
 
@@ -129,13 +196,20 @@ def test_a_registered_reward_is_the_domains_r_correct_and_its_failures_are_count
         return 0.5 if "5" in answer else 0.0
 
     assert rewards.get("math") is half_for_five
-    right, wrong = score_execution(TASK, _execution("It is 5")), score_execution(TASK, _execution("It is \\boxed{6}"))
+    right, wrong = (
+        score_execution(TASK, _execution("It is 5")),
+        score_execution(TASK, _execution("It is \\boxed{6}")),
+    )
     assert seen == [("t", "It is 5"), ("t", "It is \\boxed{6}")]
     assert right.correct == 0.5 and right.total == pytest.approx(0.5 + 0.4 * right.format)
     assert wrong.correct == 0.0 and wrong.error is None and wrong.details["task_reward"]["value"] == 0.0
     rewards._table.clear()
-    for value, match in ((1.5, r"returned 1.5; it must be in \[0, 1\]"), ("1", r"returned '1'"),
-                         (float("nan"), "returned nan"), (ZeroDivisionError("boom"), "raised ZeroDivisionError: boom")):  # fmt: skip
+    for value, match in (
+        (1.5, r"returned 1.5; it must be a number in \[0, 1\]"),
+        ("1", r"returned '1'"),
+        (float("nan"), "returned nan"),
+        (ZeroDivisionError("boom"), "raised ZeroDivisionError: boom"),
+    ):
         rewards._table.clear()
 
         def broken(task, answer, value=value):
@@ -150,14 +224,20 @@ def test_a_registered_reward_is_the_domains_r_correct_and_its_failures_are_count
 
 
 def test_rewards_load_from_a_module_function_spec(tmp_path, rewards, monkeypatch):
-    (tmp_path / "my_rewards.py").write_text("def exact(task, answer):\n    return float(answer == task.answer)\n")
+    (tmp_path / "my_rewards.py").write_text(
+        "def exact(task, answer):\n    return float(answer == task.answer)\n"
+    )
     monkeypatch.chdir(tmp_path)
     use_rewards({"math": "my_rewards.py:exact"})
     use_rewards({"math": "my_rewards.py:exact"})  # the same function again: one registration
     assert score_execution(TASK, _execution("5")).correct == 1.0
     assert load_reward("metaagent.domain:text_key") is domain_registry.text_key
-    for spec, match in (("exact", "must look like module:function"), ("nope.py:f", "cannot import 'nope.py'"),
-                        ("my_rewards.py:missing", "has no 'missing'"), ("metaagent.domain:MAX_KEY_CHARS", "not a function")):  # fmt: skip
+    for spec, match in (
+        ("exact", "must look like module:function"),
+        ("nope.py:f", "cannot import 'nope.py'"),
+        ("my_rewards.py:missing", "has no 'missing'"),
+        ("metaagent.domain:MAX_KEY_CHARS", "not a function"),
+    ):
         with pytest.raises(DomainError, match=match):
             load_reward(spec)
     with pytest.raises(DomainError, match="unknown domain 'poetry'"):
