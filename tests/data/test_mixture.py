@@ -125,6 +125,7 @@ def arith(monkeypatch):
 
     import metaagent.domain as registry
 
+    registry.domains()  # the built-ins first, so the restored registry keeps them (imported once)
     saved, loaded = dict(registry._DOMAINS), set(registry._loaded)
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "domains"))
     monkeypatch.setenv(registry.PLUGINS_ENV, "arith_domain")
