@@ -1,5 +1,5 @@
-"""``data.mix`` through ``train-metaagent``: a task file of math, arith (the one-file plugin domain) and qa tasks
-trains with every domain in every batch, ``data/drawn/<domain>`` logged at each step; a mix that leaves a
+"""``data.mix`` through ``train-metaagent``: a task file of math, arith (the one-file plugin domain) and qa
+tasks trains with every domain in every batch, ``data/drawn/<domain>`` logged at each step; a mix that leaves a
 loaded domain out stops the run before it starts, one line naming the domain."""
 
 from __future__ import annotations
@@ -76,5 +76,5 @@ def test_math_arith_and_qa_are_drawn_alike_and_logged_every_step(arith, tmp_path
 def test_a_mix_without_a_loaded_domain_stops_the_run_naming_it(arith, tmp_path, capsys):
     assert train(tmp_path, "--data.mix", "{math: 1, arith: 1}") == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("train-metaagent: data.mix gives domain(s) ['qa'] share 0, but data.train loaded 2 qa")
+    assert err.startswith("train-metaagent: data.mix gives domain(s) ['qa'] share 0, but data.train loaded 2")
     assert len(err.splitlines()) == 1 and not (tmp_path / "run" / "metrics.jsonl").exists()
