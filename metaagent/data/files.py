@@ -42,7 +42,7 @@ COMMON_FIELDS = (
     "source",
     "metadata",
 )  # every domain's rows may carry them
-SUFFIXES = (".jsonl", ".json")
+SUFFIXES = (".jsonl",)  # one JSON object a line (a pretty-printed .json array is not one)
 TEST_TARGETS = (
     "tests",
     "metadata.public_tests",

@@ -29,6 +29,7 @@ IDENTITY_FIELDS = (
     "dtype",
     "role_models",
     "swap_roles",
+    "rewards",  # each domain's own reward function (--rewards) scores the samples
 )
 
 

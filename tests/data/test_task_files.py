@@ -114,6 +114,17 @@ def test_a_row_that_does_not_fit_is_one_line_naming_file_line_and_field(tmp_path
     assert "\n" not in str(err.value) and str(path) in str(err.value)
 
 
+def test_a_task_file_is_jsonl_and_the_file_source_needs_a_path(tmp_path):
+    with pytest.raises(
+        DataError, match=r"tasks.json: a task file is one .jsonl file, one JSON object a line"
+    ):
+        load_tasks({"source": "file", "path": str(write(tmp_path, "[]", name="tasks.json"))})
+    with pytest.raises(
+        DataError, match=r"source 'file' needs a task file: \{source: file, path: tasks.jsonl\}"
+    ):
+        load_tasks({"source": "file"})
+
+
 def test_data_train_and_val_take_a_task_file_path(tmp_path):
     from metaagent.cli.train import build_parser, resolve_config
     from metaagent.train.loop import load_tasks as train_tasks
@@ -133,6 +144,7 @@ def test_data_train_and_val_take_a_task_file_path(tmp_path):
 
 def test_benchmarks_take_a_task_file(tmp_path):
     from metaagent.eval.benchmarks import benchmark_tasks, parse_benchmark
+    from metaagent.eval.config import EvalConfig
     from metaagent.eval.errors import EvalError
 
     path = write(
@@ -142,6 +154,7 @@ def test_benchmarks_take_a_task_file(tmp_path):
         {"question": "2 + 2?", "answer": "4", "split": "test"},
     )
     bench = parse_benchmark(f"file:{path}")
+    assert "rewards" in EvalConfig().identity()  # a results directory resumes only under the same rewards
     assert bench.label == "file:tasks.jsonl" and len(benchmark_tasks(bench)) == 3
     assert [t.id for t in benchmark_tasks(parse_benchmark(f"file:{path}", split="test"))] == [
         "tasks-1",
