@@ -11,6 +11,10 @@ name, the way a plugin is found: a lower room never imports it) and the modules 
 variable :data:`PLUGINS_ENV` (comma-separated, e.g. ``METAAGENT_DOMAINS=mypkg.arith``), whose import registers
 more. To add a domain: write a module that calls ``register_domain(Domain(name=..., ...))`` and import it before
 the tasks are built, or name it in ``METAAGENT_DOMAINS`` so every command (``train-metaagent``, ...) loads it.
+
+A domain's R_correct can also be a plain Python function ``reward(task, answer) -> float`` in [0, 1]
+(TRL-style), registered for it in :data:`REWARDS` (:func:`register_reward`, or a ``module:function`` spec in
+``data.rewards`` / ``metaagent-eval --rewards``); :meth:`Domain.verdict` uses it instead of the scorer.
 """
 
 from __future__ import annotations
@@ -163,11 +167,12 @@ def load_reward(spec: str) -> RewardFn:
     if not module or not name:
         raise DomainError(f"reward {spec!r} must look like module:function, e.g. my_rewards.py:exact_match")
     try:
-        fn = getattr(_import_module(module), name)
-    except (ImportError, OSError) as e:
-        raise DomainError(f"reward {spec!r}: cannot import {module!r} ({e})") from None
-    except AttributeError:
-        raise DomainError(f"reward {spec!r}: module {module!r} has no {name!r}") from None
+        loaded = _import_module(module)
+    except Exception as e:  # noqa: BLE001 - the user's module (a missing file, a syntax error): one line
+        raise DomainError(f"reward {spec!r}: cannot import {module!r} ({type(e).__name__}: {e})") from None
+    fn = getattr(loaded, name, None)
+    if fn is None:
+        raise DomainError(f"reward {spec!r}: module {module!r} has no {name!r}")
     if not callable(fn):
         raise DomainError(f"reward {spec!r} is not a function")
     return fn
