@@ -117,9 +117,10 @@ def suite_overrides(args: argparse.Namespace) -> list[str]:
     def spec(split: str) -> str:
         return "[" + ", ".join(f"{{source: {family_source(f)}, split: {split}}}" for f in args.families) + "]"
 
-    math = sum(1 for f in args.families if f != "code") / len(args.families)
+    weights = {"math": sum(1 for f in args.families if f != "code"), "code": args.families.count("code")}
+    mix = "{" + ", ".join(f"{d}: {n}" for d, n in weights.items() if n) + "}"  # one weight a family
     return [f"data.train={spec('train')}", f"data.val={spec('val')}", f"data.batch_size={args.batch_size}",
-            f"data.math_fraction={math}", f"rollout.m_designs={args.designs}", f"rollout.n_executions={args.executions}",
+            f"data.mix={mix}", f"rollout.m_designs={args.designs}", f"rollout.n_executions={args.executions}",
             f"rollout.designer.max_tokens={args.designer_max_tokens}",
             f"rollout.executor.max_tokens={args.executor_max_tokens}"]  # fmt: skip
 

@@ -269,11 +269,10 @@ def _designer_requests(cfg, hf, rows: int):
     from metaagent.data import MixtureSampler
     from metaagent.policy import ChatRequest, SamplingParams
     from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt
-    from metaagent.train.loop import load_tasks
+    from metaagent.train.loop import batch_mix, load_tasks
 
     train = load_tasks(cfg.data.train)
-    ratio = {"math": cfg.data.math_fraction, "code": 1.0 - cfg.data.math_fraction}
-    ratio = {d: r for d, r in ratio.items() if r > 0 and d in {t.domain for t in train}}
+    ratio = batch_mix(cfg, train)
     tasks = MixtureSampler(train, batch_size=cfg.data.batch_size, ratio=ratio, seed=cfg.trainer.seed).next_batch()
     style = resolve_designer_prompt(cfg.rollout.designer_prompt, hf)
     prompts = [designer_messages(t, [], style=style) for t in tasks for _ in range(cfg.rollout.m_designs)]
@@ -501,11 +500,10 @@ def main() -> None:
     print(f"torch threads {torch.get_num_threads()}, load avg {os.getloadavg()[0]:.2f} (a shared machine: ratios, not seconds)")
     if args.part == "designer":
         from metaagent.data import MixtureSampler
-        from metaagent.train.loop import load_tasks
+        from metaagent.train.loop import batch_mix, load_tasks
 
         train = load_tasks(cfg.data.train)
-        ratio = {"math": cfg.data.math_fraction, "code": 1.0 - cfg.data.math_fraction}
-        ratio = {d: r for d, r in ratio.items() if r > 0 and d in {t.domain for t in train}}
+        ratio = batch_mix(cfg, train)
         tasks = MixtureSampler(train, batch_size=cfg.data.batch_size, ratio=ratio, seed=cfg.trainer.seed).next_batch()
         designer_comparison(cfg, tasks, args.repeats)
     if args.part == "limit":

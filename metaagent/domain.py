@@ -11,21 +11,29 @@ name, the way a plugin is found: a lower room never imports it) and the modules 
 variable :data:`PLUGINS_ENV` (comma-separated, e.g. ``METAAGENT_DOMAINS=mypkg.arith``), whose import registers
 more. To add a domain: write a module that calls ``register_domain(Domain(name=..., ...))`` and import it before
 the tasks are built, or name it in ``METAAGENT_DOMAINS`` so every command (``train-metaagent``, ...) loads it.
+
+A domain's R_correct can also be a plain Python function ``reward(task, answer) -> float`` in [0, 1]
+(TRL-style), registered for it in :data:`REWARDS` (:func:`register_reward`, or a ``module:function`` spec in
+``data.rewards`` / ``metaagent-eval --rewards``); :meth:`Domain.verdict` uses it instead of the scorer.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
+import numbers
 import os
 import re
+import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.errors import MetaAgentError
 from metaagent.records import Execution
+from metaagent.registry import Registry
 
 # The members take the higher rooms' own types, which this floor does not import: Task (metaagent.data.tasks),
 # RewardConfig (metaagent.rewards.score).
@@ -113,9 +121,10 @@ class Domain:
     runs_code: bool = False
     #: the final answer is a ``\boxed{}`` value checked against a gold ``answer`` (distillation's boxed examples)
     boxed_answer: bool = False
-    #: this domain's share of a training batch given ``data.math_fraction`` f (math: f, code: 1 - f); None: drawn
-    #: only when no domain of the data has a share (then every domain of the data alike)
-    batch_share: Callable[[float], float] | None = None
+    #: a task file's row fields for this domain (docs/guide/own-tasks.md: ``{"question", "answer"}`` for an
+    #: answer domain) -> where each goes in the Task: ``answer``, ``tests`` or ``metadata.<key>``; the first
+    #: is the reference a row must carry (:mod:`metaagent.data.files`)
+    row_fields: tuple[tuple[str, str], ...] = (("answer", "answer"),)
     #: ``metaagent-serve`` accepts a request naming this domain (its text alone is a whole task)
     served: bool = False
     #: serve's guess for a request without a domain: True when the text is a task of this domain
@@ -126,9 +135,88 @@ class Domain:
     def is_valid(self, task: Task) -> bool:
         return (self.valid or self.has_reference)(task)
 
+    def verdict(self, task: Task, execution: Execution, config: RewardConfig) -> Verdict:
+        """R_correct of a submitted answer: the reward registered for this domain (:func:`register_reward`)
+        when there is one, else the domain's own ``score``."""
+        if self.name in REWARDS:
+            return reward_verdict(self.name, REWARDS.get(self.name), task, execution.answer)
+        return self.score(task, execution, config)
+
     def twin(self, template: str) -> str | None:
         """This domain's version of ``template`` (a template written for another domain), or None."""
         return dict(self.template_twins).get(template)
+
+
+#: ``reward(task, answer) -> float`` in [0, 1]: a plain Python function as a domain's R_correct (TRL-style)
+RewardFn = Callable[[Task, str], float]
+REWARDS: Registry[RewardFn] = Registry("task reward", DomainError)  # domain name -> its registered reward
+
+
+def register_reward(domain: str, fn: RewardFn | None = None) -> Any:
+    """Register ``fn(task, answer) -> float`` as the R_correct of ``domain``'s tasks, in place of the domain's
+    scorer (its format reward stays): ``register_reward("math", fn)`` or ``@register_reward("math")``. The
+    value must be a number in [0, 1]; an exception or another value is a reward error, counted, never a 0."""
+    get_domain(domain)  # an unknown domain is an error naming the registered ones
+    return REWARDS.register(domain) if fn is None else REWARDS.register(domain)(fn)
+
+
+def load_reward(spec: str) -> RewardFn:
+    """The function a ``module:function`` spec names: an importable module (``my_rewards:exact_match``) or a
+    Python file (``my_rewards.py:exact_match``, relative to the working directory; imported once)."""
+    module, _, name = spec.rpartition(":")
+    if not module or not name:
+        raise DomainError(f"reward {spec!r} must look like module:function, e.g. my_rewards.py:exact_match")
+    try:
+        loaded = _import_module(module)
+    except Exception as e:  # noqa: BLE001 - the user's module (a missing file, a syntax error): one line
+        raise DomainError(f"reward {spec!r}: cannot import {module!r} ({type(e).__name__}: {e})") from None
+    fn = getattr(loaded, name, None)
+    if fn is None:
+        raise DomainError(f"reward {spec!r}: module {module!r} has no {name!r}")
+    if not callable(fn):
+        raise DomainError(f"reward {spec!r} is not a function")
+    return fn
+
+
+def _import_module(module: str) -> Any:
+    """``module`` imported by name, or a ``.py`` file imported from its path (once: sys.modules keeps it)."""
+    if not module.endswith(".py"):
+        return importlib.import_module(module)
+    path = os.path.abspath(module)
+    key = "metaagent_reward_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+    if key not in sys.modules:
+        if not os.path.isfile(path):
+            raise ImportError(f"no file {path}")
+        spec = importlib.util.spec_from_file_location(key, path)
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        sys.modules[key] = loaded
+    return sys.modules[key]
+
+
+def use_rewards(specs: Mapping[str, str]) -> None:
+    """Register each ``domain: "module:function"`` of a config's rewards (:func:`register_reward`)."""
+    for domain, spec in specs.items():
+        register_reward(domain, load_reward(spec))
+
+
+def reward_verdict(domain: str, fn: RewardFn, task: Task, answer: str | None) -> Verdict:
+    """``fn(task, answer)`` as a :class:`Verdict`: a number in [0, 1] is R_correct; an exception, a
+    non-number or a value outside [0, 1] is an error (``reward/errors/task_reward``), never a 0."""
+    name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
+    details: dict[str, Any] = {"task_reward": {"fn": name}}
+    try:
+        value = fn(task, answer or "")
+    except Exception as e:  # noqa: BLE001 - the user's code: recorded and counted
+        error = f"reward {name} of {domain} raised {type(e).__name__}: {e}"
+        return Verdict(None, details, (), "task_reward", error)
+    if isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
+        error = f"reward {name} returned {value!r}; it must be a number in [0, 1]"
+        return Verdict(None, details, (), "task_reward", error)
+    details["task_reward"]["value"] = float(value)
+    return Verdict(float(value), details)
 
 
 _DOMAINS: dict[str, Domain] = {}
@@ -202,18 +290,6 @@ def guess_domain(text: str) -> str:
     if len(fallback) != 1:
         raise DomainError(f"exactly one served domain must set guess_default, found {fallback}")
     return fallback[0]
-
-
-def batch_ratio(math_fraction: float, present: Iterable[str]) -> dict[str, float]:
-    """Each domain's share of a training batch: ``Domain.batch_share(math_fraction)`` of the domains in
-    ``present`` whose share is positive; when none has one, every domain in ``present`` alike."""
-    present = sorted(set(present))
-    ratio = {}
-    for name in present:
-        share = get_domain(name).batch_share
-        if share is not None and share(math_fraction) > 0:
-            ratio[name] = share(math_fraction)
-    return ratio or {name: 1.0 for name in present}
 
 
 def domain_tool_names() -> tuple[str, ...]:

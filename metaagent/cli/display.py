@@ -35,13 +35,16 @@ class TrainDisplay(RolloutObserver):
 
     # ---- run-level ----------------------------------------------------------------------------------------
 
-    def header(self, config: Any, start_step: int, run_dir: str) -> None:
+    def header(self, config: Any, start_step: int, run_dir: str, slots: dict[str, int] | None = None) -> None:
+        """The run's settings; ``slots``: tasks per domain in a batch (``MixtureSampler.slots``)."""
         c = config
+        shares = sorted((slots or {}).items())
+        mix = ", ".join(f"{n} {d}" for d, n in shares) or f"mix {c.data.mix or 'alike'}"
         table = Table(title="train-metaagent", show_header=False, box=None)
         table.add_row("run dir", run_dir)
         table.add_row("model", f"{c.policy.model} ({c.policy.weights} weights, {c.policy.backend} on {c.policy.device})")
         table.add_row("rollout", f"M={c.rollout.m_designs} designs x N={c.rollout.n_executions} executions, "
-                      f"batch {c.data.batch_size} tasks ({c.data.math_fraction:.0%} math)")
+                      f"batch {c.data.batch_size} tasks ({mix})")
         table.add_row("schedule", StageSchedule(c.schedule.mode, c.schedule.stage_len).describe(c.trainer.steps))
         table.add_row("steps", f"{start_step} -> {c.trainer.steps}" + (" (resumed)" if start_step else ""))
         self.console.print(table)

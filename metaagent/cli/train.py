@@ -119,7 +119,7 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
         return 2
     try:
         with trainer:
-            display.header(config, trainer.start_step, str(trainer.run_dir))
+            display.header(config, trainer.start_step, str(trainer.run_dir), slots=trainer.sampler.slots)
             trainer.train(on_step=lambda r: display.step_done(r.step, r.metrics, r.trees))
     except run_errors as e:
         print(f"train-metaagent: {e}", file=sys.stderr)

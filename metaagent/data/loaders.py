@@ -20,7 +20,7 @@ from typing import Any
 
 from metaagent.domain import domain_names
 
-from . import mappers
+from . import files, mappers
 from .errors import DataError, SkipRow
 from .plan import PLAN_SOURCES, plan_rows, plan_task
 from .suite import FAMILIES as SUITE_FAMILIES
@@ -150,6 +150,10 @@ SOURCES: dict[str, Source] = {
             "bundled_qa", "qa", None, "all", mappers.bundled_row,
             note="20 short questions over the bundled 32-passage corpus (metaagent.data.retrieval)",
         ),
+        Source(
+            files.SOURCE, "any", None, "all", files.as_task,
+            note="your own tasks: a .jsonl file, one task a line (metaagent.data.files)",
+        ),
     )
 }
 
@@ -192,6 +196,8 @@ class DatasetSpec:
             raise DataError(f"levels must be a non-empty list of integers (e.g. [1, 2]), got {self.levels!r}")
         if self.path is not None and not Path(self.path).exists():
             raise DataError(f"dataset file {self.path!r} does not exist")
+        if self.source == files.SOURCE and self.path is None:
+            raise DataError(f"source {files.SOURCE!r} needs a task file: {{source: file, path: tasks.jsonl}}")
 
     @property
     def info(self) -> Source:
@@ -291,6 +297,8 @@ def _rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
 
 
 def _source_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
+    if spec.source == files.SOURCE:
+        return files.read_tasks(spec)  # rows checked and built into tasks, errors naming file, line and field
     if spec.path is not None:
         return _local_rows(Path(spec.path))
     placed = placed_copy(spec.source, spec.split_name)

@@ -1,6 +1,10 @@
 """Mixture sampler: every batch takes a fixed share of tasks from each domain (paper Sec. 4.1: batch size 8,
 half from Polaris math, half from APPS / CodeContests code).
 
+The shares come from ``data.mix`` (:func:`batch_shares`): an equal share for every domain the tasks hold
+unless the mix says otherwise, and a domain whose tasks were loaded but whose share is 0 is refused by name
+(its tasks would never be drawn).
+
 Each domain is walked through its own seeded permutation; when a domain's tasks run out, its next epoch
 uses a new permutation derived from ``(seed, domain, epoch)``, so epochs reshuffle deterministically and
 domains of different sizes cycle independently. ``state_dict()`` / ``load_state_dict()`` save and restore
@@ -11,15 +15,45 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from metaagent.domain import batch_ratio, domain_names
-
+from .errors import DataError
 from .tasks import Task
 
-DEFAULT_MATH_FRACTION = 0.5  # the paper's mixture: half math, half code (Domain.batch_share)
 STATE_VERSION = 1
+DRAWN_PREFIX = "data/drawn/"  # metric key of the tasks a step drew from one domain: data/drawn/<domain>
+
+
+def batch_shares(mix: Mapping[str, float], counts: Mapping[str, int]) -> dict[str, float]:
+    """Each domain's weight in a training batch, for the loaded tasks ``counts`` (domain -> number of tasks).
+
+    ``mix`` empty: every loaded domain alike (weight 1 each). Otherwise ``mix[d]`` for every loaded domain
+    ``d`` (the sampler normalises: share_d = w_d / sum w). A loaded domain without a positive weight, a
+    negative weight, or a positive weight for a domain with no tasks is a :class:`DataError` naming it.
+    """
+    loaded = sorted(d for d, n in counts.items() if n > 0)
+    if not mix:
+        return {d: 1.0 for d in loaded}
+    negative = sorted(d for d, w in mix.items() if w < 0)
+    if negative:
+        raise DataError(f"data.mix weights must be >= 0; {negative} have {[mix[d] for d in negative]}")
+    missing = [d for d in loaded if mix.get(d, 0) <= 0]
+    if missing:
+        example = ", ".join(f"{d}: {mix.get(d) or 1:g}" for d in loaded)
+        raise DataError(
+            f"data.mix gives domain(s) {missing} share 0, but data.train loaded "
+            f"{', '.join(f'{counts[d]} {d}' for d in missing)} task(s) that would never be drawn; "
+            f"give each a weight (e.g. data.mix={{{example}}}) or leave its tasks out of data.train"
+        )
+    absent = sorted(d for d, w in mix.items() if w > 0 and d not in loaded)
+    if absent:
+        raise DataError(
+            f"data.mix asks for domain(s) {absent} but no task of them was loaded (loaded: "
+            f"{dict(sorted(counts.items()))}); load their tasks in data.train or drop them from data.mix"
+        )
+    return {d: float(mix[d]) for d in loaded}
 
 
 def _slots(batch_size: int, ratio: Mapping[str, float]) -> dict[str, int]:
@@ -37,8 +71,8 @@ class MixtureSampler:
     """Infinite, seeded, resumable batches with per-domain shares.
 
     ``tasks`` is an iterable of tasks (grouped by ``task.domain``) or a mapping ``domain -> tasks``.
-    ``ratio`` maps domains to shares (normalised); a domain with share 0 is never drawn. Default: each
-    registered domain's ``batch_share`` at :data:`DEFAULT_MATH_FRACTION` (math and code half each).
+    ``ratio`` maps domains to weights (normalised, :func:`batch_shares`: every domain of ``tasks`` needs a
+    positive one). Default: every domain of ``tasks`` alike. ``drawn`` counts the tasks drawn per domain.
     """
 
     def __init__(
@@ -55,18 +89,11 @@ class MixtureSampler:
             pools = {}
             for t in tasks:
                 pools.setdefault(t.domain, []).append(t)
-        ratio = dict(batch_ratio(DEFAULT_MATH_FRACTION, domain_names()) if ratio is None else ratio)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if any(r < 0 for r in ratio.values()) or sum(ratio.values()) <= 0:
-            raise ValueError(f"ratio shares must be >= 0 with a positive sum, got {ratio}")
-        ratio = {d: r for d, r in ratio.items() if r > 0}
-        empty = [d for d in ratio if not pools.get(d)]
-        if empty:
-            raise ValueError(
-                f"ratio asks for domain(s) {empty} but no tasks of that domain were given "
-                f"(have: { {d: len(ts) for d, ts in pools.items()} }); load them or set their share to 0"
-            )
+        ratio = batch_shares(ratio or {}, {d: len(ts) for d, ts in pools.items()})
+        if not ratio:
+            raise DataError("the mixture sampler got no tasks")
         self.batch_size = batch_size
         self.seed = seed
         self.slots = _slots(batch_size, ratio)
@@ -81,6 +108,7 @@ class MixtureSampler:
         self._pos = {d: 0 for d in self.domains}
         self._orders: dict[str, tuple[int, list[int]]] = {}
         self.batches = 0
+        self.drawn: Counter[str] = Counter()  # tasks drawn per domain since this sampler was built
 
     # ---- order ----------------------------------------------------------------------------------------------
 
@@ -102,6 +130,7 @@ class MixtureSampler:
                 self._pos[domain] = 0
             out.append(pool[self._order(domain)[self._pos[domain]]])
             self._pos[domain] += 1
+        self.drawn[domain] += count
         return out
 
     def next_batch(self) -> list[Task]:
@@ -113,6 +142,12 @@ class MixtureSampler:
     def __iter__(self) -> Iterator[list[Task]]:
         while True:
             yield self.next_batch()
+
+    def drawn_metrics(self, since: Mapping[str, int] | None = None) -> dict[str, float]:
+        """``data/drawn/<domain>``: tasks drawn from each domain since the counts ``since`` (a copy of
+        :attr:`drawn` taken earlier; None: since the start), every domain of the mix listed, 0 included."""
+        since = since or {}
+        return {f"{DRAWN_PREFIX}{d}": float(self.drawn[d] - since.get(d, 0)) for d in self.domains}
 
     @property
     def epochs(self) -> dict[str, int]:

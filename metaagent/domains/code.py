@@ -87,6 +87,16 @@ def answer_key(answer: str) -> str:
     return "sha1:" + hashlib.sha1("\n".join(lines).encode()).hexdigest()[:8]
 
 
+#: a task file row's fields (metaagent.data.files): the tests, then what the workflow tools and limits read
+ROW_FIELDS = (
+    ("tests", "tests"),
+    ("public_tests", "metadata.public_tests"),
+    ("fn_name", "metadata.fn_name"),
+    ("starter_code", "metadata.starter_code"),
+    ("time_limit_s", "metadata.time_limit_s"),
+    ("memory_limit_bytes", "metadata.memory_limit_bytes"),
+)
+
 CODE = register_domain(
     Domain(
         name="code",
@@ -101,7 +111,7 @@ CODE = register_domain(
         "submit(solver(task))\n",
         template_twins=TEMPLATE_TWINS,
         runs_code=True,
-        batch_share=lambda math_fraction: 1.0 - math_fraction,
+        row_fields=ROW_FIELDS,
         served=True,
         looks_like=looks_like,
     )

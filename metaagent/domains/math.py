@@ -62,7 +62,6 @@ MATH = register_domain(
         "submit(solver(task))\n",
         template_twins=tuple((code, math) for math, code in CODE_TWINS),
         boxed_answer=True,
-        batch_share=lambda math_fraction: math_fraction,
         served=True,
         guess_default=True,
     )

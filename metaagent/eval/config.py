@@ -29,6 +29,7 @@ IDENTITY_FIELDS = (
     "dtype",
     "role_models",
     "swap_roles",
+    "rewards",  # each domain's own reward function (--rewards) scores the samples
 )
 
 
@@ -42,8 +43,12 @@ class EvalConfig(Checked):
     # executor calls per sample), sa@=<method>, best-per-domain (the best candidate per domain on
     # --selection-split)
     methods: list[str] = field(default_factory=lambda: ["sa", "auto"])
-    # benchmarks: NAME[:split][@local file or dir], e.g. bundled:test, humaneval, aime24@aime.jsonl
+    # benchmarks: NAME[:split][@local file or dir] or file:PATH (your own tasks), e.g. bundled:test,
+    # humaneval, aime24@aime.jsonl, file:tasks.jsonl
     benchmarks: list[str] = field(default_factory=lambda: ["bundled:test"])
+    # domain -> "module:function": a plain Python reward(task, answer) -> float in [0, 1] as that domain's
+    # R_correct instead of its scorer (as training's data.rewards; docs/guide/own-tasks.md)
+    rewards: dict[str, str] = field(default_factory=dict)
     # models, each evaluated as designer and executor: alias (embedded, embedded-sft, tiny), local HF
     # directory, or served model name (openai backend)
     models: list[str] = field(default_factory=lambda: ["embedded"])

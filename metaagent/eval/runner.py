@@ -39,6 +39,7 @@ from typing import Any
 
 from metaagent import __version__
 from metaagent.data.tasks import Task
+from metaagent.domain import use_rewards
 from metaagent.learn.checkpoint import checkpoint_model
 from metaagent.policy.base import Policy
 from metaagent.records import (
@@ -174,6 +175,7 @@ class Evaluation:
         from metaagent.execution.isolation import ExecutionConfig, for_config
 
         self.config = cfg = config
+        use_rewards(cfg.rewards)  # --rewards: each domain's own reward(task, answer), before any scoring
         self.isolation = for_config(ExecutionConfig(cfg.isolation), purpose="eval")
         self.observer = observer or EvalObserver()
         self.templates = load_templates()

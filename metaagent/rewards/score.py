@@ -167,7 +167,7 @@ def score_execution(
         details["unsubmitted"] = execution.status
         correct = 0.0
     else:
-        verdict = get_domain(task.domain).score(task, execution, cfg)
+        verdict = get_domain(task.domain).verdict(task, execution, cfg)  # a registered reward or its scorer
         details.update(verdict.details)
         found.extend(verdict.shortcuts)
         if verdict.error_kind is not None or verdict.correct is None:

@@ -6,13 +6,16 @@ command line as ``section.field=value`` (e.g. ``rollout.m_designs=4``).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError, load_config, parse_sections, to_dict
 from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
+from metaagent.data.files import SOURCE as FILE_SOURCE
 from metaagent.execution.isolation import ExecutionConfig
 from metaagent.learn.optim import (  # noqa: F401
     DEFAULT_TIS_CAP,
@@ -31,6 +34,8 @@ from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
 from metaagent.train.verl_backend.config import VerlConfig
 
 from .schedule import MODES
+
+log = logging.getLogger(__name__)
 
 WEIGHTS = ("shared", "separate")
 TRAIN_BACKENDS = ("local", "verl")
@@ -118,22 +123,58 @@ class PolicyConfig(Checked):
         return self.model
 
 
+def dataset_specs(value: Any) -> Any:
+    """``data.train`` / ``data.val`` as given: a task file's path (``--data.train tasks.jsonl``, or
+    ``file:tasks.jsonl``) stands for ``{source: file, path: ...}`` (:mod:`metaagent.data.files`), alone or as
+    an item of the list."""
+    if isinstance(value, (str, dict)):
+        value = [value]
+    if isinstance(value, list):
+        prefix = f"{FILE_SOURCE}:"
+        return [{"source": FILE_SOURCE, "path": v.removeprefix(prefix)} if isinstance(v, str) else v
+                for v in value]  # fmt: skip
+    return value
+
+
+DatasetSpecs = Annotated[list[dict[str, Any]], BeforeValidator(dataset_specs)]
+
+
 @dataclass
 class DataConfig(Checked):
     """Training/validation tasks and the per-batch domain mixture (paper: batch 8, half math, half code)."""
 
-    # training datasets (metaagent.data.DatasetSpec mappings: source, split, limit, ...)
-    train: list[dict[str, Any]] = field(default_factory=lambda: [{"source": "bundled", "split": "train"}])
+    # training datasets: metaagent.data.DatasetSpec mappings (source, split, limit, ...) or a task file's path
+    train: DatasetSpecs = field(default_factory=lambda: [{"source": "bundled", "split": "train"}])
     # validation datasets (trainer.val_every), same form as data.train
-    val: list[dict[str, Any]] = field(default_factory=lambda: [{"source": "bundled", "split": "val"}])
+    val: DatasetSpecs = field(default_factory=lambda: [{"source": "bundled", "split": "val"}])
     batch_size: PositiveInt = 8  # tasks per training step (paper: 8)
-    # share of a batch's tasks drawn from math when the data holds math and code (paper: 0.5)
-    math_fraction: Annotated[float, Field(ge=0, le=1)] = 0.5
+    # domain -> weight of a training batch's tasks, e.g. {math: 3, code: 1}; {} = every loaded domain alike
+    # (the paper's half math, half code). A loaded domain with weight 0 is refused (data.mixture.batch_shares)
+    mix: dict[str, Annotated[float, Field(ge=0)]] = field(default_factory=dict)
+    # domain -> "module:function": a plain Python reward(task, answer) -> float in [0, 1] as that domain's
+    # R_correct instead of its scorer (metaagent.domain.register_reward; docs/guide/own-tasks.md)
+    rewards: dict[str, str] = field(default_factory=dict)
+    # deprecated alias of data.mix = {math: f, code: 1 - f} (over the loaded domains); null = data.mix decides
+    math_fraction: Annotated[float, Field(ge=0, le=1)] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.train:
             raise ConfigError("data.train must list at least one dataset, e.g. [{source: bundled, split: train}]")
+        if self.math_fraction is not None and self.mix:
+            raise ConfigError(
+                "data.math_fraction is a deprecated alias of data.mix; give only data.mix, "
+                "e.g. {math: 1, code: 1}"
+            )
+
+    def batch_mix(self, loaded: Iterable[str]) -> dict[str, float]:
+        """``data.mix``, or the deprecated ``math_fraction`` f as ``{math: f, code: 1 - f}`` over the
+        ``loaded`` domains (a loaded domain it gives no weight is refused like one data.mix leaves out)."""
+        if self.math_fraction is None:
+            return dict(self.mix)
+        f = self.math_fraction
+        log.warning("data.math_fraction=%s is deprecated: use data.mix={math: %s, code: %s}", f, f, 1 - f)
+        return {d: w for d, w in (("math", f), ("code", 1.0 - f)) if d in set(loaded)}
 
 
 @dataclass

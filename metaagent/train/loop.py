@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import yaml
 
 from metaagent import __version__
-from metaagent.domain import batch_ratio, get_domain
+from metaagent.domain import get_domain, use_rewards
 from metaagent.errors import MetaAgentError
 from metaagent.learn.metrics import MetricsLogger, cuda_peak_mib
 from metaagent.learn.trackers import step_samples
@@ -179,6 +180,7 @@ class TrainLoop:
 
         cfg = self.config
         check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
+        use_rewards(cfg.data.rewards)  # data.rewards: each domain's reward(task, answer), before any scoring
         self.run_dir = Path(cfg.trainer.out)
         if not resume and (self.run_dir / "run.json").is_file():
             self._move_aside_previous_run()
@@ -187,11 +189,11 @@ class TrainLoop:
         self.train_tasks = load_tasks(cfg.data.train)
         if not self.train_tasks:
             raise TrainError("data.train yielded no tasks; check the dataset specs in the config")
+        mix = batch_mix(cfg, self.train_tasks)
         self.isolation = _isolation_for_training(cfg, self.train_tasks)
         self.val_tasks = load_tasks(cfg.data.val)[: cfg.trainer.val_tasks] if cfg.trainer.val_every else []
-        ratio = batch_ratio(cfg.data.math_fraction, {t.domain for t in self.train_tasks})  # Domain.batch_share
         self.sampler = MixtureSampler(
-            self.train_tasks, batch_size=cfg.data.batch_size, ratio=ratio, seed=cfg.trainer.seed
+            self.train_tasks, batch_size=cfg.data.batch_size, ratio=mix, seed=cfg.trainer.seed
         )
 
     def _move_aside_previous_run(self) -> None:
@@ -307,7 +309,7 @@ class TrainLoop:
         cfg = self.config
 
         def draw(round_: int, n: int) -> list[RolloutTree]:
-            tasks = self.sampler.next_batch()[:n]
+            tasks = self.sampler.next_batch()[:n]  # in data/drawn/* (the whole batch left the sampler)
             seed = derive_seed(cfg.trainer.seed, step, "rollout", "dynamic", round_)
             return self.engine.rollout(tasks, step=step, seed=seed)
 
@@ -362,6 +364,7 @@ class TrainLoop:
         t_start = time.perf_counter()
         cuda_peak_mib()  # the step's peaks start here
         active = self.schedule.active_roles(step)
+        drawn_before = dict(self.sampler.drawn)
         tasks = self.sampler.next_batch()
         trees, sampling_metrics = self._rollout(tasks, step, active)
         t_rollout = time.perf_counter() - t_start
@@ -382,6 +385,7 @@ class TrainLoop:
             "schedule/active": active_name(active),
             "schedule/stage": self.schedule.stage(step).index,
             "schedule/switched": float(switched),
+            **self.sampler.drawn_metrics(drawn_before),  # data/drawn/<domain>: this step's tasks per domain
             **rollout_metrics(trees),
             **self._adaptive_metrics(trees),
             **sampling_metrics,
@@ -518,13 +522,25 @@ class TrainLoop:
         return self.run_dir / "rollouts" / f"{prefix}step_{step:06d}.jsonl"
 
 
+def batch_mix(cfg: TrainConfig, tasks: list[Any]) -> dict[str, float]:
+    """Each loaded domain's weight in a batch (``data.mix``, :func:`metaagent.data.mixture.batch_shares`); a
+    loaded domain the mix gives no weight is a :class:`TrainError` naming it, before anything runs."""
+    from metaagent.data import DataError
+    from metaagent.data.mixture import batch_shares
+
+    counts = Counter(t.domain for t in tasks)
+    try:
+        return batch_shares(cfg.data.batch_mix(counts), counts)
+    except DataError as e:
+        raise TrainError(str(e)) from None
+
+
 def _isolation_for_training(cfg: TrainConfig, tasks: list[Any]) -> Any:
     """The isolation layer of this run's model-written code (``execution.isolation``); training on code
     tasks refuses to start without one unless the config accepts that with ``execution.isolation=none``."""
     from metaagent.execution.isolation import IsolationError, for_config
 
-    shares = batch_ratio(cfg.data.math_fraction, {t.domain for t in tasks})  # the domains the sampler draws
-    code = any(get_domain(name).runs_code for name in shares)
+    code = any(get_domain(name).runs_code for name in {t.domain for t in tasks})  # every loaded one is drawn
     try:
         return for_config(cfg.execution, purpose="train", code_tasks=code)
     except IsolationError as e:

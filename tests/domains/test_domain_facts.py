@@ -1,4 +1,4 @@
-"""What the rest of the project asks of a domain comes from its record (metaagent/domain.py): batch shares,
+"""What the rest of the project asks of a domain comes from its record (metaagent/domain.py):
 serve's accepted domains and guess, eval's template twins, whether answers are programs."""
 
 from __future__ import annotations
@@ -6,15 +6,8 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from metaagent.domain import batch_ratio, get_domain, guess_domain, served_domains
+from metaagent.domain import get_domain, guess_domain, served_domains
 from metaagent.serve.protocol import TeamOptions
-
-
-def test_batch_shares_follow_math_fraction_and_fall_back_to_every_domain_alike():
-    assert batch_ratio(0.25, ["math", "code"]) == {"math": 0.25, "code": 0.75}
-    assert batch_ratio(1.0, ["math", "code"]) == {"math": 1.0}  # code's share 0: never drawn
-    assert batch_ratio(0.5, ["math", "qa"]) == {"math": 0.5}  # qa has no share beside a domain with one
-    assert batch_ratio(0.5, ["qa", "plan"]) == {"plan": 1.0, "qa": 1.0}
 
 
 def test_serve_accepts_the_served_domains_by_name_and_names_them_otherwise():

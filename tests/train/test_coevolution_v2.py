@@ -60,7 +60,7 @@ def test_suite_preset_draws_the_families_in_proportion_and_sets_the_sizes():
     args = argparse.Namespace(families=["arith", "lookup", "strings", "code"], batch_size=4, designs=4, executions=2,
                               designer_max_tokens=384, executor_max_tokens=192)  # fmt: skip
     overrides = dict(o.split("=", 1) for o in v2.suite_overrides(args))
-    assert overrides["data.math_fraction"] == "0.75"  # three math families of four: one task a family at B = 4
+    assert overrides["data.mix"] == "{math: 3, code: 1}"  # three math families of four: a task a family, B=4
     assert "suite_code, split: train" in overrides["data.train"] and "suite_arith, split: train" in overrides["data.train"]
     assert (overrides["rollout.m_designs"], overrides["rollout.n_executions"], overrides["data.batch_size"]) == ("4", "2", "4")
 

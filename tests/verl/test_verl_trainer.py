@@ -74,8 +74,8 @@ class FakeGroup:
 
 def config(tmp_path, *overrides):
     base = [
-        "data.train=[{source: bundled, split: train, levels: [1]}]",
-        "data.math_fraction=1.0",
+        "data.train=[{source: bundled, split: train, levels: [1], domain: math}]",
+        "data.mix={math: 1}",
         "data.batch_size=2",
         "rollout.m_designs=3",
         "rollout.n_executions=2",
