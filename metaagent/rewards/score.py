@@ -154,7 +154,9 @@ def score_execution(
 
     An execution in which no agent call ran scores 0 for both ``R_correct`` and ``R_format``: the team did no
     work. It is counted as the shortcut ``no_agent_runs`` only when the script submitted text it built itself;
-    a script that fails before its first agent call earned nothing to refuse (its status counts it). Every
+    a script that fails before its first agent call earned nothing to refuse (its status counts it). An answer
+    (or a plan's ``env_step`` action) that no agent reply and no output of an agent's program states is refused
+    by the domain's scorer (``answer_not_from_agents``, :mod:`metaagent.rewards.provenance`). Every
     shortcut class the execution tried (:mod:`metaagent.rewards.shortcuts`) is listed in ``details["shortcuts"]``.
     """
     cfg = config or RewardConfig()
