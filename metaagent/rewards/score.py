@@ -58,8 +58,8 @@ class RewardConfig(Checked):
     memory_floor_mb: Annotated[int, Field(ge=64)] = 256  # least MB per test of a task with its own memory limit
     # the most a task's own limits may grant (None: no cap, the task data is trusted, e.g. CodeContests in
     # training); metaagent-serve sets both to time_limit_s / memory_mb: a client cannot raise its limits
-    max_time_limit_s: PositiveFloat | None = None
-    max_memory_mb: Annotated[int, Field(ge=64)] | None = None
+    max_time_limit_s: PositiveFloat | None = None  # most CPU s a task's own time limit may grant (None: no cap)
+    max_memory_mb: Annotated[int, Field(ge=64)] | None = None  # most MB a task's own memory limit may grant
     code_workers: PositiveInt = DEFAULT_WORKERS  # code tests of one program run in parallel
     stop_on_failure: bool = True  # all_pass only: skip remaining tests after the first failure
     site_packages: bool = False  # let tested programs import installed packages (slower start)
