@@ -40,7 +40,7 @@ from metaagent.records import Execution
 
 from ..workflow.protocol import extract_delivery
 from .math import MAX_TEXT_CHARS, extract_answer
-from .numbers import brace_pairs, final_number, normalize_answer
+from .numbers import clean_answer, final_number, normalize_answer
 
 #: tools whose output counts as the agents' work: tool name -> (the argument that must be an agent's
 #: program, the argument that must be empty, an agent's text or the task's)
@@ -56,6 +56,7 @@ MAX_KEY_LINE_CHARS = 64
 _FENCE_RE = re.compile(r"^[ \t]*```[^\n]*\n(.*?)^[ \t]*```", re.DOTALL | re.MULTILINE)
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _PUNCT_RE = re.compile(r"[^\w\s]")
+_BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.DOTALL)
 
 Keys = Callable[[str], set[str]]
 
@@ -63,12 +64,26 @@ Keys = Callable[[str], set[str]]
 # ---- keys ------------------------------------------------------------------------------------------------
 
 
+def _brace_pairs(text: str) -> dict[int, int]:
+    """``{open index: close index}`` of every balanced brace group, escaped braces skipped: one pass over the
+    braces and backslashes only (:func:`~metaagent.rewards.numbers.brace_pairs` visits every character)."""
+    pairs: dict[int, int] = {}
+    stack: list[int] = []
+    for match in _BRACE_TOKEN_RE.finditer(text):
+        token = match.group(0)
+        if token == "{":
+            stack.append(match.start())
+        elif token == "}" and stack:
+            pairs[stack.pop()] = match.start()
+    return pairs
+
+
 def _boxed_all(text: str) -> list[str]:
     """The content of every balanced ``\\boxed{...}`` of ``text`` (one pass pairs every brace)."""
     matches = list(_BOX_RE.finditer(text))
     if not matches:
         return []
-    pairs = brace_pairs(text)
+    pairs = _brace_pairs(text)
     return [text[m.end() : pairs[m.end() - 1]] for m in matches if m.end() - 1 in pairs]
 
 
@@ -88,7 +103,8 @@ def math_keys(text: str) -> set[str]:
         return set()
     text = text[-MAX_TEXT_CHARS:]
     candidates = _boxed_all(text)
-    final = extract_answer(text)
+    # the final answer: the last box when there is one (as extract_answer reads it), else the fallback phrases
+    final = clean_answer(candidates[-1]) if candidates else extract_answer(text)
     if final:
         candidates.append(final)
     candidates += [line for line in text.splitlines() if 0 < len(line.strip()) <= MAX_KEY_LINE_CHARS]
