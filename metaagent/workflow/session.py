@@ -16,8 +16,8 @@ spent. So an execution never runs more than its budgets plus the grace, whatever
 
 from __future__ import annotations
 
-import dataclasses
 import contextvars
+import dataclasses
 import inspect
 import json
 import math
