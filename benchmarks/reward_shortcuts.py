@@ -3,7 +3,9 @@
 For each class the script prints the share of the 225 bundled math tasks on which some answer of the class
 earns R_correct > 0 (or, for the abstaining class, yields no reward at all instead of a 0), and the worst
 seconds one score took. Every answer goes through the public scorer (``metaagent.rewards.score_execution``)
-inside an execution with one agent turn (class ``no_agent_runs``: with none). It uses only the scorer's
+inside an execution with one agent turn whose reply states the answer, so each class meets its own rule, not
+answer provenance (class ``no_agent_runs``: no turn; class 9: the agent said "ok" and the script submitted the
+gold answer itself, ``answer_not_from_agents``). It uses only the scorer's
 public signature, so it runs on older checkouts as well: point ``PYTHONPATH`` at one to compare.
 
     python benchmarks/reward_shortcuts.py                       # this checkout, strict (the default)
@@ -34,8 +36,9 @@ def _turn(response: str) -> AgentTurn:
     )  # fmt: skip
 
 
-def _execution(answer: str, *, turns: int = 1, delivery: str = "done") -> Execution:
-    reply = f"<delivery>{delivery}</delivery>"
+def _execution(answer: str, *, turns: int = 1, delivery: str = "done", said: str | None = None) -> Execution:
+    """One submitted ``answer``; each agent turn's reply states ``said`` (default: the answer itself)."""
+    reply = f"{answer if said is None else said}\n<delivery>{delivery}</delivery>"
     return Execution(index=0, status="ok", answer=answer, submitted=True, turns=[_turn(reply) for _ in range(turns)])
 
 
@@ -55,6 +58,7 @@ def _answers(task: Task) -> dict[str, list[Execution]]:
         "5 stalling (seconds)": [_execution("\\boxed{" * 3000 + gold)],
         "7 no agent runs": [_execution(f"\\boxed{{{gold}}}", turns=0)],
         "8 empty delivery (format)": [_execution(f"\\boxed{{{gold}}}", delivery="")],
+        "9 answer not from agents": [_execution(f"\\boxed{{{gold}}}", said="ok"), _execution(gold, said="ok")],
     }
     if value is not None:
         out["2 unevaluated: expression of the value"] = [

@@ -38,7 +38,8 @@ TEACHER_ROLLOUT: dict[str, Any] = {
     "k_templates": 1,
     "designer": {"temperature": 1.0, "max_tokens": 1024},
     "executor": {"temperature": 1.0, "max_tokens": 1024, "stop": [DELIVERY_CLOSE]},
-    "limits": {"timeout_s": 120, "total_timeout_s": 600, "max_agent_calls": 16, "max_total_tokens": 16384},
+    "limits": {"timeout_s": 120, "tool_time_s": 60, "total_timeout_s": 600, "max_agent_calls": 16,
+               "max_total_tokens": 16384},
     "sandbox_workers": 8,
     "max_inflight": 32,
 }
@@ -51,7 +52,7 @@ TEMPLATE_ROLLOUT: dict[str, Any] = {
     "k_templates": 1,
     "designer": {"temperature": 1.0, "max_tokens": 256},
     "executor": {"temperature": 0.3, "max_tokens": 160, "stop": [DELIVERY_CLOSE]},
-    "limits": {"timeout_s": 30, "max_agent_calls": 6, "max_total_tokens": 1500},
+    "limits": {"timeout_s": 30, "tool_time_s": 60, "max_agent_calls": 6, "max_total_tokens": 1500},
     "sandbox_workers": 8,
     "max_inflight": 32,
 }

@@ -18,6 +18,7 @@ from metaagent.domain import Domain, Verdict, register_domain
 from metaagent.execution.code import extract_program, run_code_tests
 from metaagent.records import Execution
 from metaagent.rewards.errors import ExecutionError, RewardError, TestsFormatError
+from metaagent.rewards.provenance import answer_from_agents
 from metaagent.rewards.score import RewardConfig, code_limits
 
 #: sandbox counters of a tested program that mean it tried to decide its own verdict (shortcut forged_verdict)
@@ -56,6 +57,8 @@ def score(task: Task, execution: Execution, cfg: RewardConfig) -> Verdict:
     program = extract_program(execution.answer, languages=cfg.fence_languages) if execution.answer else None
     if program is None:
         return Verdict(0.0, {"code": {"status": "no_program"}})
+    if not answer_from_agents("code", program, execution, task.question):  # the script wrote it: not run
+        return Verdict(0.0, {"code": {"status": "not_from_agents"}}, ("answer_not_from_agents",))
     pass_rate = cfg.code_correct == "pass_rate"
     time_s, memory_mb = code_limits(task, cfg)
     details: dict[str, Any] = {"code_limits": {"time_limit_s": time_s, "memory_mb": memory_mb}}

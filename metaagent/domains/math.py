@@ -10,11 +10,17 @@ from metaagent.domain import Domain, Verdict, register_domain, short_key
 from metaagent.domains.code import TEMPLATE_TWINS as CODE_TWINS
 from metaagent.records import Execution
 from metaagent.rewards.math import check_math, extract_answer, find_boxed, normalize_answer
+from metaagent.rewards.provenance import answer_from_agents
 from metaagent.rewards.score import RewardConfig
 
 
 def score(task: Task, execution: Execution, cfg: RewardConfig) -> Verdict:
     pred = extract_answer(execution.answer, fallbacks=cfg.answer_fallbacks) if execution.answer else None
+    if pred is not None and not answer_from_agents("math", pred, execution, task.question):
+        said = "no agent reply and no output of an agent's program states this answer"
+        details = {"math": {"status": "incorrect", "pred": pred, "gold": task.answer, "method": "provenance",
+                            "detail": said}}  # fmt: skip
+        return Verdict(0.0, details, ("answer_not_from_agents",))
     check = check_math(
         pred,
         task.answer,

@@ -11,11 +11,17 @@ from metaagent.domain import Domain, Verdict, register_domain
 from metaagent.envs.base import parse_actions, parse_final, parse_json
 from metaagent.records import Execution
 from metaagent.rewards.plan import plan_success
+from metaagent.rewards.provenance import actions_not_from_agents, answer_from_agents
 from metaagent.rewards.score import RewardConfig
 from metaagent.workflow.tools import plan_tools
 
 
 def score(task: Task, execution: Execution, cfg: RewardConfig) -> Verdict:
+    steps = [c for c in execution.tool_calls if c.name == "env_step" and c.ok]
+    refused = actions_not_from_agents(execution, task.question)
+    if refused or (not steps and not answer_from_agents("plan", execution.answer, execution, task.question)):
+        details = {"plan": {"status": "not_from_agents", "env_steps_refused": refused}}
+        return Verdict(0.0, details, ("answer_not_from_agents",))
     try:
         correct, details = plan_success(task, execution)
     except Exception as e:  # noqa: BLE001 - an env failure is a counted error, never a 0

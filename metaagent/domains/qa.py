@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from metaagent.data.tasks import Task
 from metaagent.domain import Domain, Verdict, register_domain
 from metaagent.records import Execution
+from metaagent.rewards.provenance import answer_from_agents
 from metaagent.rewards.qa import answer_f1, extract_qa_answer
 from metaagent.rewards.score import RewardConfig
 from metaagent.workflow.tools import Retrieve
@@ -16,6 +17,9 @@ from metaagent.workflow.tools import Retrieve
 def score(task: Task, execution: Execution, cfg: RewardConfig) -> Verdict:
     pred = extract_qa_answer(execution.answer)
     golds = task.metadata.get("answers") or [task.answer]
+    if pred is not None and not answer_from_agents("qa", pred, execution, task.question):
+        refused = {"qa": {"pred": pred, "golds": list(golds), "f1": 0.0, "status": "not_from_agents"}}
+        return Verdict(0.0, refused, ("answer_not_from_agents",))
     correct = answer_f1(pred, golds)
     return Verdict(correct, {"qa": {"pred": pred, "golds": list(golds), "f1": correct}})
 

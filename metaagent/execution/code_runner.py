@@ -218,7 +218,8 @@ def _start_served_and_judge(
                      test_source=suite.source, entry_point=suite.entry_point,
                      requests_fd=requests_w, answers_fd=answers_r,
                      cpu_seconds=max(JUDGE_CPU_S, int(limits.wall_limit_s) + 2))  # fmt: skip
-        procs.append(_start(workdirs[1], judge, None, "", limits, (requests_w, answers_r)))
+        # the judge runs the task's test code (a served client's code): it shares the program's memory cgroup
+        procs.append(_start(workdirs[1], judge, None, "", limits, (requests_w, answers_r), slot=slot))
     except BaseException:
         for proc in procs:
             kill_process(proc)

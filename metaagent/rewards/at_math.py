@@ -29,7 +29,7 @@ from .turn import register_turn_reward
 
 
 def _correct(text: str | None, gold: str, question: str | None = None) -> float | None:
-    check = check_math(extract_answer(text) if text else None, gold, question=question)
+    check = check_math(extract_answer(text) if text else None, gold, question=question, final_form="strict")
     if check.status in ("correct", "incorrect", "no_answer"):  # decided; timeout / error are not
         return float(check.correct)
     return None

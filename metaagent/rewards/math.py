@@ -15,9 +15,13 @@ How equivalence is decided, in order:
 1. An answer that re-states the question's expression (``\boxed{16 + 19}`` for "What is 16 + 19?") is
    incorrect (:func:`~metaagent.rewards.shortcuts.copies_question`).
 2. The reference is a plain number (integer, decimal, ``a/b``, ``\frac{a}{b}``, scientific notation, with
-   percentages, thousands separators, degrees, units, currency and LaTeX spacing normalised away): the answer
-   must be a number too under ``final_form="strict"`` (the default; an expression such as ``\sqrt{1225}`` or
-   an unreduced ``70/2`` is incorrect), and numbers are compared exactly when the reference is an integer or
+   percentages, thousands separators, degrees, units, currency and LaTeX spacing normalised away): under
+   ``final_form="strict"`` the answer must be a number too (an expression such as ``\sqrt{1225}`` or an
+   unreduced ``70/2`` is incorrect). That rule is an explicit option for *rewards* (the math domain's scorer
+   passes ``reward.math_final_form``, default strict: an unevaluated literal copied from the task must not
+   pay); the library functions :func:`check_math` and :func:`math_equal` default to ``"lenient"``, so a
+   library user keeps math-verify's symbolic equivalence (``\pi`` = ``3.14159265358979``, ``\binom{5}{2}`` =
+   ``10``, ``5!`` = ``120``, ``\log_2 8`` = ``3``). Numbers are compared exactly when the reference is an integer or
    a fraction, within ``rel_tol`` (default 1e-6, relative to the reference) when it is a decimal with a
    fractional part. Non-finite and astronomically large answers equal no finite reference. Done in the
    calling thread; bounded work on short strings.
@@ -247,14 +251,16 @@ def check_math(
     *,
     rel_tol: float = DEFAULT_REL_TOL,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    final_form: str = "strict",
+    final_form: str = "lenient",
     question: str | None = None,
 ) -> MathCheck:
     """Compare an extracted answer ``pred`` with ``gold`` (see the module doc for the rules).
 
     ``pred`` is an answer string (use :func:`extract_answer` on agent text first); None or blank gives
     ``no_answer``. A missing ``gold`` gives ``error``. ``question`` (the task's text) lets the check refuse an
-    answer that copies the question's expression. Never raises for bad input; see :func:`math_equal`.
+    answer that copies the question's expression. ``final_form``: ``"lenient"`` (default: any expression
+    math-verify finds equal) or ``"strict"`` (a plain-number reference needs a number; what rewards use, see the
+    module doc). Never raises for bad input; see :func:`math_equal`.
     """
     if final_form not in FINAL_FORMS:
         raise ValueError(f"final_form must be one of {FINAL_FORMS}, got {final_form!r}")
@@ -299,7 +305,12 @@ def check_math(
 
 
 def math_equal(pred: str | None, gold: str, **kwargs: Any) -> bool:
-    """True iff ``pred`` equals ``gold``; a missing prediction is False.
+    r"""True iff ``pred`` equals ``gold``; a missing prediction is False.
+
+    Symbolic equivalence by default (``final_form="lenient"``: ``\sqrt{3}`` equals ``1.7320508075688772``,
+    ``5!`` equals ``120``); pass ``final_form="strict"`` (and ``question=``) for the reward's final-form and
+    question-copy rules. Safe in any thread: math-verify's signal timeouts are disabled and the helper
+    process is killed at the deadline instead.
 
     Raises :class:`RewardError` when no verdict could be reached (the verifier itself failed), so a failed
     check is never mistaken for a wrong answer.

@@ -56,6 +56,10 @@ class RewardConfig(Checked):
     time_limit_multiplier: PositiveFloat = 1.0
     time_limit_floor_s: PositiveFloat = 1.0  # least CPU seconds per test of a task with its own time limit
     memory_floor_mb: Annotated[int, Field(ge=64)] = 256  # least MB per test of a task with its own memory limit
+    # the most a task's own limits may grant (None: no cap, the task data is trusted, e.g. CodeContests in
+    # training); metaagent-serve sets both to time_limit_s / memory_mb: a client cannot raise its limits
+    max_time_limit_s: PositiveFloat | None = None  # most CPU s a task's own time limit may grant (None: no cap)
+    max_memory_mb: Annotated[int, Field(ge=64)] | None = None  # most MB a task's own memory limit may grant
     code_workers: PositiveInt = DEFAULT_WORKERS  # code tests of one program run in parallel
     stop_on_failure: bool = True  # all_pass only: skip remaining tests after the first failure
     site_packages: bool = False  # let tested programs import installed packages (slower start)
@@ -100,7 +104,12 @@ class RewardConfig(Checked):
 def code_limits(task: Task, config: RewardConfig) -> tuple[float, int]:
     """(CPU seconds, memory MB) of each code test of ``task``: the task's own limits (CodeContests'
     ``time_limit_s`` / ``memory_limit_bytes`` metadata) scaled by the config's multiplier and raised to its
-    floors, else the config's flat ``time_limit_s`` / ``memory_mb``."""
+    floors, else the config's flat ``time_limit_s`` / ``memory_mb``; then capped at ``max_time_limit_s`` /
+    ``max_memory_mb`` where set:
+
+        time_s    = min(max_time_limit_s, max(time_limit_floor_s, own_time_s * time_limit_multiplier))
+        memory_mb = min(max_memory_mb, max(memory_floor_mb, own_memory_bytes >> 20))
+    """
     meta = task.metadata if isinstance(task.metadata, Mapping) else {}
     time_s, memory_mb = config.time_limit_s, config.memory_mb
     own_time = meta.get("time_limit_s")
@@ -109,6 +118,10 @@ def code_limits(task: Task, config: RewardConfig) -> tuple[float, int]:
     own_memory = meta.get("memory_limit_bytes")
     if isinstance(own_memory, int) and own_memory > 0:
         memory_mb = max(config.memory_floor_mb, own_memory >> 20)
+    if config.max_time_limit_s is not None:
+        time_s = min(time_s, config.max_time_limit_s)
+    if config.max_memory_mb is not None:
+        memory_mb = min(memory_mb, config.max_memory_mb)
     return time_s, memory_mb
 
 
@@ -141,7 +154,9 @@ def score_execution(
 
     An execution in which no agent call ran scores 0 for both ``R_correct`` and ``R_format``: the team did no
     work. It is counted as the shortcut ``no_agent_runs`` only when the script submitted text it built itself;
-    a script that fails before its first agent call earned nothing to refuse (its status counts it). Every
+    a script that fails before its first agent call earned nothing to refuse (its status counts it). An answer
+    (or a plan's ``env_step`` action) that no agent reply and no output of an agent's program states is refused
+    by the domain's scorer (``answer_not_from_agents``, :mod:`metaagent.rewards.provenance`). Every
     shortcut class the execution tried (:mod:`metaagent.rewards.shortcuts`) is listed in ``details["shortcuts"]``.
     """
     cfg = config or RewardConfig()

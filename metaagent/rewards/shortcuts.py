@@ -5,22 +5,25 @@ that was found by a model or a red-team pass; the scorer closes it (the rule in 
 every occurrence in ``RewardRecord.details["shortcuts"]``, so :func:`shortcut_metrics` can show reward hacking
 in the first steps of a run (``reward/shortcut/<class>``) instead of after it.
 
-======================  =================================================================================
-class                   rule (where)
-======================  =================================================================================
-``unbounded``           a prediction that is not a finite number, or is astronomically large, equals no
-                        finite reference (:mod:`.math`, ``_math_worker``)
-``non_final_form``      the reference is a plain number and the answer is still an expression: incorrect
-                        under ``reward.math_final_form: strict`` (counted when lenient mode would pay it)
-``question_copy``       the answer re-states the question's own expression: incorrect in both modes
-``inexact_number``      an integer or fraction reference is compared exactly: ``35.00001`` is not ``35``
-``verifier_timeout``    the prediction made the verifier run past its deadline (or out of memory/recursion):
-                        incorrect, never a dropped sample
-``no_agent_runs``       an execution that submits with no agent call run scores 0 for correctness and format
-                        (a script failing before its first call is counted by its status, not here)
-``empty_delivery``      an agent turn whose ``<delivery>`` block is empty earns no delivery credit
-``forged_verdict``      model code tried to decide its own test verdict (the parent decides it)
-======================  =================================================================================
+==========================  =================================================================================
+class                       rule (where)
+==========================  =================================================================================
+``unbounded``               a prediction that is not a finite number, or is astronomically large, equals no
+                            finite reference (:mod:`.math`, ``_math_worker``)
+``non_final_form``          the reference is a plain number and the answer is still an expression: incorrect
+                            under ``reward.math_final_form: strict`` (counted when lenient mode would pay it)
+``question_copy``           the answer re-states the question's own expression: incorrect in both modes
+``inexact_number``          an integer or fraction reference is compared exactly: ``35.00001`` is not ``35``
+``verifier_timeout``        the prediction made the verifier run past its deadline (or out of memory or
+                            recursion): incorrect, never a dropped sample
+``no_agent_runs``           an execution that submits with no agent call run scores 0 for correctness and
+                            format (a script failing before its first call is counted by its status, not here)
+``answer_not_from_agents``  the submitted answer (plan: every ``env_step`` action) occurs in no agent reply
+                            and no output of an agent's program: the script computed it, incorrect
+                            (:mod:`.provenance`)
+``empty_delivery``          an agent turn whose ``<delivery>`` block is empty earns no delivery credit
+``forged_verdict``          model code tried to decide its own test verdict (the parent decides it)
+==========================  =================================================================================
 
 An answer refused in one of :data:`REFUSED_ANSWER_CLASSES` earns neither R_correct nor R_format (the
 default, ``reward.shortcut_format: zero``; ``keep`` gives it the format share any wrong answer gets).
@@ -47,6 +50,7 @@ SHORTCUT_CLASSES: dict[str, str] = {
     "inexact_number": "integer and fraction references are compared exactly",
     "verifier_timeout": "a prediction that stalls the verifier is incorrect, not dropped",
     "no_agent_runs": "an answer submitted with no agent call run scores 0",
+    "answer_not_from_agents": "an answer (or plan action) no agent reply or agent program produced scores 0",
     "empty_delivery": "an empty <delivery> block earns no delivery credit",
     "forged_verdict": "model code cannot decide its own test verdict",
 }
@@ -54,7 +58,15 @@ SHORTCUT_CLASSES: dict[str, str] = {
 #: the classes in which the answer itself is the shortcut: the answer is refused (R_correct = 0) and, unless
 #: ``reward.shortcut_format=keep``, earns no format share either, so a refused answer pays less than an honest
 #: wrong one (a copy of the question in a box would otherwise still earn lam * R_format, a reason to copy)
-REFUSED_ANSWER_CLASSES = ("unbounded", "non_final_form", "question_copy", "inexact_number", "verifier_timeout", "forged_verdict")
+REFUSED_ANSWER_CLASSES = (
+    "unbounded",
+    "non_final_form",
+    "question_copy",
+    "inexact_number",
+    "verifier_timeout",
+    "forged_verdict",
+    "answer_not_from_agents",
+)
 
 METRIC_PREFIX = "reward/shortcut/"
 

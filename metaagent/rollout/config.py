@@ -86,7 +86,9 @@ class RolloutConfig(Checked):
     designer: SamplingConfig = field(default_factory=_default_designer_sampling)  # sampling of designer scripts
     executor: SamplingConfig = field(default_factory=_default_executor_sampling)  # sampling of agent replies
     frozen_designer: str | None = None
-    limits: dict[str, Any] = field(default_factory=lambda: {"timeout_s": 120.0, "total_timeout_s": 600.0})
+    limits: dict[str, Any] = field(
+        default_factory=lambda: {"timeout_s": 120.0, "tool_time_s": 60.0, "total_timeout_s": 600.0}
+    )
     sandbox_workers: PositiveInt = 8
     max_inflight: PositiveInt = 64
     ray_address: str | None = None

@@ -78,6 +78,8 @@ class ServeConfig(Checked):
     Teams:
         sandbox_workers: sandbox worker processes shared by all requests (executions in flight at once).
         script_timeout_s: own run time of one script (agent calls not counted), as in ``Limits.timeout_s``.
+        tool_timeout_s: wall-clock seconds all tool calls of one execution may take together, as in
+            ``Limits.tool_time_s`` (a budget of their own, beside ``script_timeout_s``).
         request_timeout_s: wall-clock budget of one request; no model call starts after it.
         max_designs / max_executions: caps on ``n_designs`` / ``n_executions`` per request.
         max_tokens_cap: cap on any ``max_tokens`` a request asks for.
@@ -115,6 +117,7 @@ class ServeConfig(Checked):
 
     sandbox_workers: PositiveInt = 4
     script_timeout_s: PositiveFloat = 10.0
+    tool_timeout_s: PositiveFloat = 60.0
     request_timeout_s: PositiveFloat = 300.0
     max_designs: PositiveInt = 4
     max_executions: PositiveInt = 4
@@ -165,7 +168,21 @@ class ServeConfig(Checked):
 
     def limits(self) -> dict[str, Any]:
         """Sandbox limits of every execution (``metaagent.workflow.Limits`` fields)."""
-        return {"timeout_s": self.script_timeout_s, "total_timeout_s": self.request_timeout_s}
+        return {
+            "timeout_s": self.script_timeout_s,
+            "tool_time_s": self.tool_timeout_s,
+            "total_timeout_s": self.request_timeout_s,
+        }
+
+    def reward_config(self) -> Any:
+        """The scorer's config (``metaagent.rewards.RewardConfig``): the defaults, with every limit a client's
+        task may set (``metadata.time_limit_s`` / ``memory_limit_bytes`` of a code task) capped at the
+        server's own per-test limits, so a client cannot make its tests run longer or larger than the
+        server's defaults allow."""
+        from metaagent.rewards import RewardConfig
+
+        base = RewardConfig()
+        return RewardConfig(max_time_limit_s=base.time_limit_s, max_memory_mb=base.memory_mb)
 
     def public(self) -> dict[str, Any]:
         """The config without secrets, for records and logs."""

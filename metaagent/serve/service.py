@@ -74,7 +74,6 @@ class TeamService:
     """
 
     def __init__(self, config: ServeConfig, *, loader: Callable[[], ServeModels] | None = None) -> None:
-        from metaagent.rewards import RewardConfig
         from metaagent.workflow import load_templates
 
         from metaagent.execution.isolation import ExecutionConfig, for_config
@@ -88,7 +87,7 @@ class TeamService:
         self.error: str | None = None
         self.models: ServeModels | None = None
         self.pool: Any = None
-        self.reward_config = RewardConfig()
+        self.reward_config = config.reward_config()  # client-set test limits capped at the server's
         self.templates = load_templates()
         self.record_config = {"serve": config.public()}
         # a wrong --frozen-designer fails here, at start-up, not on the first request

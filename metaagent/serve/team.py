@@ -12,8 +12,10 @@ is cancelled or out of time, and report each executor completion to the stream (
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -22,8 +24,9 @@ from typing import Any
 
 from metaagent.credit import fill_design_rewards
 from metaagent.data.tasks import Task
+from metaagent.execution.code import deadline as code_deadline
 from metaagent.policy.base import ChatRequest, PolicyError, RequestError, SamplingParams
-from metaagent.records import Design, Execution, RolloutTree
+from metaagent.records import Design, Execution, RewardRecord, RolloutTree
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine, RolloutObserver
 from metaagent.seeding import derive_seed
@@ -175,7 +178,7 @@ def run_team(ctx: TeamContext, spec: TeamSpec, budget: RequestBudget, emit: Even
     models = ctx.models
     designer = RequestPolicy(models.designer, budget) if models.designer is not None else None
     executor = RequestPolicy(models.executor, budget, observer.completion if emit else None)
-    engine = _engine(ctx, designer, executor, spec, observer)
+    engine = _engine(ctx, designer, executor, spec, observer, budget)
     seed = spec.seed if spec.seed is not None else secrets.randbelow(2**31)
     try:
         if ctx.frozen_design is not None:
@@ -227,8 +230,59 @@ def raise_if_unanswerable(result: TeamResult, budget: RequestBudget) -> None:
         raise ServeError(504, f"no answer within the request's time budget: {result.detail}", code="timeout")
 
 
+#: how long past the request's deadline a reward may still arrive before it is given up (the code tests
+#: stop at the deadline themselves; this covers reading their results back)
+SCORE_GRACE_S = 1.0
+#: RewardRecord.details["error_kind"] of a reward the request's time budget cut short
+DEADLINE_ERROR = "request_deadline"
+
+
+def score_within(deadline: float, score: Callable[[], RewardRecord]) -> RewardRecord:
+    """``score()`` run under the request's ``deadline`` (a ``time.monotonic()`` time).
+
+    Every code test it runs stops at the deadline (:func:`metaagent.execution.code.deadline`), and the call
+    returns by ``deadline + SCORE_GRACE_S`` whatever the scorer does (a math check past it finishes in the
+    background and is dropped). A reward not finished by the deadline is an error record
+    (``error_kind = "request_deadline"``, counted in ``metaagent_serve_reward_errors_total``), never a 0: a
+    test cut by the request's budget says nothing about the program.
+    """
+    box: list[RewardRecord] = []
+
+    def run() -> None:
+        with code_deadline(deadline):
+            box.append(score())
+
+    if deadline - time.monotonic() > 0:
+        context = contextvars.copy_context()  # the scorer's threads see the deadline through this context
+        worker = threading.Thread(target=context.run, args=(run,), name="metaagent-score", daemon=True)
+        worker.start()
+        worker.join(max(0.0, deadline - time.monotonic()) + SCORE_GRACE_S)
+    if box and time.monotonic() < deadline:
+        return box[0]
+    message = "the reward was not computed within the request's time budget (the server's --timeout)"
+    return RewardRecord(None, None, None, error=message, details={"error_kind": DEADLINE_ERROR})
+
+
+@dataclass
+class DeadlineEngine(RolloutEngine):
+    """The rollout engine of one served request: every reward is computed under the request's deadline
+    (:func:`score_within`), so scoring a client's task cannot hold the request past ``--timeout``."""
+
+    budget: RequestBudget | None = None
+
+    def _score(self, task: Task, execution: Execution) -> RewardRecord:
+        if self.budget is None:
+            return super()._score(task, execution)
+        return score_within(self.budget.deadline, lambda: RolloutEngine._score(self, task, execution))
+
+
 def _engine(
-    ctx: TeamContext, designer: RequestPolicy | None, executor: RequestPolicy, spec: TeamSpec, observer: RolloutObserver
+    ctx: TeamContext,
+    designer: RequestPolicy | None,
+    executor: RequestPolicy,
+    spec: TeamSpec,
+    observer: RolloutObserver,
+    budget: RequestBudget | None = None,
 ) -> RolloutEngine:
     c = ctx.config
     config = RolloutConfig(
@@ -243,7 +297,7 @@ def _engine(
         sandbox_workers=c.sandbox_workers,
         max_inflight=spec.n_designs * spec.n_executions,
     )
-    return RolloutEngine(
+    return DeadlineEngine(
         designer,
         executor,
         config=config,
@@ -253,6 +307,7 @@ def _engine(
         record_config=ctx.record_config,
         templates=ctx.templates,
         observer=observer,
+        budget=budget,
     )
 
 

@@ -32,8 +32,11 @@ class Limits:
             budget); the host kills the worker when the script's own time runs out.
         total_timeout_s: wall-clock cap on the whole execution, agent and tool calls included (a tool call
             in progress is cut at it); None: no cap (every shipped config sets one).
-        tool_time_s: wall-clock seconds all tool calls of one execution may take together; a program a
-            tool runs is stopped when it runs out, and the next tool call ends the execution (``limit``).
+        tool_time_s: wall-clock seconds all tool calls of one execution may take together, a budget of their
+            own; a program a tool runs is stopped when it runs out, and the next tool call ends the execution
+            (``limit``, ToolTimeLimit). None (the default): tool calls have no budget of their own and count
+            against ``timeout_s`` like the script's own time, so ``run_script(..., {"timeout_s": T})`` returns
+            within T (plus a small grace) whatever its tools do; the shipped configs set 60 s explicitly.
         memory_mb: address-space limit of the worker process while the script runs (RLIMIT_AS).
         cpu_s: CPU-seconds limit of the script (RLIMIT_CPU, a backstop behind ``timeout_s``);
             default ``ceil(timeout_s) + 1``.
@@ -48,7 +51,7 @@ class Limits:
 
     timeout_s: Seconds = 30.0
     total_timeout_s: Seconds | None = None
-    tool_time_s: Seconds = 60.0
+    tool_time_s: Seconds | None = None
     memory_mb: Annotated[int, Field(strict=True, gt=63)] = 512
     cpu_s: Seconds | None = None
     max_agent_calls: Count = 32

@@ -6,19 +6,23 @@ k agents is one batch of k requests); the turn is recorded here with the Complet
 log-probs, which never leave the host.
 
 Clocks: ``Limits.timeout_s`` counts the time the script runs on its own, i.e. the time the host waits for
-the worker's next message; time spent in ``policy.generate`` and in tools is not counted there. Tool calls
-share ``Limits.tool_time_s``, and ``total_timeout_s`` counts everything: each tool call runs inside
-:func:`metaagent.execution.code.deadline` set to whichever ends first, so a program a tool runs is
-stopped at it, and the execution ends as soon as either is spent.
+the worker's next message, plus the time of its tool calls unless ``Limits.tool_time_s`` gives tools a
+budget of their own; time spent in ``policy.generate`` is never counted there. ``total_timeout_s`` counts
+everything. Each tool call runs in a thread of its own inside :func:`metaagent.execution.code.deadline`,
+set to whichever budget ends first: a program a tool runs is stopped at it, a tool that does not stop is
+abandoned :data:`TOOL_GRACE_S` later (its result is dropped), and the execution ends as soon as a budget is
+spent. So an execution never runs more than its budgets plus the grace, whatever its tools do.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import inspect
 import json
 import math
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -52,6 +56,9 @@ MAX_ROLE_CHARS = 200
 MAX_TOOL_RESULT_CHARS = 4000
 MAX_ERROR_CHARS = 2000
 SEND_TIMEOUT_S = 30.0
+#: how long after its budget a tool call that does not stop by itself is waited for before it is abandoned
+#: (programs a tool runs stop at the budget themselves; this covers reading their result back)
+TOOL_GRACE_S = 1.0
 
 
 def executor_sampling(sampling: SamplingParams | Mapping[str, Any] | None) -> SamplingParams:
@@ -251,7 +258,7 @@ class Session:
             self._died(worker, e)
             return False
         while True:
-            own_left = L.timeout_s - self.script_s
+            own_left = self._own_left()
             total_left = math.inf if deadline is None else deadline - time.monotonic()
             t0 = time.monotonic()
             try:
@@ -260,7 +267,7 @@ class Session:
                 worker.kill()
                 if own_left <= total_left:
                     self._fail("timeout", "Timeout", f"the script ran for more than {L.timeout_s:g} s of its own time "
-                               "(agent and tool calls not counted); look for an endless loop")  # fmt: skip
+                               f"({self._clock_note()}); look for an endless loop")  # fmt: skip
                 else:
                     self._fail(
                         "timeout", "TotalTimeout", f"the execution took more than {L.total_timeout_s:g} s"
@@ -483,6 +490,32 @@ class Session:
         )
         return None if best is None else dataclasses.replace(candidates[best])
 
+    # ---- clocks -------------------------------------------------------------------------------------------
+    def _own_left(self) -> float:
+        """Seconds left of ``timeout_s``: minus the script's own time, and minus its tool time when tools have
+        no budget of their own (``limits.tool_time_s`` unset)."""
+        tools = self.tool_s if self.limits.tool_time_s is None else 0.0
+        return self.limits.timeout_s - self.script_s - tools
+
+    def _tool_left(self) -> float:
+        """Seconds the next tool call may take: what is left of ``tool_time_s``, else of ``timeout_s``."""
+        if self.limits.tool_time_s is None:
+            return self._own_left()
+        return self.limits.tool_time_s - self.tool_s
+
+    def _clock_note(self) -> str:
+        if self.limits.tool_time_s is None:
+            return "tool calls included, agent calls not counted"
+        return "agent and tool calls not counted"
+
+    def _tool_budget_stop(self) -> dict[str, Any]:
+        L = self.limits
+        if L.tool_time_s is None:
+            message = f"the script ran for more than {L.timeout_s:g} s of its own time ({self._clock_note()})"
+            return self._stop("timeout", "Timeout", f"{message}; its tool calls took {self.tool_s:.1f} s")
+        return self._stop("limit", "ToolTimeLimit", f"the script's tool calls took {self.tool_s:.1f} s; the "
+                          f"limit is {L.tool_time_s:g} s (limits.tool_time_s)")  # fmt: skip
+
     # ---- tools --------------------------------------------------------------------------------------------
     def _serve_tool(self, message: dict[str, Any]) -> dict[str, Any]:
         name, args, kwargs = message.get("name"), message.get("args"), message.get("kwargs")
@@ -499,10 +532,9 @@ class Session:
             return self._stop(
                 "limit", "ToolCallLimit", f"the script made more than {L.max_tool_calls} tool calls"
             )
-        if self.tool_s >= L.tool_time_s:
-            return self._stop("limit", "ToolTimeLimit", f"the script's tool calls took {self.tool_s:.1f} s; the "
-                              f"limit is {L.tool_time_s:g} s (limits.tool_time_s)")  # fmt: skip
-        until = time.monotonic() + L.tool_time_s - self.tool_s
+        if self._tool_left() <= 0:
+            return self._tool_budget_stop()
+        until = time.monotonic() + self._tool_left()
         if self.deadline is not None:
             until = min(until, self.deadline)
         fn = self.tools[name]
@@ -513,13 +545,14 @@ class Session:
         except ValueError:  # no introspectable signature
             arguments = {"args": args, "kwargs": kwargs}
         t0 = time.perf_counter()
-        try:
-            with code_deadline(until):  # programs a tool runs stop at the budget (tools not running code: after)
-                value = fn(*args, **kwargs)
-            result, ok = (value if isinstance(value, str) else str(value)), True
-        except Exception as e:  # noqa: BLE001 - a failing tool is reported to the script, which may carry on
-            result, ok = f"error: {name} failed ({type(e).__name__}: {e})", False
+        outcome = call_within(fn, args, kwargs, until)
         self.tool_s += time.perf_counter() - t0
+        if outcome is None:  # still running at its budget: abandoned, and the execution ends
+            result, ok = "(stopped at the execution's time budget)", False
+        elif outcome[1] is None:
+            result, ok = (outcome[0] if isinstance(outcome[0], str) else str(outcome[0])), True
+        else:  # a failing tool is reported to the script, which may carry on
+            result, ok = f"error: {name} failed ({type(outcome[1]).__name__}: {outcome[1]})", False
         result = result[:MAX_TOOL_RESULT_CHARS]
         self.tool_calls.append(
             ToolCall(
@@ -534,4 +567,29 @@ class Session:
         )
         if self.deadline is not None and time.monotonic() >= self.deadline:
             return self._stop("timeout", "TotalTimeout", f"the execution took more than {L.total_timeout_s:g} s")
+        if outcome is None:
+            return self._tool_budget_stop()
         return {"op": "result", "value": result}
+
+
+def call_within(
+    fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], until: float
+) -> tuple[Any, Exception | None] | None:
+    """``fn(*args, **kwargs)`` in a thread of its own, under :func:`metaagent.execution.code.deadline`
+    ``until`` (a ``time.monotonic()`` time): ``(value, None)``, ``(None, the exception it raised)``, or None
+    when it is still running :data:`TOOL_GRACE_S` after ``until`` (the thread is abandoned: a daemon whose
+    result nobody reads; a program it runs stops at ``until`` by itself)."""
+    box: list[tuple[Any, Exception | None]] = []
+
+    def run() -> None:
+        try:
+            with code_deadline(until):
+                box.append((fn(*args, **kwargs), None))
+        except Exception as e:  # noqa: BLE001 - handed to the caller
+            box.append((None, e))
+
+    context = contextvars.copy_context()
+    worker = threading.Thread(target=context.run, args=(run,), name="metaagent-tool", daemon=True)
+    worker.start()
+    worker.join(max(0.0, until - time.monotonic()) + TOOL_GRACE_S)
+    return box[0] if box else None

@@ -94,3 +94,18 @@ def test_time_spent_waiting_is_not_counted_against_the_limit():
     assert result.all_passed, result.summary()
     outcome = result.tests[0]
     assert outcome.elapsed_s >= 1.5 and outcome.cpu_s < 1.0
+
+
+def test_a_tasks_own_limits_are_capped_where_the_config_sets_a_cap(task):
+    # serve's config caps what a client's task may ask for at the server's flat limits (issue 64)
+    greedy = Task(id="g", domain="code", question="q", tests=task.tests,
+                  metadata={"time_limit_s": 40.0, "memory_limit_bytes": 8 << 30})  # fmt: skip
+    assert code_limits(greedy, RewardConfig()) == (40.0, 8192)  # training data is trusted: no cap
+    capped = RewardConfig(max_time_limit_s=4.0, max_memory_mb=1024)
+    assert code_limits(greedy, capped) == (4.0, 1024)
+    assert code_limits(task, capped) == (2.0, 512)  # limits below the caps stay the task's
+    assert code_limits(greedy, RewardConfig(time_limit_multiplier=3.0, max_time_limit_s=4.0))[0] == 4.0
+    from metaagent.serve import ServeConfig
+
+    served = ServeConfig(model="scripted").reward_config()
+    assert (served.max_time_limit_s, served.max_memory_mb) == (served.time_limit_s, served.memory_mb)

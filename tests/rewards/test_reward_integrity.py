@@ -174,7 +174,8 @@ def test_a_script_failing_before_its_first_call_is_no_shortcut():
 
 def test_an_empty_delivery_earns_nothing():
     for empty in ("<delivery></delivery>", "<delivery>   </delivery>", "<delivery>\n</delivery>"):
-        execution = Execution(index=0, status="ok", answer="\\boxed{35}", submitted=True, turns=[turn(empty)])
+        reply = f"\\boxed{{35}} {empty}"  # the agent states the answer, outside its (empty) delivery block
+        execution = Execution(index=0, status="ok", answer="\\boxed{35}", submitted=True, turns=[turn(reply)])
         record = score_execution(TASK, execution)
         assert record.components["delivery_format"] == 0.0
         assert record.format == 0.5 and "empty_delivery" in record.details["shortcuts"]
@@ -295,7 +296,7 @@ def test_no_shortcut_scores_on_any_bundled_math_task():
     for task in tasks:
         for cls, answers in _shortcut_answers(task).items():
             for answer in answers:
-                check = check_math(answer, task.answer, question=task.question)
+                check = check_math(answer, task.answer, question=task.question, final_form="strict")
                 if check.correct or not check.computed:
                     paid.setdefault(cls, []).append(f"{task.id}: {answer!r} -> {check.status}")
                 # a copy of the question pays in lenient mode neither

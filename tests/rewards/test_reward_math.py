@@ -82,7 +82,7 @@ def test_math_table(pred, gold, expected, final_form):
 
 @pytest.mark.parametrize(("pred", "gold"), LENIENT_ONLY, ids=[f"{c[0]!r}~{c[1]!r}" for c in LENIENT_ONLY])
 def test_an_expression_for_a_number_pays_only_in_lenient_mode(pred, gold):
-    strict = check_math(pred, gold)
+    strict = check_math(pred, gold, final_form="strict")
     assert (strict.status, strict.method, strict.shortcut) == ("incorrect", "final_form", "non_final_form")
     assert check_math(pred, gold, final_form="lenient").status == "correct"
 
@@ -124,7 +124,7 @@ def test_a_prediction_that_stalls_the_verifier_is_incorrect_not_dropped():
     assert (check.status, check.shortcut) == ("incorrect", "verifier_timeout")
     assert check.computed and 0.9 <= check.elapsed_s < 10
     # strict mode refuses the expression outright; its lenient re-check (for the counter) stalls too
-    strict = check_math(HUGE_POWER, "5", timeout_s=1.0)
+    strict = check_math(HUGE_POWER, "5", timeout_s=1.0, final_form="strict")
     assert (strict.status, strict.shortcut) == ("incorrect", "verifier_timeout")
     # the killed helper is replaced: the next check works
     assert check_math("\\sqrt{8}", "2\\sqrt{2}").status == "correct"
@@ -177,5 +177,60 @@ def test_a_box_around_the_whole_answer_is_formatting_not_an_expression():
     assert check_math("\\boxed{2249688}", "2249688").status == "correct"
     assert check_math("$\\boxed{\\boxed{35}}$", "35").status == "correct"
     # the strict rule still reads what is inside: an expression stays an expression, two boxes stay two
-    assert check_math("\\boxed{16+19}", "35").status == "incorrect"
-    assert check_math("\\boxed{1}+\\boxed{2}", "3").status == "incorrect"
+    assert check_math("\\boxed{16+19}", "35", final_form="strict").status == "incorrect"
+    assert check_math("\\boxed{1}+\\boxed{2}", "3", final_form="strict").status == "incorrect"
+
+
+# ---- the library default: symbolic equivalence; the reward's strict rule is an explicit option ----------------
+
+#: (prediction, reference): equal by math-verify's symbolic equivalence (issue 64: the regression set)
+SYMBOLIC_EQUAL = [
+    ("\\pi", "3.14159265358979"),
+    ("\\sqrt{3}", "1.7320508075688772"),
+    ("\\binom{5}{2}", "10"),
+    ("5!", "120"),
+    ("\\log_2 8", "3"),
+]
+
+
+@pytest.mark.parametrize(("pred", "gold"), SYMBOLIC_EQUAL + [(g, p) for p, g in SYMBOLIC_EQUAL])
+def test_math_equal_keeps_symbolic_equivalence_by_default(pred, gold):
+    assert math_equal(pred, gold) is True
+    assert check_math(pred, gold).status == "correct"
+
+
+def test_math_equal_is_symbolic_outside_the_main_thread():
+    # math-verify's own signal timeouts would fail here; they are disabled and the helper is killed instead
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        verdicts = list(pool.map(lambda pair: math_equal(*pair), SYMBOLIC_EQUAL))
+    assert verdicts == [True] * len(SYMBOLIC_EQUAL)
+
+
+@pytest.mark.parametrize(("pred", "gold"), [(p, g) for p, g in SYMBOLIC_EQUAL if g[0].isdigit()])
+def test_the_strict_rule_is_explicit_and_refuses_expressions_for_a_number(pred, gold):
+    check = check_math(pred, gold, final_form="strict")
+    assert (check.status, check.method) == ("incorrect", "final_form")
+    assert math_equal(pred, gold, final_form="strict") is False
+
+
+def test_the_reward_refuses_unevaluated_literals_and_question_copies():
+    # the math domain's scorer passes reward.math_final_form (strict by default) and the task's question
+    from metaagent.records import AgentTurn, Execution
+    from metaagent.rewards import RewardConfig, score_execution
+
+    task = {"id": "t", "domain": "math", "question": "What is 16 + 19?", "answer": "35"}
+
+    def scored(answer: str, **config) -> tuple[float, list[str]]:
+        turn = AgentTurn(0, "Solver", "s", [], answer, None, [], [], None, "stop", "m")
+        record = score_execution(task, Execution(index=0, status="ok", answer=answer, submitted=True,
+                                                 turns=[turn]), RewardConfig(**config))  # fmt: skip
+        return record.correct, record.details["shortcuts"]
+
+    assert scored("\\boxed{35}") == (1.0, [])
+    assert scored("\\boxed{\\sqrt{1225}}") == (0.0, ["non_final_form"])
+    assert scored("\\boxed{16 + 19}") == (0.0, ["question_copy"])
+    assert scored("\\boxed{16 + 19}", math_final_form="lenient") == (0.0, ["question_copy"])
+    assert scored("\\boxed{\\sqrt{1225}}", math_final_form="lenient") == (1.0, [])
+    # the library function on the same pair: symbolic unless asked otherwise
+    assert math_equal("\\sqrt{1225}", "35") is True
+    assert math_equal("16 + 19", "35", question="What is 16 + 19?") is False

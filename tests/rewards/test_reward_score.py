@@ -47,9 +47,11 @@ def turn(response: str, index: int = 0) -> AgentTurn:
     )
 
 
-def execution(
-    answer: str | None, responses=("ok <delivery>x</delivery>",), submitted: bool = True
-) -> Execution:
+def execution(answer: str | None, responses=None, submitted: bool = True) -> Execution:
+    """An execution that submitted ``answer``; by default its one agent delivered it (answer provenance:
+    an answer no agent stated is refused, tests/rewards/test_provenance.py)."""
+    if responses is None:
+        responses = (f"ok <delivery>{answer}</delivery>" if answer else "ok <delivery>x</delivery>",)
     return Execution(
         index=0,
         status="ok",

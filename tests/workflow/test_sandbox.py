@@ -312,3 +312,60 @@ def test_a_message_too_large_for_the_channel_is_a_limit(pool, scripted):
     ex = pool.run('a = Agent("A", "p")\na(task * 9_000_000)\n', "q", scripted, {"max_message_chars": 10**8})
     assert ex.status == "limit" and ex.error.type == "MessageTooLarge" and ex.error.line == 2
     assert pool.run('a = Agent("A", "p")\nsubmit(a(task))\n', "q", scripted).status == "ok"
+
+
+# ---- a caller's timeout bounds the call, tools included (issue 64) ---------------------------------------
+
+SLOW_TOOL_SCRIPT = 'a = Agent("A", "p")\nx = a(task)\nsubmit(slow(x))\n'
+SLOW_TOOL_S = 5.0
+
+
+def _slow(text: str) -> str:
+    import time
+
+    time.sleep(SLOW_TOOL_S)  # a fake tool that runs no program: nothing inside it stops at a deadline
+    return text
+
+
+def test_run_script_timeout_bounds_tool_calls_without_a_tool_budget(scripted):
+    import time
+
+    from builders import HANG_MARGIN_S
+
+    start = time.monotonic()
+    ex = run_script(SLOW_TOOL_SCRIPT, "q", scripted, {"timeout_s": 1.0}, tools={"slow": _slow})
+    elapsed = time.monotonic() - start
+    # the tool was abandoned at the caller's timeout: the execution did not wait for it to return
+    assert ex.status == "timeout" and ex.error.type == "Timeout" and not ex.submitted, ex.error
+    assert "tool calls included" in ex.error.message
+    assert ex.tool_calls[0].ok is False and "time budget" in ex.tool_calls[0].result
+    from metaagent.workflow.session import TOOL_GRACE_S
+
+    assert elapsed < 1.0 + TOOL_GRACE_S + HANG_MARGIN_S
+
+
+def test_an_explicit_tool_budget_is_kept_beside_the_scripts_own_time(pool, scripted):
+    # tools with a budget of their own: a 5 s tool fits 30 s though the script's own time is 1 s ...
+    tools = {"slow": _slow}
+    ex = pool.run(SLOW_TOOL_SCRIPT, "q", scripted, {"timeout_s": 1.0, "tool_time_s": 30.0}, tools=tools)
+    assert ex.status == "ok" and ex.submitted, ex.error
+    # ... and a budget too small for it ends the execution at the budget, as a tool-time limit
+    ex = pool.run(SLOW_TOOL_SCRIPT, "q", scripted, {"timeout_s": 1.0, "tool_time_s": 1.5}, tools=tools)
+    assert ex.status == "limit" and ex.error.type == "ToolTimeLimit", ex.error
+
+
+def test_every_shipped_config_keeps_an_explicit_tool_budget():
+    from pathlib import Path
+
+    import yaml
+
+    from metaagent.rollout.config import RolloutConfig
+    from metaagent.serve import ServeConfig
+
+    configs = sorted((Path(__file__).resolve().parents[2] / "metaagent" / "configs").glob("*.yaml"))
+    for path in configs:
+        limits = (yaml.safe_load(path.read_text()).get("rollout") or {}).get("limits")
+        if limits is not None:
+            assert Limits.coerce(limits).tool_time_s == 60.0, path.name
+    assert Limits.coerce(RolloutConfig().limits).tool_time_s == 60.0
+    assert Limits.coerce(ServeConfig(model="scripted").limits()).tool_time_s == 60.0
