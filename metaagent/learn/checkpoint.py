@@ -8,12 +8,12 @@ Layout of one checkpoint (``run_dir/checkpoints/step_00000030/``)::
     optim/<key>.pt     optimizer/updater state (``torch.save``; read back with ``weights_only=True``)
     critics/<key>/     a GAE critic's value model (``save_pretrained``), beside ``optim/critic-<key>.pt``
 
-A checkpoint is built in a hidden temporary folder next to its final place, every file in it is fsynced, and
-it is renamed into place (then the parent folder is fsynced), so neither a crash nor ``kill -9`` mid-write leaves a
-half-written ``step_*`` folder. ``meta.json`` lists every other file with its size (``files``): a checkpoint whose
-files do not match (copied in part, truncated on a full disk) is refused by :func:`verify_checkpoint` in one line,
-and :func:`latest_checkpoint` skips it for the newest one that matches. Temporary folders left by a killed writer
-are removed by the next write. Nothing in ``state.json`` is pickled.
+A checkpoint is built in a hidden temporary folder next to its final place, every file in it is fsynced,
+and it is renamed into place (then the parent folder is fsynced), so neither a crash nor ``kill -9``
+mid-write leaves a half-written ``step_*`` folder. ``meta.json`` lists every other file with its size
+(``files``): a checkpoint whose files do not match (copied in part, truncated on a full disk) is refused by
+:func:`verify_checkpoint` in one line, and :func:`latest_checkpoint` skips it for the newest one that
+matches. Temporary folders left by a killed writer are removed by the next write. Nothing in ``state.json`` is pickled.
 """
 
 from __future__ import annotations
@@ -176,7 +176,8 @@ def _fsync_tree(root: Path) -> dict[str, int]:
 
 
 def _fsync_dir(path: Path) -> None:
-    """fsync a folder, so the names created or renamed in it are on disk (a no-op where folders cannot be opened)."""
+    """fsync a folder, so the names created or renamed in it are on disk (a no-op where a folder cannot be
+    opened)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -274,8 +275,8 @@ def save_checkpoint(
 
 
 def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[Path]:
-    """Checkpoints of a run that have a ``meta.json`` (written last), oldest first; see :func:`latest_checkpoint`
-    for the newest one whose files also match."""
+    """Checkpoints of a run that have a ``meta.json`` (written last), oldest first; see
+    :func:`latest_checkpoint` for the newest one whose files also match."""
     root = Path(run_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return []
@@ -332,7 +333,8 @@ def verify_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
             ) from None
         if found != size:
             raise CheckpointError(
-                f"{path} is damaged: {rel} has {found} bytes, meta.json says {size}; resume from an earlier checkpoint"
+                f"{path} is damaged: {rel} has {found} bytes, meta.json says {size}; "
+                "resume from an earlier checkpoint"
             )
     return meta
 
