@@ -74,7 +74,7 @@ class RichProgress:
         )
         self._task = None
         self._lock = threading.Lock()
-        self.running: dict[int, str] = {}  # thread -> the part label of the task it runs (one task per thread)
+        self.running: dict[int, str] = {}  # thread -> the part label of its task (a thread runs one task)
         self.finished = 0  # tasks finished in this run
 
     def start(self, total: int, done: int) -> None:
@@ -135,13 +135,13 @@ class Stopper:
         if self.signum is None:
             self.signum = signum
             self._say(
-                f"{name}: finishing the {self.progress.in_flight()} in flight, starting no more; finished records "
-                f"are kept in {self.out} (rerun the command to resume). Send it again to stop now"
+                f"{name}: finishing the {self.progress.in_flight()} in flight, starting no more; finished "
+                f"records are kept in {self.out} (rerun the command to resume). Send it again to stop now"
             )
             raise KeyboardInterrupt
         self._say(
-            f"{name}: stopped now; the {self.progress.finished} tasks finished in this run are recorded in {self.out}, "
-            f"the {self.progress.in_flight()} in flight run again when you rerun the command"
+            f"{name}: stopped now; the {self.progress.finished} tasks finished in this run are recorded in "
+            f"{self.out}, the {self.progress.in_flight()} in flight run again when you rerun the command"
         )
         sys.stdout.flush()
         sys.stderr.flush()
@@ -167,7 +167,10 @@ def _main(argv: list[str] | None = None) -> None:
             evaluation = Evaluation(config, observer=progress)
             results = evaluation.run()
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted; finished tasks are kept in {config.out}: run again to resume", file=sys.stderr)
+        print(
+            f"{PROG}: interrupted; finished tasks are kept in {config.out}: run again to resume",
+            file=sys.stderr,
+        )
         sys.exit(128 + (stopper.signum or signal.SIGINT))
     print((evaluation.out / TABLE_FILE).read_text())
     print(f"results: {evaluation.out / RESULTS_FILE}" + ("" if results["complete"] else " (partial)"))

@@ -109,8 +109,8 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
     except TrainInterrupted as e:
         print(f"train-metaagent: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:  # Ctrl-C outside the steps (the models loading, the run closing): nothing to save
-        print("train-metaagent: interrupted outside a step; checkpoints written so far are kept", file=sys.stderr)
+    except KeyboardInterrupt:  # outside the steps (the models loading, the run closing): nothing to save
+        print("train-metaagent: interrupted outside a step; checkpoints written are kept", file=sys.stderr)
         return 130
 
 

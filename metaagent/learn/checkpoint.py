@@ -13,7 +13,8 @@ and it is renamed into place (then the parent folder is fsynced), so neither a c
 mid-write leaves a half-written ``step_*`` folder. ``meta.json`` lists every other file with its size
 (``files``): a checkpoint whose files do not match (copied in part, truncated on a full disk) is refused by
 :func:`verify_checkpoint` in one line, and :func:`latest_checkpoint` skips it for the newest one that
-matches. Temporary folders left by a killed writer are removed by the next write. Nothing in ``state.json`` is pickled.
+matches. Temporary folders left by a killed writer are removed by the next write. Nothing in ``state.json``
+is pickled.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ FORMAT_VERSION = 1
 CHECKPOINTS_DIR = "checkpoints"
 META_FILE = "meta.json"
 _STEP_RE = re.compile(r"^step_(\d{8,})$")
-#: the hidden folders of an unfinished write: ``.tmp-step_00000030-<pid>-<ns>`` (and ``.old-`` while re-saving)
+#: the hidden folders of an unfinished write: ``.tmp-step_00000030-<pid>-<ns>`` (``.old-`` while re-saving)
 _PARTIAL_RE = re.compile(r"^\.(?:tmp|old)-step_\d{8,}-(\d+)-\d+$")
 
 log = logging.getLogger(__name__)

@@ -79,7 +79,7 @@ class _Stopper:
     def __init__(self, loop: TrainLoop) -> None:
         self.loop, self.signum, self.count = loop, None, 0
         self.step: int | None = None
-        self.snapshot: tuple[dict[str, Any], dict[str, Any]] | None = None  # sampler and RNG at the step's start
+        self.snapshot: tuple[dict[str, Any], dict[str, Any]] | None = None  # sampler, RNG at the step's start
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> _Stopper:
@@ -114,7 +114,8 @@ class _Stopper:
             from metaagent.learn.checkpoint import latest_checkpoint
 
             newest = latest_checkpoint(self.loop.run_dir)
-            _say(f"{name}: stopped now; continue with --resume (from {newest.name if newest else 'the start'})")
+            where = newest.name if newest else "the start"
+            _say(f"{name}: stopped now; continue with --resume (from {where})")
             os._exit(128 + self.signum)
 
     def _abandon(self) -> TrainInterrupted:

@@ -18,7 +18,7 @@ from builders import StubServer, chat_completion
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
-FAST = 2  # requests answered at once; later ones hang while `hold` is set
+FAST = 2  # requests answered at once; later ones hang until `released` is set
 TASKS = 5
 
 
@@ -41,12 +41,14 @@ class Served:
 
 def _command(base_url: str, out: Path) -> list[str]:
     return [sys.executable, "-m", "metaagent.cli.eval", "--backend", "openai", "--base-url", base_url,
-            "--model", "served", "--methods", "sa", "--benchmarks", "bundled:test/math", "--limit", str(TASKS),
-            "--n", "1", "--concurrency", "2", "--no-html", "--out", str(out)]  # fmt: skip
+            "--model", "served", "--methods", "sa", "--benchmarks", "bundled:test/math",
+            "--limit", str(TASKS), "--n", "1", "--concurrency", "2", "--no-html",
+            "--out", str(out)]  # fmt: skip
 
 
 def _records(out: Path) -> list[str]:
-    return [line for f in sorted((out / "rollouts").rglob("*.jsonl")) for line in f.read_text().splitlines() if line]
+    files = sorted((out / "rollouts").rglob("*.jsonl"))
+    return [line for f in files for line in f.read_text().splitlines() if line]
 
 
 def _wait(cond, proc, what, timeout=300.0):
@@ -67,7 +69,8 @@ def test_first_ctrl_c_says_what_finishes_the_second_stops_and_a_rerun_resumes(tm
         reader = threading.Thread(target=lambda: err.extend(iter(proc.stderr.readline, "")), daemon=True)
         reader.start()
         try:
-            _wait(lambda: (out / "rollouts").is_dir() and len(_records(out)) == FAST, proc, "the fast tasks recorded")
+            recorded = lambda: (out / "rollouts").is_dir() and len(_records(out)) == FAST
+            _wait(recorded, proc, "the fast tasks recorded")
             _wait(lambda: served.posts == FAST + 2, proc, "two tasks hanging in flight")
             proc.send_signal(signal.SIGINT)
             _wait(lambda: any("finishing the 2 tasks" in line for line in err), proc, "the first message")
@@ -88,6 +91,7 @@ def test_first_ctrl_c_says_what_finishes_the_second_stops_and_a_rerun_resumes(tm
         assert len(_records(out)) == FAST
 
         before = served.posts
-        r = subprocess.run(_command(server.base_url, out), env=env, capture_output=True, text=True, timeout=600)
+        cmd = _command(server.base_url, out)
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
         assert r.returncode == 0, r.stderr[-3000:]
     assert len(_records(out)) == TASKS and served.posts - before == TASKS - FAST  # only the missing tasks ran

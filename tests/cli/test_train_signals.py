@@ -1,7 +1,7 @@
-"""``train-metaagent`` stopped by a signal: SIGINT (Ctrl-C) after a step ends the run with a checkpoint of the
-steps done, one line on stderr (no traceback) and exit code 130; ``--resume`` goes on from that checkpoint, and
-SIGTERM stops it the same way with 143. The bit-for-bit resume after a signal at any point of a step is
-tested in tests/train/test_trainer_run.py."""
+"""``train-metaagent`` stopped by a signal: SIGINT (Ctrl-C) after a step ends the run with a checkpoint of
+the steps done, one line on stderr (no traceback) and exit code 130; ``--resume`` goes on from that
+checkpoint, and SIGTERM stops it the same way with 143. The bit-for-bit resume after a signal at any
+point of a step is tested in tests/train/test_trainer_run.py."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _start(out: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "metaagent.cli.train", "--config", "tiny", "--steps", "50", "--out", str(out),
-           "--quiet", "trainer.save_every=0", *extra]  # fmt: skip
+    cmd = [sys.executable, "-m", "metaagent.cli.train", "--config", "tiny", "--steps", "50",
+           "--out", str(out), "--quiet", "trainer.save_every=0", *extra]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -54,7 +54,8 @@ def test_sigint_checkpoints_the_steps_done_and_sigterm_stops_the_resumed_run(tmp
     code, err = _stop_after(_start(out), out, 1, signal.SIGINT)
     done = _steps_logged(out)
     assert code == 130 and "Traceback" not in err, err[-3000:]
-    assert _last_line(err) == f"train-metaagent: interrupted after step {done}; continue with --resume", err[-3000:]
+    expected = f"train-metaagent: interrupted after step {done}; continue with --resume"
+    assert _last_line(err) == expected, err[-3000:]
     assert "SIGINT: finishing step" in err
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [f"step_{done:08d}"]
 

@@ -116,6 +116,7 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, lora):
     with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
         if lora:
             assert all(u.ref_model is None and u.has_reference for u in trainer.backend.updaters.values())
+        trainer.save(0)  # where the interrupted run below starts (fresh LoRA adapters are not seeded alike)
         before = _params(trainer)
         after: dict[int, dict[str, torch.Tensor]] = {}
         trainer.train(on_step=lambda r: after.__setitem__(r.step, _params(trainer)))
@@ -171,19 +172,26 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, lora):
 
 
 def _replies(tree: dict) -> list:
-    return [[(e["answer"], [turn["response"] for turn in e["turns"]]) for e in d["executions"]] for d in tree["designs"]]
+    executions = [d["executions"] for d in tree["designs"]]
+    return [[(e["answer"], [turn["response"] for turn in e["turns"]]) for e in ex] for ex in executions]
 
 
-def _check_interrupted_run(tmp_path: Path, extra: tuple[str, ...], out: Path, rows: list[dict], final: dict) -> None:
-    """A third run gets SIGINT at a random point and stops with a checkpoint; resumed, it ends with the
-    uninterrupted run's weights, metrics and rollouts."""
-    seed = int(os.environ.get("METAAGENT_TEST_INTERRUPT_SEED") or int.from_bytes(os.urandom(4), "little"))  # to replay one
+def _check_interrupted_run(
+    tmp_path: Path, extra: tuple[str, ...], out: Path, rows: list[dict], final: dict
+) -> None:
+    """A third run, from the first run's step-0 checkpoint, gets SIGINT at a random point and stops with a
+    checkpoint; resumed, it ends with the uninterrupted run's weights, metrics and rollouts."""
+    # a fresh point each run (any point must resume exactly); METAAGENT_TEST_INTERRUPT_SEED replays one
+    seed = int(os.environ.get("METAAGENT_TEST_INTERRUPT_SEED") or int.from_bytes(os.urandom(4), "little"))
     pick = random.Random(seed)
     at, where = pick.randrange(3), pick.choice(["rollout", "update", "abandon"])
     why = f"SIGINT at step {at}, {where} (seed {seed})"
     cut = tmp_path / "cut"
+    shutil.copytree(out / "checkpoints" / "step_00000000", cut / "checkpoints" / "step_00000000")
+    for name in ("run.json", "config.yaml"):
+        shutil.copy(out / name, cut / name)
     cfg = _config(cut, *extra)
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg, LocalBackend(cfg), resume=True) as trainer:
         _signal_at(trainer, at, where)
         with pytest.raises(TrainInterrupted) as e:
             trainer.train()
@@ -201,7 +209,8 @@ def _check_interrupted_run(tmp_path: Path, extra: tuple[str, ...], out: Path, ro
     again = [_strip(r) for r in read_metrics(cut / "metrics.jsonl")[0] if r["step"] >= 0]
     assert again == [_strip(r) for r in rows], why
     for s in range(4):
-        first, second = ([json.loads(x) for x in (d / "rollouts" / f"step_{s:06d}.jsonl").read_text().splitlines()] for d in (out, cut))
+        files = [d / "rollouts" / f"step_{s:06d}.jsonl" for d in (out, cut)]
+        first, second = ([json.loads(x) for x in f.read_text().splitlines()] for f in files)
         assert [_replies(t) for t in first] == [_replies(t) for t in second], (why, s)
 
 
