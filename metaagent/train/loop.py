@@ -78,7 +78,7 @@ class _Stopper:
 
     def __init__(self, loop: TrainLoop) -> None:
         self.loop, self.signum, self.count = loop, None, 0
-        self.step: int | None = None
+        self.step = loop.start_step  # the step running (or next)
         self.snapshot: tuple[dict[str, Any], dict[str, Any]] | None = None  # sampler, RNG at the step's start
         self.previous: dict[int, Any] = {}
 
@@ -122,7 +122,7 @@ class _Stopper:
         """Checkpoint the state the current step started from; the interruption to raise."""
         from metaagent.learn.checkpoint import restore_rng_state
 
-        assert self.snapshot is not None and self.step is not None
+        assert self.snapshot is not None
         sampler, rng = self.snapshot
         self.loop.sampler.load_state_dict(sampler)
         restore_rng_state(rng)
