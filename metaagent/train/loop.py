@@ -70,10 +70,12 @@ class _Stopper:
 
     1st signal: the current step finishes (rollout, update, validation), a checkpoint of it is written, and
     the run ends with :class:`TrainInterrupted`. 2nd signal before the step's update began: the step is
-    abandoned at once: the sampler and RNG states taken when it started are put back and checkpointed with
-    the weights (which the rollout does not change), so the resumed run draws the same step again; during
-    the update it is refused (a half-applied optimizer step cannot be checkpointed) and the step finishes.
-    3rd signal: the process exits now; the newest complete checkpoint stays (writes are atomic).
+    abandoned: the sampler and RNG states taken when it started are put back and checkpointed at once with
+    the weights (which the rollout does not change), so the resumed run draws the same step again; the
+    process then waits for the rollout's model calls already in flight (the engine's thread pools cannot
+    cancel them). During the update the 2nd signal is refused (a half-applied optimizer step cannot be
+    checkpointed) and the step finishes. 3rd signal: the process exits now; the newest complete checkpoint
+    stays (writes are atomic).
     """
 
     def __init__(self, loop: TrainLoop) -> None:
@@ -127,7 +129,9 @@ class _Stopper:
         self.loop.sampler.load_state_dict(sampler)
         restore_rng_state(rng)
         _say(f"abandoning step {self.step}: writing the checkpoint it started from")
-        return TrainInterrupted(self.signum or signal.SIGINT, self.step, self.loop.save(self.step))
+        path = self.loop.save(self.step)
+        _say("checkpoint written; waiting for the model calls in flight (send it again to exit now)")
+        return TrainInterrupted(self.signum or signal.SIGINT, self.step, path)
 
 
 def _say(text: str) -> None:

@@ -105,3 +105,16 @@ def test_train_metaagent_refuses_a_bad_model_before_torch_is_imported(model, tmp
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("train-metaagent: ") and model in lines[0], r.stderr
     assert not (tmp_path / "run").exists()  # nothing written for a run that cannot start
+
+
+@pytest.mark.slow
+def test_train_metaagent_trains_a_step_of_a_cached_hub_model_offline(hub_cache, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache)}
+    cmd = [sys.executable, "-m", "metaagent.cli.train", "--config", "tiny", "--model", REPO, "--steps", "1",
+           "--out", str(out), "--quiet"]  # fmt: skip
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert set(json.loads((out / "run.json").read_text())["models"].values()) == {REPO}
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if row["step"] >= 0] == [0]
