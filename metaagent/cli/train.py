@@ -88,8 +88,9 @@ def _main(argv: list[str] | None = None) -> None:
 
 
 def check_models(config) -> None:
-    """Every model the run loads is there (an alias's package, a local folder, a hub id in the cache or
-    downloaded now), checked before torch is imported: a bad ``--model`` fails in a second, in one line."""
+    """Every model a local-backend run loads is there (an alias's package, a local folder, a hub id in the
+    cache or downloaded now), checked before torch is imported: a bad ``--model`` fails at once, in one
+    line."""
     from metaagent.policy.models import locate_model
 
     p = config.policy
@@ -116,7 +117,8 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
 
 def _run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = False) -> int:
     try:
-        check_models(config)  # before the imports below: they bring torch in
+        if plan is None:  # the local backend (verl hands hub ids to its workers, which fetch them themselves)
+            check_models(config)  # before the imports below: they bring torch in
     except FileNotFoundError as e:
         print(f"train-metaagent: {e}", file=sys.stderr)
         return 2
