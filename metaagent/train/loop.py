@@ -11,9 +11,13 @@ produces is written to the run directory, identical for both backends::
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
+import signal
+import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -42,6 +46,97 @@ log = logging.getLogger(__name__)
 
 class TrainError(MetaAgentError, RuntimeError):
     """The run cannot start or continue; the message says why and what to do."""
+
+
+#: the signals that stop a run cleanly (``kill``'s default and Ctrl-C); the exit code is 128 + the signal's
+#: number, the shells' convention (130 for SIGINT, 143 for SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class TrainInterrupted(TrainError):
+    """A stop signal ended the run after ``next_step`` steps, with a checkpoint of them (``--resume`` goes on
+    from there, bit for bit as if the run had not stopped)."""
+
+    def __init__(self, signum: int, next_step: int, checkpoint: Path | None) -> None:
+        self.signum, self.next_step, self.checkpoint = signum, next_step, checkpoint
+        super().__init__(f"interrupted after step {next_step}; continue with --resume")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class _Stopper:
+    """SIGINT / SIGTERM during :meth:`TrainLoop.train` (installed in the main thread only).
+
+    1st signal: the current step finishes (rollout, update, validation), a checkpoint of it is written, and
+    the run ends with :class:`TrainInterrupted`. 2nd signal before the step's update began: the step is
+    abandoned: the sampler and RNG states taken when it started are put back and checkpointed at once with
+    the weights (which the rollout does not change), so the resumed run draws the same step again; the
+    process then waits for the rollout's model calls already in flight (the engine's thread pools cannot
+    cancel them). During the update the 2nd signal is refused (a half-applied optimizer step cannot be
+    checkpointed) and the step finishes. 3rd signal: the process exits now; the newest complete checkpoint
+    stays (writes are atomic).
+    """
+
+    def __init__(self, loop: TrainLoop) -> None:
+        self.loop, self.signum, self.count = loop, None, 0
+        self.step = loop.start_step  # the step running (or next)
+        self.snapshot: tuple[dict[str, Any], dict[str, Any]] | None = None  # sampler, RNG at the step's start
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Stopper:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+    def step_started(self, step: int) -> None:
+        from metaagent.learn.checkpoint import capture_rng_state
+
+        self.step = step
+        self.snapshot = (copy.deepcopy(self.loop.sampler.state_dict()), capture_rng_state())
+
+    def update_started(self) -> None:
+        self.snapshot = None  # from here the weights move: the step can only be finished
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        self.signum = self.signum or signum
+        name = signal.Signals(signum).name
+        if self.count == 1:
+            _say(f"{name}: finishing step {self.step}, then a checkpoint (send it again to abandon the step)")
+        elif self.count == 2 and self.snapshot is not None:
+            raise self._abandon()
+        elif self.count == 2:
+            _say(f"{name}: step {self.step} is updating the weights; it finishes and is checkpointed first")
+        else:
+            from metaagent.learn.checkpoint import latest_checkpoint
+
+            newest = latest_checkpoint(self.loop.run_dir)
+            where = newest.name if newest else "the start"
+            _say(f"{name}: stopped now; continue with --resume (from {where})")
+            os._exit(128 + self.signum)
+
+    def _abandon(self) -> TrainInterrupted:
+        """Checkpoint the state the current step started from; the interruption to raise."""
+        from metaagent.learn.checkpoint import restore_rng_state
+
+        assert self.snapshot is not None
+        sampler, rng = self.snapshot
+        self.loop.sampler.load_state_dict(sampler)
+        restore_rng_state(rng)
+        _say(f"abandoning step {self.step}: writing the checkpoint it started from")
+        path = self.loop.save(self.step)
+        _say("checkpoint written; waiting for the model calls in flight (send it again to exit now)")
+        return TrainInterrupted(self.signum or signal.SIGINT, self.step, path)
+
+
+def _say(text: str) -> None:
+    print(f"train-metaagent: {text}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -114,6 +209,7 @@ class TrainLoop:
     config: TrainConfig
     engine: RolloutEngine
     logger: MetricsLogger
+    _stopper: _Stopper | None = None  # the stop-signal handler while train() runs
 
     def __init__(
         self,
@@ -363,6 +459,8 @@ class TrainLoop:
         cfg = self.config
         t_start = time.perf_counter()
         cuda_peak_mib()  # the step's peaks start here
+        if self._stopper is not None:
+            self._stopper.step_started(step)
         active = self.schedule.active_roles(step)
         drawn_before = dict(self.sampler.drawn)
         tasks = self.sampler.next_batch()
@@ -377,6 +475,8 @@ class TrainLoop:
         samples = self._samples(trees, active, credit.turn_advantages)
         checks = self.backend.check_samples(trees, samples, self.credit_options)
         t_update = time.perf_counter()
+        if self._stopper is not None:
+            self._stopper.update_started()
         update_metrics, switched = self._update(trees, samples, step, active)
         t_end = time.perf_counter()
         memory["memory/cuda_peak_update_mib"] = cuda_peak_mib()  # credit, samples and the update
@@ -484,24 +584,31 @@ class TrainLoop:
         return metrics
 
     def train(self, on_step: Callable[[StepResult], None] | None = None) -> list[StepResult]:
-        """Run from ``start_step`` to ``trainer.steps``; checkpoint every ``save_every`` steps and at the end."""
+        """Run from ``start_step`` to ``trainer.steps``; checkpoint every ``save_every`` steps and at the end.
+
+        SIGINT / SIGTERM stop the run cleanly (:class:`_Stopper`): a checkpoint of the steps done is written
+        and :class:`TrainInterrupted` is raised; ``--resume`` continues bit for bit."""
         cfg = self.config.trainer
         results: list[StepResult] = []
         last_saved = None
         try:
-            for step in range(self.start_step, cfg.steps):
-                result = self.train_step(step)
-                if cfg.val_every and (step + 1) % cfg.val_every == 0 and self.val_tasks:
-                    result.metrics.update(self.validate(step))
-                results.append(result)
-                if on_step is not None:
-                    on_step(result)
-                if cfg.save_every and (step + 1) % cfg.save_every == 0:
-                    self.save(step + 1)
-                    last_saved = step + 1
-            if cfg.steps > self.start_step and last_saved != cfg.steps:
-                self.save(cfg.steps)
+            with _Stopper(self) as self._stopper:
+                for step in range(self.start_step, cfg.steps):
+                    result = self.train_step(step)
+                    if cfg.val_every and (step + 1) % cfg.val_every == 0 and self.val_tasks:
+                        result.metrics.update(self.validate(step))
+                    results.append(result)
+                    if on_step is not None:
+                        on_step(result)
+                    if (cfg.save_every and (step + 1) % cfg.save_every == 0) or self._stopper.signum:
+                        path = self.save(step + 1)
+                        last_saved = step + 1
+                    if self._stopper.signum and step + 1 < cfg.steps:  # (after the last step the run is done)
+                        raise TrainInterrupted(self._stopper.signum, step + 1, path)
+                if cfg.steps > self.start_step and last_saved != cfg.steps:
+                    self.save(cfg.steps)
         finally:
+            self._stopper = None
             self.logger.close()
         return results
 

@@ -38,9 +38,14 @@ def test_unknown_model_path_names_path_and_fix(tmp_path):
     assert str(missing) in msg and "config.json" in msg and "embedded" in msg and "tiny" in msg
 
 
-def test_hub_id_gives_clear_error_not_hub_trace():
-    with pytest.raises(FileNotFoundError, match="HuggingFaceTB/SmolLM2-360M-Instruct"):
+def test_hub_id_gives_clear_error_not_hub_trace(monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # an empty cache, offline: never a download here
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="HuggingFaceTB/SmolLM2-360M-Instruct") as err:
         models.resolve_model("HuggingFaceTB/SmolLM2-360M-Instruct")
+    assert "\n" not in str(err.value) and "HF_HUB_OFFLINE" in str(err.value)
 
 
 def test_directory_without_config_is_rejected(tmp_path):

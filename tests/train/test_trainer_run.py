@@ -4,7 +4,10 @@ reply texts are fixed functions of the request seeds; tokens, log-probs and upda
 - 4 steps with K = 2 pass through an executor stage and a designer stage, each updating only its own model
   (every step updates: the scripted rewards vary in every step, on any machine), and write metrics, rollouts
   and checkpoints; the executor's step-0 update moves probability towards its positive-advantage replies;
-- resuming from the step-2 checkpoint reproduces steps 3-4 exactly (metrics, rollouts and weights).
+- resuming from the step-2 checkpoint reproduces steps 3-4 exactly (metrics, rollouts and weights);
+- a SIGINT at a random point (a step, and where in it: its rollout, its update, or twice in its rollout to
+  abandon it) stops a third run with a checkpoint, and ``resume=True`` then reproduces the uninterrupted run
+  exactly (the point is drawn afresh each run and named in every assertion message).
 
 Whether a real model learns (the executor the delivery format, the designer valid scripts) is a sampled
 outcome: it is measured by ``benchmarks/tiny_learning.py`` (committed numbers), not asserted here.
@@ -13,7 +16,10 @@ outcome: it is measured by ``benchmarks/tiny_learning.py`` (committed numbers), 
 from __future__ import annotations
 
 import json
+import os
+import random
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -25,7 +31,7 @@ from metaagent.learn.metrics import read_metrics
 from metaagent.policy.hf import HFPolicy
 from metaagent.train.config import TrainConfig
 from metaagent.train.local import LocalBackend
-from metaagent.train.loop import TrainLoop
+from metaagent.train.loop import TrainInterrupted, TrainLoop
 
 pytestmark = pytest.mark.slow
 
@@ -110,6 +116,7 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, lora):
     with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
         if lora:
             assert all(u.ref_model is None and u.has_reference for u in trainer.backend.updaters.values())
+        trainer.save(0)  # where the interrupted run below starts (fresh LoRA adapters are not seeded alike)
         before = _params(trainer)
         after: dict[int, dict[str, torch.Tensor]] = {}
         trainer.train(on_step=lambda r: after.__setitem__(r.step, _params(trainer)))
@@ -160,8 +167,80 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, lora):
     for s in (2, 3):
         first = [json.loads(x) for x in (out / "rollouts" / f"step_{s:06d}.jsonl").read_text().splitlines()]
         second = [json.loads(x) for x in (copy / "rollouts" / f"step_{s:06d}.jsonl").read_text().splitlines()]
-        key = lambda t: [[(e["answer"], [turn["response"] for turn in e["turns"]]) for e in d["executions"]] for d in t["designs"]]  # noqa: E731
-        assert [key(t) for t in first] == [key(t) for t in second]
+        assert [_replies(t) for t in first] == [_replies(t) for t in second]
+    _check_interrupted_run(tmp_path, extra, out, rows, after[3])
+
+
+def _replies(tree: dict) -> list:
+    executions = [d["executions"] for d in tree["designs"]]
+    return [[(e["answer"], [turn["response"] for turn in e["turns"]]) for e in ex] for ex in executions]
+
+
+def _check_interrupted_run(
+    tmp_path: Path, extra: tuple[str, ...], out: Path, rows: list[dict], final: dict
+) -> None:
+    """A third run, from the first run's step-0 checkpoint, gets SIGINT at a random point and stops with a
+    checkpoint; resumed, it ends with the uninterrupted run's weights, metrics and rollouts."""
+    # a fresh point each run (any point must resume exactly); METAAGENT_TEST_INTERRUPT_SEED replays one
+    seed = int(os.environ.get("METAAGENT_TEST_INTERRUPT_SEED") or int.from_bytes(os.urandom(4), "little"))
+    pick = random.Random(seed)
+    at, where = pick.randrange(3), pick.choice(["rollout", "update", "abandon"])
+    why = f"SIGINT at step {at}, {where} (seed {seed})"
+    cut = tmp_path / "cut"
+    shutil.copytree(out / "checkpoints" / "step_00000000", cut / "checkpoints" / "step_00000000")
+    for name in ("run.json", "config.yaml"):
+        shutil.copy(out / name, cut / name)
+    cfg = _config(cut, *extra)
+    with TrainLoop(cfg, LocalBackend(cfg), resume=True) as trainer:
+        _signal_at(trainer, at, where)
+        with pytest.raises(TrainInterrupted) as e:
+            trainer.train()
+    done = at if where == "abandon" else at + 1  # an abandoned step is checkpointed as it started
+    assert (e.value.next_step, e.value.exit_code) == (done, 130), why
+    assert str(e.value) == f"interrupted after step {done}; continue with --resume"
+    assert e.value.checkpoint == cut / "checkpoints" / f"step_{done:08d}", why
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the loop's handler is gone
+    cfg = _config(cut, *extra)
+    with TrainLoop(cfg, LocalBackend(cfg), resume=True) as trainer:
+        assert trainer.start_step == done, why
+        trainer.train()
+        resumed = _params(trainer)
+    assert all(torch.equal(resumed[k], final[k]) for k in resumed), why
+    again = [_strip(r) for r in read_metrics(cut / "metrics.jsonl")[0] if r["step"] >= 0]
+    assert again == [_strip(r) for r in rows], why
+    for s in range(4):
+        files = [d / "rollouts" / f"step_{s:06d}.jsonl" for d in (out, cut)]
+        first, second = ([json.loads(x) for x in f.read_text().splitlines()] for f in files)
+        assert [_replies(t) for t in first] == [_replies(t) for t in second], (why, s)
+
+
+def _signal_at(trainer: TrainLoop, at: int, where: str) -> None:
+    """SIGINT to this process in step ``at``: once its designs are written (``rollout``); once at the start
+    of its update and again inside it (``update``: the second is refused, the step finishes); or at the start
+    of its rollout and again once its designs are written (``abandon``)."""
+    engine, backend = trainer.engine, trainer.backend
+    rollout, update, designs_done = engine.rollout, backend.update, engine.observer.designs_done
+    current = [-1]
+
+    def rollout_(tasks, *, step, **kw):
+        current[0] = step
+        if step == at and where == "abandon":
+            signal.raise_signal(signal.SIGINT)
+        return rollout(tasks, step=step, **kw)
+
+    def designs_done_(designs):
+        designs_done(designs)
+        if current[0] == at and where in ("rollout", "abandon"):
+            current[0] = -1  # once: dynamic sampling may roll out again
+            signal.raise_signal(signal.SIGINT)
+
+    def update_(samples, step, *args):
+        if step == at and where == "update":
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+        return update(samples, step, *args)
+
+    engine.rollout, backend.update, engine.observer.designs_done = rollout_, update_, designs_done_
 
 
 def _check_update_direction(out: Path, policy: HFPolicy, weights: dict[str, torch.Tensor]) -> None:
