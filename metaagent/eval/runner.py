@@ -257,7 +257,7 @@ class Evaluation:
     def _policy(self, name: str, role: str) -> Policy:
         key = checkpoint_model(name, role)
         if key not in self._policies:
-            from metaagent.policy.factory import build_policy
+            from metaagent.policy.factory import batcher_options, build_policy
 
             cfg = self.config
             try:
@@ -265,7 +265,7 @@ class Evaluation:
                     policy = build_policy("openai", key, base_url=cfg.base_url, api_key_env=cfg.api_key_env)
                 elif cfg.backend == "vllm":
                     policy = build_policy("vllm", key)
-                else:
+                else:  # continuous: every request its own backend call, joining the one running batch
                     policy = build_policy(
                         "hf",
                         key,
@@ -274,7 +274,7 @@ class Evaluation:
                         max_batch_size=cfg.max_batch_size,
                         continuous=cfg.continuous,
                         batching=True,
-                        max_in_flight=4 if cfg.continuous else 1,  # continuous: later batches join the running one
+                        **batcher_options(cfg.max_batch_size, cfg.continuous),
                     )
             except (OSError, ValueError) as e:
                 raise EvalError(f"cannot load model {name!r} with the {cfg.backend} backend: {e}") from None
