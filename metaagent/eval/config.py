@@ -36,14 +36,14 @@ IDENTITY_FIELDS = (
 def auto_concurrency(max_batch_size: int, n: int) -> int:
     """Tasks in flight that keep ``max_batch_size`` rows decoding: C = ceil(2 B / n).
 
-    A task in flight holds n executions (``sa``/``fixed:``: one design run n times; ``auto``: n designs, then one
-    execution each), so C tasks offer C n >= 2 B executions for B sandbox workers and B decode rows: the second B
-    queue for a worker, so a worker that ends an execution (or a task in its designer stage or being scored)
-    never leaves a row empty. Seeds are per task (:func:`~metaagent.eval.methods.task_seed`), so C changes
-    only the speed, never the samples.
+    A task in flight holds n executions (``sa``/``fixed:``: one design run n times; ``auto``: n designs, then
+    one execution each), so C tasks offer C n >= 2 B executions for B sandbox workers and B decode rows: the
+    second B queue for a worker, so a worker that ends an execution (or a task in its designer stage or being
+    scored) never leaves a row empty. Seeds are per task (:func:`~metaagent.eval.methods.task_seed`), so C
+    changes only the speed, never the samples.
     """
     if max_batch_size < 1 or n < 1:
-        raise EvalError(f"auto concurrency needs max_batch_size >= 1 and n >= 1, got {max_batch_size} and {n}")
+        raise EvalError(f"auto concurrency needs max_batch_size and n >= 1, got {max_batch_size} and {n}")
     return -(-2 * max_batch_size // n)
 
 
@@ -76,8 +76,8 @@ class EvalConfig(Checked):
     dtype: str = "float32"  # hf: float32, bfloat16 or float16
     max_batch_size: PositiveInt = 32  # hf: rows decoded together
     # hf: continuous batching (every agent call and designer reply of every task in flight joins the running
-    # batch between decode steps, and returns when its own row is done): the same requests and seeds, only the
-    # batch composition differs (as it does with --concurrency); --no-continuous: static batches run to the end
+    # batch between decode steps, and returns when its own row is done): the same requests and seeds, only
+    # the batch composition differs (as it does with --concurrency); --no-continuous: static batches
     continuous: bool = True
     n: PositiveInt = 3  # samples per task (designs x executions: auto n x 1, sa/fixed 1 x n)
     k: list[PositiveInt] = field(default_factory=list)  # budgets of avg@k / pass@k / maj@k (each <= n; default: 1 and n)
@@ -94,10 +94,10 @@ class EvalConfig(Checked):
     # designer prompt style; auto: the one the designer model was trained on, else full
     designer_prompt: Literal["auto", "full", "compact"] = "auto"
     timeout_s: PositiveFloat = 120.0  # wall-clock limit of one execution
-    # tasks in flight at once (their model calls are batched); auto: enough to keep max_batch_size rows decoding
-    # (auto_concurrency: 2 x max_batch_size / n, rounded up)
+    # tasks in flight at once (their model calls are batched); auto: enough to keep max_batch_size rows
+    # decoding (auto_concurrency: 2 x max_batch_size / n, rounded up)
     concurrency: PositiveInt | Literal["auto"] = "auto"
-    # sandbox worker processes (executions at once); auto: max_batch_size (each execution waits on one agent call)
+    # sandbox worker processes (executions at once); auto: max_batch_size (an execution waits on one call)
     sandbox_workers: PositiveInt | Literal["auto"] = "auto"
     bootstrap: Annotated[int, Field(ge=100)] = 1000  # bootstrap resamples of each 95% CI
     out: str = "eval_results"  # results directory (resumed when it holds the same config)

@@ -67,6 +67,10 @@ RUN_FILE = "run.json"
 TABLE_FILE = "table.md"
 REPORT_FILE = "report.html"
 PROBE_TIMEOUT_S = 5.0
+#: least seconds between two rewrites of results.json and the tables during a run (and at its end): scoring
+#: every record with its bootstrap CIs takes seconds on a whole held-out set and holds the interpreter lock
+#: the decode thread needs, so rewriting it every few tasks slowed the run; records are appended per task
+RESULTS_EVERY_S = 120.0
 
 
 class EvalObserver:
@@ -329,7 +333,8 @@ class Evaluation:
         All parts' tasks form one queue, ordered task by task (task 1 of every benchmark, method and
         model, then task 2, ...), with ``concurrency`` tasks in flight across parts (their model calls
         meet in the batcher): whenever a run stops, every method and model has about as many tasks done.
-        ``results.json`` and the tables are rewritten every ``concurrency`` finished tasks.
+        ``results.json`` and the tables are rewritten at most every :data:`RESULTS_EVERY_S` seconds while
+        tasks finish, and at the end.
         """
         parts = self.plan()
         unique = list({p.path: p for p in parts}.values())
@@ -391,7 +396,7 @@ class Evaluation:
         for part, _ in jobs:  # load every model before the first task: a bad model fails before any work
             self._engine(part)
         lock = threading.Lock()
-        finished = [0, 0]  # tasks finished, and at the last results write
+        written = [time.monotonic()]  # when results.json was last rewritten
 
         def one(part: Part, task: Task) -> None:
             self.observer.part(f"{cell_label(part.designer, part.executor)} | {part.bench.label} | {part.method.name}", 0)
@@ -416,7 +421,6 @@ class Evaluation:
                     writer = self._writers[part.path] = TreeWriter(part.path)
                 writer.write(tree)
                 part.done[tree.task_id] = tree
-                finished[0] += 1
             self.observer.task_done(tree)
 
         queue = list(jobs)
@@ -428,10 +432,10 @@ class Evaluation:
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for f in done:
                     f.result()
-                if finished[0] - finished[1] >= cfg.concurrency and queue:
-                    finished[1] = finished[0]
+                if queue and time.monotonic() - written[0] >= RESULTS_EVERY_S:
                     with lock:
                         self.finish(parts)  # results so far: a run killed later still leaves its tables
+                    written[0] = time.monotonic()
 
     def close(self) -> None:
         for p in self._own:

@@ -23,7 +23,7 @@ def auto_sandbox_workers(max_batch_size: int) -> int:
     """Sandbox workers that keep ``max_batch_size`` rows decoding: W = max_batch_size.
 
     Each worker runs one execution, and an execution waits on at most one agent call at a time (a script's
-    ``parallel`` sends a few at once, so W rows is the lower bound of what W workers keep queued). With W below
+    ``parallel`` sends a few at once, so W rows is the least that W workers keep queued). With W below
     the batch size the decode batch never passes W rows (issue 63: 8 workers under ``max_batch_size`` 32 left
     the decode thread idle ~23% of a rollout). Workers start on first use, so W costs memory only for the
     executions that really run at once (one worker's RSS: ``benchmarks/eval_throughput.py`` measures it).
