@@ -1,4 +1,4 @@
-"""Held-out evaluation throughput: records a minute of ``metaagent-eval`` before and after issue 63's batching.
+"""Held-out evaluation throughput: ``metaagent-eval``'s records a minute before and after issue 63's batching.
 
 Side by side in one run, on the same slice of the suite's test split (``--limit`` tasks of each family x
 ``--methods``, n samples each), the same model, dtype, lengths and seed; each mode its own results folder:
@@ -111,7 +111,8 @@ def worker_memory(pool) -> dict[str, Any]:
             text = Path(f"/proc/{pid}/smaps_rollup").read_text()
         except OSError:
             continue
-        fields = {line.split(":")[0]: int(line.split()[1]) for line in text.splitlines()[1:] if line.split()[1:2]}
+        lines = [line.split() for line in text.splitlines()[1:]]
+        fields = {parts[0].rstrip(":"): int(parts[1]) for parts in lines if len(parts) > 1}
         rss.append(fields.get("Rss", 0) / 1024)
         pss.append(fields.get("Pss", 0) / 1024)
     if not rss:
@@ -126,7 +127,8 @@ def run_mode(mode: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
     settings = {"old": OLD, "serial": SERIAL, "new": {}}[mode]
     config = make_config(
-        models=[args.model], methods=list(args.methods), benchmarks=[f"{family_source(f)}:test" for f in args.families],
+        models=[args.model], methods=list(args.methods),
+        benchmarks=[f"{family_source(f)}:test" for f in args.families],
         limit=args.limit, n=args.n, k=[1, args.n], seed=args.seed, temperature=0.7, dtype=args.dtype,
         max_batch_size=args.max_batch_size, designer_max_tokens=args.designer_max_tokens,
         executor_max_tokens=args.executor_max_tokens, out=str(out), fresh=True, html=False, **settings,
@@ -165,9 +167,9 @@ def read_samples(out: Path) -> dict[str, tuple[list, int]]:
     for path in sorted((out / "rollouts").rglob("*.jsonl")):
         trees, _ = read_trees(path)
         for t in trees:
-            replies = [(d.script, [[turn.response for turn in e.turns] for e in d.executions]) for d in t.designs]
+            replies = [(d.script, [[u.response for u in e.turns] for e in d.executions]) for d in t.designs]
             tokens = sum(len(d.sample.response_ids or []) for d in t.designs if d.sample)
-            tokens += sum(len(turn.response_ids or []) for d in t.designs for e in d.executions for turn in e.turns)
+            tokens += sum(len(u.response_ids or []) for d in t.designs for e in d.executions for u in e.turns)
             found[f"{path.relative_to(out)}::{t.task_id}"] = (replies, tokens)
     return found
 
@@ -184,7 +186,7 @@ def summary(runs: list[dict[str, Any]], modes: list[str], project: int) -> dict[
             "projected_hours": project / best / 60,
             "projected_hours_median": project / statistics.median(rates) / 60,
             "records_per_cpu_min_median": per_cpu,
-            # the set's CPU time spread over two whole cores: a lower bound of its hours on an idle 2-core machine
+            # the set's CPU time spread over two whole cores: a lower bound of its hours on 2 idle cores
             "projected_hours_two_idle_cores": project / per_cpu / 60 / 2,
         }  # fmt: skip
     if "old" in out:
@@ -204,10 +206,11 @@ def summary(runs: list[dict[str, Any]], modes: list[str], project: int) -> dict[
 def machine() -> dict[str, Any]:
     flags = ""
     try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        flags = next(line for line in lines if line.startswith("flags"))
     except (OSError, StopIteration):
         pass
-    kind = "amx_bf16" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags else "avx2" if "avx2" in flags else "other"
+    kind = next((k for k in ("amx_bf16", "avx512_bf16", "avx2") if k in flags), "other")
     name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                  if line.startswith("model name")), platform.processor())  # fmt: skip
     return {"cpu": name, "kind": kind, "cores": os.cpu_count()}
@@ -243,7 +246,8 @@ def main(argv: list[str] | None = None) -> None:
                 run = run_mode(mode, args, Path(tmp) / f"{mode}_{r}")
                 info["runs"].append(run)
                 print(f"round {r} {mode:6s}: {run['records']} records in {run['wall_s']:.0f} s = "
-                      f"{run['records_per_min']:.2f} records/min ({run['records_per_cpu_min']:.2f} a CPU minute), "
+                      f"{run['records_per_min']:.2f} records/min "
+                      f"({run['records_per_cpu_min']:.2f} a CPU minute), "
                       f"{run['tokens_per_s']:.1f} tok/s, decode rows mean {run['decode_rows_mean']:.1f} "
                       f"(p90 {run['decode_rows_p90']}), workers {run['worker_memory']}  |  {uptime()}",
                       flush=True)  # fmt: skip

@@ -1,7 +1,8 @@
-"""Evaluation under batching (issue 63): many tasks x samples x methods in flight give the records that one task
-at a time gives (each task's samples are seeded by derive_seed(seed, method, task id) alone), and a batched run
-that stops keeps its finished records byte for byte when resumed. The scripted agent's answer depends on the
-seed of its call, so a sample seeded from another task, method or position would change the records."""
+"""Evaluation under batching (issue 63): many tasks x samples x methods in flight give the records that one
+task at a time gives (each task's samples are seeded by derive_seed(seed, method, task id) alone), and a
+batched run that stops keeps its finished records byte for byte when resumed. The scripted agent's answer
+depends on the seed of its call, so a sample seeded from another task, method or position would change the
+records."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from metaagent.workflow import SandboxPool
 
 TASKS = [t for t in load_bundled("test") if t.domain == "math"][:3]
 DESIGN = 'solver = Agent("MathSolver", "Solve it. Put the answer in \\\\boxed{}.")\nsubmit(solver(task))\n'
-CONCURRENT_WAIT_S = 10.0  # how long a call of the batched run waits for a second call in flight (never reached)
+CONCURRENT_WAIT_S = 10.0  # how long a batched run's first call waits for a second one in flight
 
 
 class SeededAgent:
-    """Designer: a one-agent script (a second agent on odd seeds). Agents: the task's answer when the call's seed
-    is 0 mod 3, else a wrong one that names the residue (some samples right, some wrong). ``wait_for_company``: the first call waits until another is in flight, so
+    """Designer: a one-agent script (a second agent on odd seeds). Agents: the task's answer when the call's
+    seed is 0 mod 3, else a wrong one that names the residue (some samples right, some wrong).
+    ``wait_for_company``: the first call waits until another is in flight, so
     a run whose calls never overlap is seen (``most_in_flight``) instead of passing unbatched."""
 
     def __init__(self, wait_for_company: bool = False) -> None:
@@ -57,8 +59,8 @@ class SeededAgent:
 def _run(out, pool, agent, **kw):
     values = {
         "models": ["scripted"], "methods": ["sa", "auto", "fixed:self_consistency"],
-        "benchmarks": ["bundled:test/math"], "limit": 3, "n": 3, "k": [1, 3], "out": str(out), "bootstrap": 100,
-        "html": False,
+        "benchmarks": ["bundled:test/math"], "limit": 3, "n": 3, "k": [1, 3], "out": str(out),
+        "bootstrap": 100, "html": False,
     }  # fmt: skip
     values.update(kw)
     policy = ScriptedPolicy(agent, model_id="scripted")
@@ -66,7 +68,7 @@ def _run(out, pool, agent, **kw):
 
 
 def _records(out) -> dict[tuple[str, str], list]:
-    """Every sample of every record file: design script, execution seed and status, agent replies, correctness."""
+    """Every sample of every record file: script, execution seed, status, agent replies, correctness."""
     found = {}
     for path in sorted((out / "rollouts").rglob("*.jsonl")):
         trees, bad = read_trees(path)
@@ -90,11 +92,11 @@ def test_batched_records_equal_one_task_at_a_time(tmp_path, pools):
     one, six = pools
     serial_agent, batched_agent = SeededAgent(), SeededAgent(wait_for_company=True)
     _run(tmp_path / "serial", one, serial_agent, concurrency=1, sandbox_workers=1, continuous=False)
-    _, policy = _run(tmp_path / "batched", six, batched_agent)  # auto: every task and method in flight at once
+    _run(tmp_path / "batched", six, batched_agent)  # auto: every task and method in flight at once
     serial, batched = _records(tmp_path / "serial"), _records(tmp_path / "batched")
     assert serial == batched and len(serial) == 9  # 3 methods x 3 tasks
     assert serial_agent.most_in_flight == 1 and batched_agent.most_in_flight > 1
-    answers = {r for samples in serial.values() for _, runs in samples for *_, replies, _ in runs for r in replies}
+    answers = {r for samples in serial.values() for _, runs in samples for *_, said, _ in runs for r in said}
     assert len(answers) > 1  # the seeds reached the samples: not every reply is the same
     rewards = [reward for samples in serial.values() for _, runs in samples for *_, reward in runs]
     assert 0 < sum(r == 1.0 for r in rewards) < len(rewards)

@@ -1,5 +1,6 @@
-"""``sandbox_workers: auto`` (issue 63): as many sandbox workers as the decode batch holds rows, so a step's agent
-calls can fill ``policy.max_batch_size``; resolved when a TrainConfig or EvalConfig loads, explicit values kept."""
+"""``sandbox_workers: auto`` (issue 63): as many sandbox workers as the decode batch holds rows, so a step's
+agent calls can fill ``policy.max_batch_size``; resolved when a TrainConfig or EvalConfig loads, explicit
+values kept."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def test_auto_is_the_decode_batch_and_explicit_values_stay():
 
 def test_train_config_resolves_auto_from_the_policy_batch():
     assert TrainConfig(policy={"max_batch_size": 12}).rollout.sandbox_workers == 12
-    assert TrainConfig(policy={"max_batch_size": 12}, rollout={"sandbox_workers": 5}).rollout.sandbox_workers == 5
+    mine = TrainConfig(policy={"max_batch_size": 12}, rollout={"sandbox_workers": 5})
+    assert mine.rollout.sandbox_workers == 5
     default = load_config(TrainConfig, "default")  # the packaged default run: 32 rows, 32 workers (was 8)
     assert default.rollout.sandbox_workers == default.policy.max_batch_size == 32
     small = load_config(TrainConfig, "default", ["policy.max_batch_size=6"])
