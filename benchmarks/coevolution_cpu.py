@@ -182,7 +182,7 @@ def evaluate(
         "--n", str(args.eval_n), "--seed", str(args.seed), "--temperature", "0.7",
         "--designer-max-tokens", str(args.designer_max_tokens),
         "--executor-max-tokens", str(args.executor_max_tokens), "--out", str(out),
-        "--concurrency", "16", "--continuous", "--no-html", *extra,
+        "--continuous", "--no-html", *extra,  # --concurrency, --sandbox-workers: auto (fill the decode batch)
     ]  # fmt: skip
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)

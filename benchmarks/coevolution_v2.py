@@ -164,12 +164,12 @@ def evaluations(args: argparse.Namespace, oracle: Oracle, mode: str) -> list:
     """Held-out: one ``metaagent-eval`` run per family (its oracle and the best single method differ), as calls
     for :func:`v1.train_round_robin`'s ``evals``."""
 
-    def one(family: str) -> None:
+    def one(family: str) -> None:  # sandbox workers and tasks in flight: metaagent-eval's auto
         extra = ("--best-of", *best_of(oracle, family)) if args.baselines else ()
         v1.evaluate(args, mode, benchmarks=(f"suite_{family}:test",),
                     methods=(*oracle.eval_methods(family), *baseline_methods(args, oracle, family)),
                     out=heldout_dir(args, mode) / "evals" / family,
-                    extra=("--dtype", args.dtype, "--sandbox-workers", "2", *extra))  # fmt: skip
+                    extra=("--dtype", args.dtype, *extra))  # fmt: skip
 
     return [lambda family=family: one(family) for family in args.families]
 

@@ -10,6 +10,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, from_dict
 from metaagent.policy.factory import MODEL_BACKENDS
+from metaagent.rollout.config import auto_sandbox_workers
 
 from .errors import EvalError
 
@@ -31,6 +32,20 @@ IDENTITY_FIELDS = (
     "swap_roles",
     "rewards",  # each domain's own reward function (--rewards) scores the samples
 )
+
+
+def auto_concurrency(max_batch_size: int, n: int) -> int:
+    """Tasks in flight that keep ``max_batch_size`` rows decoding: C = ceil(2 B / n).
+
+    A task in flight holds n executions (``sa``/``fixed:``: one design run n times; ``auto``: n designs, then
+    one execution each), so C tasks offer C n >= 2 B executions for B sandbox workers and B decode rows: the
+    second B queue for a worker, so a worker that ends an execution (or a task in its designer stage or being
+    scored) never leaves a row empty. Seeds are per task (:func:`~metaagent.eval.methods.task_seed`), so C
+    changes only the speed, never the samples.
+    """
+    if max_batch_size < 1 or n < 1:
+        raise EvalError(f"auto concurrency needs max_batch_size and n >= 1, got {max_batch_size} and {n}")
+    return -(-2 * max_batch_size // n)
 
 
 @dataclass
@@ -68,9 +83,10 @@ class EvalConfig(Checked):
     device: str = "cpu"  # hf/vllm: device (cpu, cuda, cuda:1)
     dtype: str = "float32"  # hf: float32, bfloat16 or float16
     max_batch_size: PositiveInt = 32  # hf: rows decoded together
-    # hf: continuous batching (agent calls of other tasks join the running batch between decode steps): the
-    # same requests and seeds, only the batch composition differs (as it does with --concurrency)
-    continuous: bool = False
+    # hf: continuous batching (every agent call and designer reply of every task in flight joins the running
+    # batch between decode steps, and returns when its own row is done): the same requests and seeds, only
+    # the batch composition differs (as it does with --concurrency); --no-continuous: static batches
+    continuous: bool = True
     n: PositiveInt = 3  # samples per task (designs x executions: auto n x 1, sa/fixed 1 x n)
     k: list[PositiveInt] = field(default_factory=list)  # budgets of avg@k / pass@k / maj@k (each <= n; default: 1 and n)
     limit: PositiveInt | None = None  # first N tasks of each benchmark
@@ -92,8 +108,11 @@ class EvalConfig(Checked):
     # designer prompt style; auto: the one the designer model was trained on, else full
     designer_prompt: Literal["auto", "full", "compact"] = "auto"
     timeout_s: PositiveFloat = 120.0  # wall-clock limit of one execution
-    concurrency: PositiveInt = 4  # tasks in flight at once (their agent calls are batched)
-    sandbox_workers: PositiveInt = 4  # sandbox worker processes
+    # tasks in flight at once (their model calls are batched); auto: enough to keep max_batch_size rows
+    # decoding (auto_concurrency: 2 x max_batch_size / n, rounded up)
+    concurrency: PositiveInt | Literal["auto"] = "auto"
+    # sandbox worker processes (executions at once); auto: max_batch_size (an execution waits on one call)
+    sandbox_workers: PositiveInt | Literal["auto"] = "auto"
     bootstrap: Annotated[int, Field(ge=100)] = 1000  # bootstrap resamples of each 95% CI
     out: str = "eval_results"  # results directory (resumed when it holds the same config)
     fresh: bool = False  # discard the records in --out instead of resuming
@@ -119,6 +138,10 @@ class EvalConfig(Checked):
             raise EvalError(
                 f"--swap-roles takes two different keys of --role-models {sorted(self.role_models)}, got {self.swap_roles}"
             )
+        if self.sandbox_workers == "auto":
+            self.sandbox_workers = auto_sandbox_workers(self.max_batch_size)
+        if self.concurrency == "auto":
+            self.concurrency = auto_concurrency(self.max_batch_size, self.n)
         bad = [k for k in self.k if not 1 <= k <= self.n]
         if bad:
             raise EvalError(

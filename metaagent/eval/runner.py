@@ -73,6 +73,10 @@ TABLE_FILE = "table.md"
 REPORT_FILE = "report.html"
 PROBE_TIMEOUT_S = 5.0
 CARVE = "~"  # --selection-split <split>~<N>: a seeded carve-out of N tasks of that split
+#: least seconds between two rewrites of results.json and the tables during a run (and at its end): scoring
+#: every record with its bootstrap CIs takes seconds on a whole held-out set and holds the interpreter lock
+#: the decode thread needs, so rewriting it every few tasks slowed the run; records are appended per task
+RESULTS_EVERY_S = 120.0
 
 
 class EvalObserver:
@@ -357,7 +361,7 @@ class Evaluation:
     def _policy(self, name: str, role: str) -> Policy:
         key = checkpoint_model(name, role)
         if key not in self._policies:
-            from metaagent.policy.factory import build_policy
+            from metaagent.policy.factory import batcher_options, build_policy
 
             cfg = self.config
             try:
@@ -365,7 +369,7 @@ class Evaluation:
                     policy = build_policy("openai", key, base_url=cfg.base_url, api_key_env=cfg.api_key_env)
                 elif cfg.backend == "vllm":
                     policy = build_policy("vllm", key)
-                else:
+                else:  # continuous: every request its own backend call, joining the one running batch
                     policy = build_policy(
                         "hf",
                         key,
@@ -374,7 +378,7 @@ class Evaluation:
                         max_batch_size=cfg.max_batch_size,
                         continuous=cfg.continuous,
                         batching=True,
-                        max_in_flight=4 if cfg.continuous else 1,  # continuous: later batches join the running one
+                        **batcher_options(cfg.max_batch_size, cfg.continuous),
                     )
             except (OSError, ValueError) as e:
                 raise EvalError(f"cannot load model {name!r} with the {cfg.backend} backend: {e}") from None
@@ -467,7 +471,8 @@ class Evaluation:
         All parts' tasks form one queue, ordered task by task (task 1 of every benchmark, method and
         model, then task 2, ...), with ``concurrency`` tasks in flight across parts (their model calls
         meet in the batcher): whenever a run stops, every method and model has about as many tasks done.
-        ``results.json`` and the tables are rewritten every ``concurrency`` finished tasks.
+        ``results.json`` and the tables are rewritten at most every :data:`RESULTS_EVERY_S` seconds while
+        tasks finish, and at the end.
         """
         parts = self.plan()
         unique = list({p.path: p for p in parts}.values())
@@ -538,7 +543,7 @@ class Evaluation:
         for part, _ in jobs:  # load every model before the first task: a bad model fails before any work
             self._engine(part)
         lock = threading.Lock()
-        finished = [0, 0]  # tasks finished, and at the last results write
+        written = [time.monotonic()]  # when results.json was last rewritten
 
         def one(part: Part, task: Task) -> None:
             self.observer.part(f"{cell_label(part.designer, part.executor)} | {part.bench.label} | {part.method.name}", 0)
@@ -563,7 +568,6 @@ class Evaluation:
                     writer = self._writers[part.path] = TreeWriter(part.path)
                 writer.write(tree)
                 part.done[tree.task_id] = tree
-                finished[0] += 1
             self.observer.task_done(tree)
 
         queue = list(jobs)
@@ -575,10 +579,10 @@ class Evaluation:
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for f in done:
                     f.result()
-                if finished[0] - finished[1] >= cfg.concurrency and queue:
-                    finished[1] = finished[0]
+                if queue and time.monotonic() - written[0] >= RESULTS_EVERY_S:
                     with lock:
                         self.finish(parts)  # results so far: a run killed later still leaves its tables
+                    written[0] = time.monotonic()
 
     def close(self) -> None:
         for p in self._own:

@@ -59,6 +59,22 @@ BACKENDS: dict[str, tuple[Callable[..., Policy], str]] = {
 MODEL_BACKENDS: tuple[str, ...] = tuple(name for name in BACKENDS if name != "scripted")
 #: options handled here rather than by a backend constructor (those of the BatchingPolicy in front)
 BATCHING_OPTIONS = ("batching", "batch_size", "max_wait_s", "max_in_flight")
+#: continuous batching: requests in flight to one local policy, per row it decodes at once (the rest queue)
+CONTINUOUS_IN_FLIGHT = 4
+
+
+def batcher_options(max_batch_size: int, continuous: bool) -> dict[str, int]:
+    """The batcher in front of a local (hf) policy, as ``build_policy`` options (``batching=True`` with them).
+
+    Continuous: every request is its own backend call (``batch_size`` 1), admitted into the running batch as
+    it arrives and returned as soon as its own row is done; ``CONTINUOUS_IN_FLIGHT x max_batch_size`` calls
+    may be in flight (the decoder holds ``max_batch_size`` rows, the rest queue there). Grouping requests into
+    one backend call instead would make each caller wait for the longest row of its group. Static: the
+    requests that arrive together form one batch of up to ``max_batch_size``, run to the end, one at a time.
+    """
+    if continuous:
+        return {"batch_size": 1, "max_in_flight": CONTINUOUS_IN_FLIGHT * max_batch_size}
+    return {"batch_size": max_batch_size, "max_in_flight": 1}
 
 
 def _accepted_options(target: str) -> list[str] | None:

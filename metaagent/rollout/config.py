@@ -15,6 +15,22 @@ from .adaptive import AdaptiveBudgetConfig
 from .branching import BranchingConfig
 
 TEMPLATE_SELECTIONS = ("domain", "uniform")
+#: ``sandbox_workers`` of a RolloutConfig that no TrainConfig resolved (the policy's default max_batch_size)
+DEFAULT_DECODE_ROWS = 32
+
+
+def auto_sandbox_workers(max_batch_size: int) -> int:
+    """Sandbox workers that keep ``max_batch_size`` rows decoding: W = max_batch_size.
+
+    Each worker runs one execution, and an execution waits on at most one agent call at a time (a script's
+    ``parallel`` sends a few at once, so W rows is the least that W workers keep queued). With W below
+    the batch size the decode batch never passes W rows (issue 63: 8 workers under ``max_batch_size`` 32 left
+    the decode thread idle ~23% of a rollout). Workers start on first use, so W costs memory only for the
+    executions that really run at once (one worker's RSS: ``benchmarks/eval_throughput.py`` measures it).
+    """
+    if max_batch_size < 1:
+        raise ConfigError(f"max_batch_size must be >= 1 to size the sandbox pool, got {max_batch_size}")
+    return int(max_batch_size)
 
 
 @dataclass
@@ -68,8 +84,11 @@ class RolloutConfig(Checked):
             (fixed multi-agent system) and no designer sample is produced. ``sa``: each task domain's
             single-agent script (eval's ``sa``; the ``sa+grpo`` recipe, ``configs/sa_grpo_suite.yaml``).
         limits: sandbox limits per execution (``metaagent.workflow`` Limits fields, e.g. timeout_s).
-        sandbox_workers: sandbox worker processes (each runs one execution at a time).
-        max_inflight: executions in flight at once (threads waiting on agent calls).
+        sandbox_workers: sandbox worker processes (each runs one execution at a time); ``"auto"``:
+            :func:`auto_sandbox_workers` of ``policy.max_batch_size`` (resolved when a TrainConfig loads, so
+            config.yaml records the number; :meth:`workers` resolves a RolloutConfig used on its own).
+        max_inflight: executions in flight at once (threads waiting on agent calls); more than
+            ``sandbox_workers`` only queue for a worker.
         ray_address: run sandbox workers as Ray actors at this address ("local" starts a local Ray).
         branching: tree sampling inside executions (AT-GRPO, seed 003); ``k = 1`` is off.
         adaptive_budget: executions in waves; agreeing designs stop, their budget goes to disagreeing ones.
@@ -89,7 +108,9 @@ class RolloutConfig(Checked):
     limits: dict[str, Any] = field(
         default_factory=lambda: {"timeout_s": 120.0, "tool_time_s": 60.0, "total_timeout_s": 600.0}
     )
-    sandbox_workers: PositiveInt = 8
+    # sandbox worker processes, each running one execution at a time; auto: policy.max_batch_size (as many
+    # executions as rows the decode batch holds, so agent calls keep the batch full)
+    sandbox_workers: PositiveInt | Literal["auto"] = "auto"
     max_inflight: PositiveInt = 64
     ray_address: str | None = None
     branching: BranchingConfig = field(default_factory=BranchingConfig)
@@ -114,3 +135,10 @@ class RolloutConfig(Checked):
             )
         if self.branching.active and self.ray_address:
             raise ConfigError("rollout.branching.k > 1 runs host-side turn rewards; it does not run on Ray actors yet")
+
+    def workers(self, max_batch_size: int | None = None) -> int:
+        """``sandbox_workers`` as a number: ``"auto"`` is :func:`auto_sandbox_workers` of ``max_batch_size``
+        (default :data:`DEFAULT_DECODE_ROWS`, the policy's default batch)."""
+        if self.sandbox_workers == "auto":
+            return auto_sandbox_workers(max_batch_size or DEFAULT_DECODE_ROWS)
+        return int(self.sandbox_workers)

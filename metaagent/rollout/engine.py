@@ -579,7 +579,8 @@ def make_pool(config: RolloutConfig, reward_config: Any = None):
     if config.ray_address:
         from metaagent.rollout.ray_pool import RaySandboxPool
 
-        return RaySandboxPool(address=config.ray_address, workers=config.sandbox_workers, reward_config=reward_config)
+        workers = config.workers()
+        return RaySandboxPool(address=config.ray_address, workers=workers, reward_config=reward_config)
     from metaagent.workflow import SandboxPool
 
-    return SandboxPool(workers=config.sandbox_workers)
+    return SandboxPool(workers=config.workers())

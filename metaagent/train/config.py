@@ -29,7 +29,7 @@ from metaagent.policy.factory import MODEL_BACKENDS
 from metaagent.policy.precision import DTYPES, resolve_dtype
 from metaagent.rewards.coach import CoachConfig
 from metaagent.rewards.score import RewardConfig
-from metaagent.rollout.config import RolloutConfig
+from metaagent.rollout.config import RolloutConfig, auto_sandbox_workers
 from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
 from metaagent.train.verl_backend.config import VerlConfig
 
@@ -373,6 +373,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         parse_sections(self)  # TrainConfig(reward={...}): a section given as a mapping is parsed like YAML
         self._resolve_precision()
+        if self.rollout.sandbox_workers == "auto":  # config.yaml records the number
+            self.rollout.sandbox_workers = auto_sandbox_workers(self.policy.max_batch_size)
         if self.algo.estimator == "mappa" and self.coach.backend is None:
             raise ConfigError(
                 "algo.estimator=mappa trains on coach scores: set coach.backend (openai, hf or rule; see "

@@ -558,8 +558,12 @@ class TrainLoop:
 
     def validate(self, step: int) -> dict[str, Any]:
         """``val_repeats`` samples per task (greedy by default) by :mod:`metaagent.eval`'s ``auto`` method,
-        the code behind ``metaagent-eval``; metrics under ``val/`` (the rollout metrics and avg@k/pass@k)."""
+        the code behind ``metaagent-eval``; metrics under ``val/`` (the rollout metrics and avg@k/pass@k).
+        Under ``policy.continuous`` the tasks are in flight together (``auto_concurrency``: their calls fill
+        the running batch; per-task seeds, so the same samples); static batching keeps one task at a time, so
+        the batches, and an exact replay, do not depend on timing."""
         from metaagent.eval import AUTO, Method, rollout_tasks, tree_metrics
+        from metaagent.eval.config import auto_concurrency
 
         cfg = self.config
         greedy = cfg.trainer.val_greedy
@@ -574,6 +578,7 @@ class TrainLoop:
             step=step,
             designer_sampling=cfg.rollout.designer.params().replace(temperature=0.0) if greedy else None,
             executor_sampling=cfg.rollout.executor.params().replace(temperature=0.0) if greedy else None,
+            concurrency=auto_concurrency(cfg.policy.max_batch_size, n) if cfg.policy.continuous else 1,
         )
         with TreeWriter(self._rollout_path(step, prefix="val_"), truncate=True) as w:
             for tree in trees:

@@ -13,7 +13,7 @@ from metaagent.cli.replay import main as replay_main
 from metaagent.records import read_trees
 
 
-def _eval(out, model: str, tokens: int, *extra: str) -> dict:
+def _eval(out, model: str, tokens: int, *extra: str, workers: str | None = "2") -> dict:
     main(
         [
             "--model", model,
@@ -23,7 +23,7 @@ def _eval(out, model: str, tokens: int, *extra: str) -> dict:
             "--n", "1",
             "--designer-max-tokens", str(tokens),
             "--executor-max-tokens", str(tokens),
-            "--sandbox-workers", "2",
+            *(("--sandbox-workers", workers) if workers else ()),
             "--bootstrap", "100",
             "--out", str(out),
             *extra,
@@ -105,28 +105,50 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
 
 
 def _samples(out: Path) -> dict[tuple[str, str], list]:
-    """Every task's designer scripts and agent replies, by (record file, task id)."""
+    """Every task's designer scripts and agent replies (text and token ids), by (record file, task id)."""
     found = {}
     for path in sorted((out / "rollouts").rglob("*.jsonl")):
         trees, bad = read_trees(path)
         assert not bad
         for t in trees:
             found[(str(path.relative_to(out)), t.task_id)] = [
-                (d.script, [[turn.response for turn in e.turns] for e in d.executions]) for d in t.designs
+                (d.script, d.sample.response_ids if d.sample else None,
+                 [[(turn.response, turn.response_ids) for turn in e.turns]
+                  for e in d.executions])  # fmt: skip
+                for d in t.designs
             ]
     return found
 
 
-def test_continuous_batching_gives_the_samples_of_one_task_at_a_time(tmp_path):
-    """--continuous with many tasks in flight (their agent calls join one running batch) samples exactly what
-    one task at a time with static batches samples: per-request seeds, only the batch composition differs."""
-    alone = _samples_of(tmp_path / "alone", "--concurrency", "1", "--n", "2", "--k", "2")
-    together = _samples_of(tmp_path / "together", "--concurrency", "6", "--continuous", "--n", "2", "--k", "2")
+def _logprobs(out: Path) -> dict[tuple[str, str, int, int, int], list[float]]:
+    """The sampled tokens' log-probs of every agent turn, by (record file, task, design, execution, turn)."""
+    found = {}
+    for path in sorted((out / "rollouts").rglob("*.jsonl")):
+        for t in read_trees(path)[0]:
+            for d in t.designs:
+                for e in d.executions:
+                    for turn in e.turns:
+                        key = (str(path.relative_to(out)), t.task_id, d.index, e.index, turn.index)
+                        found[key] = turn.logprobs
+    return found
+
+
+#: batched vs one at a time, fp32: the same tokens; a log-prob may move by float summation order (other rows
+#: and left padding in the batch change the reduction order of a matmul and the attention softmax), below this
+LOGPROB_TOLERANCE = 1e-4
+
+
+def test_batched_defaults_give_the_samples_of_one_task_at_a_time(tmp_path):
+    """The default batching (every task in flight, auto workers, continuous batching: their agent calls join
+    one running batch) samples exactly what one task at a time with static batches samples, token for token:
+    per-request seeds, only the batch composition differs. Log-probs agree within LOGPROB_TOLERANCE (fp32)."""
+    out_alone, out_together = tmp_path / "alone", tmp_path / "together"
+    _eval(out_alone, "tiny", 8, "--concurrency", "1", "--no-continuous", "--n", "2", "--k", "2")
+    _eval(out_together, "tiny", 8, "--n", "2", "--k", "2", workers=None)
+    alone, together = _samples(out_alone), _samples(out_together)
     assert alone == together and len(alone) == 6  # 3 methods x 2 tasks
-    replies = [r for samples in alone.values() for _, runs in samples for turns in runs for r in turns]
+    replies = [r for samples in alone.values() for _, _, runs in samples for turns in runs for r, _ in turns]
     assert len(replies) >= 8 and len(set(replies)) > 1  # sa and fixed: 2 tasks x 2 samples each; sampled text
-
-
-def _samples_of(out: Path, *extra: str) -> dict:
-    _eval(out, "tiny", 8, *extra)
-    return _samples(out)
+    a, b = _logprobs(out_alone), _logprobs(out_together)
+    assert a.keys() == b.keys()
+    assert max(abs(x - y) for k in a for x, y in zip(a[k], b[k], strict=True)) < LOGPROB_TOLERANCE

@@ -22,10 +22,6 @@ from metaagent.train.config import OptimConfig, PolicyConfig
 from metaagent.train.roles import executor_policy, model_plan
 
 
-#: continuous batching: requests in flight to one rollout policy, per row it decodes at once (the rest queue)
-CONTINUOUS_IN_FLIGHT = 4
-
-
 @dataclass
 class ModelSet:
     """Loaded physical models, their rollout policies, and the role -> model-key routing."""
@@ -124,7 +120,7 @@ def update_heap() -> Iterator[None]:
 
 def load_models(cfg: PolicyConfig) -> ModelSet:
     """Load every physical model of ``cfg`` and wrap each in a batching rollout policy."""
-    from metaagent.policy.factory import build_policy
+    from metaagent.policy.factory import batcher_options, build_policy
     from metaagent.policy.models import load_model_and_tokenizer
 
     if cfg.backend != "hf":
@@ -166,11 +162,8 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             chat_template_kwargs=cfg.chat_template_kwargs,
             model_context=context,
             batching=True,
-            # continuous: every request is its own backend call, admitted into the running batch as it arrives and
-            # returned as soon as it is done; static: requests that arrive together form one batch
-            batch_size=1 if cfg.continuous else cfg.max_batch_size,
             max_wait_s=cfg.max_wait_s,
-            max_in_flight=CONTINUOUS_IN_FLIGHT * cfg.max_batch_size if cfg.continuous else 1,
+            **batcher_options(cfg.max_batch_size, cfg.continuous),  # continuous: each request its own call
         )
     return ModelSet(models, tokenizers, paths, policies, route, designer_key, executor_keys, adapters)
 
