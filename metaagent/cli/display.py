@@ -32,6 +32,8 @@ class TrainDisplay(RolloutObserver):
         self._failed = 0
         self._tokens = 0
         self._t0 = time.perf_counter()
+        self._total_steps: int | None = None
+        self._step_times: list[float] = []
 
     # ---- run-level ----------------------------------------------------------------------------------------
 
@@ -44,6 +46,7 @@ class TrainDisplay(RolloutObserver):
                       f"batch {c.data.batch_size} tasks ({c.data.math_fraction:.0%} math)")
         table.add_row("schedule", StageSchedule(c.schedule.mode, c.schedule.stage_len).describe(c.trainer.steps))
         table.add_row("steps", f"{start_step} -> {c.trainer.steps}" + (" (resumed)" if start_step else ""))
+        self._total_steps = int(c.trainer.steps)
         self.console.print(table)
 
     # ---- RolloutObserver ----------------------------------------------------------------------------------
@@ -105,8 +108,9 @@ class TrainDisplay(RolloutObserver):
         role = m.get("schedule/active", "?")
         style = ROLE_STYLE.get(role, "white")
         status = {s: int(m.get(f"rollout/exec_status/{s}", 0)) for s in ("ok", "error", "timeout", "limit")}
+        self._step_times.append(float(m.get("time/step_s", 0.0)))
         line = (
-            f"step {step:>4} [{style}]{role:>8}[/] stage {m.get('schedule/stage', 0)} | "
+            f"step {_progress_text(step, self._total_steps, self._step_times)} [{style}]{role:>8}[/] stage {m.get('schedule/stage', 0)} | "
             f"R designer {m.get('rollout/reward/designer', 0):.3f} executor {m.get('rollout/reward/executor', 0):.3f} "
             f"correct {m.get('rollout/correct', 0):.2f} | valid scripts {m.get('rollout/valid_script_rate', 0):.0%} | "
             f"exec ok {status['ok']} err {status['error']} timeout {status['timeout']} limit {status['limit']} | "
@@ -146,10 +150,51 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
+def _progress_text(step: int, total: int | None, step_times: Sequence[float]) -> str:
+    """``k/N`` (1-based: step index ``step`` done of ``total``) and the time left,
+    ``ETA = mean(step_times) * (total - k)``, the mean over the steps this display has shown (a resumed run's
+    earlier steps are not in it). Without a total (no header shown) just the step index."""
+    if total is None:
+        return f"{step:>4}"
+    done = step + 1
+    left = max(0, total - done)
+    eta = (sum(step_times) / len(step_times)) * left if step_times else 0.0
+    return f"{done}/{total} ETA {_duration(eta)}" if left else f"{done}/{total}"
+
+
+def _duration(seconds: float) -> str:
+    """``1h02m``, ``3m05s`` or ``42s``."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _model_loss(m: dict[str, Any], prefix: str) -> str | None:
+    """One model's loss from its ``<prefix>loss`` / ``<prefix>grad_norm`` / ``<prefix>skipped_step`` metrics:
+    the loss with 3 significant digits and the gradient norm before clipping when it stepped, ``no update
+    (every advantage 0)`` / ``skipped (non-finite grad)`` when it computed a loss but took no step, ``-`` when
+    it had nothing to train on, ``None`` when the model has no metrics at all."""
+    if m.get(prefix + "zero_advantage_step"):
+        return "no update (every advantage 0)"
+    if m.get(prefix + "nonfinite_grad"):
+        return "skipped (non-finite grad)"
+    if prefix + "loss" in m:
+        grad = f" |g| {m[prefix + 'grad_norm']:.3g}" if prefix + "grad_norm" in m else ""
+        return f"{m[prefix + 'loss']:+.3g}{grad}"
+    return "-" if prefix + "skipped_step" in m else None
+
+
 def _loss_text(m: dict[str, Any]) -> str:
     """The step's loss: one model's ``train/loss``, each model's (``train/<key>/loss``, separate weights), or ``-``
     when no update ran (no sample of an active role, or the frozen mode): never a 0 that no update computed."""
-    if "train/loss" in m:
-        return f"{m['train/loss']:+.4f}"
-    per_model = {k.split("/")[1]: v for k, v in m.items() if re.fullmatch(r"train/[^/]+/loss", k)}
-    return " ".join(f"{key} {v:+.4f}" for key, v in sorted(per_model.items())) or "-"
+    single = _model_loss(m, "train/")
+    if single is not None:
+        return single
+    keys = sorted(
+        {k.split("/")[1] for k in m if re.fullmatch(r"train/[^/]+/(loss|skipped_step)", k)} - {"critic"}
+    )
+    texts = [(key, t) for key in keys if (t := _model_loss(m, f"train/{key}/")) is not None]
+    if all(t == "-" for _, t in texts):
+        return "-"
+    return ", ".join(f"{key} {t}" for key, t in texts)
