@@ -19,11 +19,20 @@ from metaagent.train.schedule import StageSchedule
 ROLE_STYLE = {"executor": "green", "designer": "magenta", "both": "yellow", "none": "dim"}
 
 
+def default_console() -> Console:
+    """The terminal's console; piped or redirected (not a terminal), one that never wraps a line (``soft_wrap``),
+    so step lines and model-written code keep their lines instead of breaking at Rich's 80-column default."""
+    console = Console()
+    if not console.is_terminal:
+        console.soft_wrap = True
+    return console
+
+
 class TrainDisplay(RolloutObserver):
     """Shows rollout progress while a step runs and one summary row per finished step."""
 
     def __init__(self, console: Console | None = None, *, show_samples: bool = True, sample_chars: int = 600):
-        self.console = console or Console()
+        self.console = console or default_console()
         self.show_samples = show_samples
         self.sample_chars = sample_chars
         self._progress: Progress | None = None

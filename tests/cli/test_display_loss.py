@@ -61,3 +61,14 @@ def test_progress_text_and_durations():
     assert _progress_text(7, None, []).strip() == "7"
     assert _progress_text(0, 100, [65.0]) == "1/100 ETA 1h47m"
     assert _duration(185) == "3m05s" and _duration(42.4) == "42s"
+
+
+def test_piped_output_keeps_long_lines_and_code_unwrapped(monkeypatch, capsys):
+    from metaagent.cli.display import default_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    console = default_console()  # pytest's captured stdout is not a terminal
+    assert not console.is_terminal and console.soft_wrap
+    line = "    total = sum(int(x) for x in sys.stdin.read().split())  # " + "a long comment " * 8
+    console.print(line, markup=False, highlight=False)
+    assert capsys.readouterr().out.rstrip("\n") == line
