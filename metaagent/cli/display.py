@@ -52,7 +52,7 @@ class TrainDisplay(RolloutObserver):
         table.add_row("run dir", run_dir)
         table.add_row("model", f"{c.policy.model} ({c.policy.weights} weights, {c.policy.backend} on {c.policy.device})")
         table.add_row("rollout", f"M={c.rollout.m_designs} designs x N={c.rollout.n_executions} executions, "
-                      f"batch {c.data.batch_size} tasks ({c.data.math_fraction:.0%} math)")
+                      f"batch {c.data.batch_size} tasks ({_domain_text(c.data)})")
         table.add_row("schedule", StageSchedule(c.schedule.mode, c.schedule.stage_len).describe(c.trainer.steps))
         table.add_row("steps", f"{start_step} -> {c.trainer.steps}" + (" (resumed)" if start_step else ""))
         self._total_steps = int(c.trainer.steps)
@@ -121,7 +121,7 @@ class TrainDisplay(RolloutObserver):
         line = (
             f"step {_progress_text(step, self._total_steps, self._step_times)} [{style}]{role:>8}[/] stage {m.get('schedule/stage', 0)} | "
             f"R designer {m.get('rollout/reward/designer', 0):.3f} executor {m.get('rollout/reward/executor', 0):.3f} "
-            f"correct {m.get('rollout/correct', 0):.2f} | valid scripts {m.get('rollout/valid_script_rate', 0):.0%} | "
+            f"correct {m.get('rollout/correct', 0):.2f} | {_valid_text(m, 'rollout/')} | "
             f"exec ok {status['ok']} err {status['error']} timeout {status['timeout']} limit {status['limit']} | "
             f"samples D {int(m.get('train/samples/designer', 0))} E {int(m.get('train/samples/executor', 0))} "
             f"loss {_loss_text(m)} | {m.get('time/step_s', 0):.0f}s "
@@ -131,7 +131,7 @@ class TrainDisplay(RolloutObserver):
         if any(k.startswith("val/") for k in m):
             self.console.print(
                 f"           [cyan]val[/] R executor {m.get('val/reward/executor', 0):.3f} "
-                f"correct {m.get('val/correct', 0):.2f} valid scripts {m.get('val/valid_script_rate', 0):.0%}",
+                f"correct {m.get('val/correct', 0):.2f} {_valid_text(m, 'val/')}",
                 highlight=False,
             )
         if self.show_samples:
@@ -157,6 +157,27 @@ def _clip(text: str, n: int) -> str:
 
 def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
+
+
+def _valid_text(m: dict[str, Any], prefix: str) -> str:
+    """``valid scripts 75%``, or ``designer frozen`` when no design was sampled (a frozen designer: the rate
+    is not measured, not 0)."""
+    rate = m.get(prefix + "valid_script_rate")
+    return "designer frozen" if rate is None else f"valid scripts {rate:.0%}"
+
+
+def _domain_text(data: Any) -> str:
+    """The batch's domains for the header: ``50% math`` when the training data mixes math and code (the share
+    ``data.math_fraction`` applies to), else the domains the data holds (``plan``; ``math``)."""
+    from metaagent.data.loaders import DatasetSpec
+
+    domains: set[str] = set()
+    for spec in data.train:
+        parsed = DatasetSpec.parse(spec)
+        domains |= {parsed.domain} if parsed.domain else set(parsed.info.domain.split("+"))
+    if {"math", "code"} <= domains:
+        return f"{data.math_fraction:.0%} math"
+    return ", ".join(sorted(domains)) or "no data"
 
 
 def _progress_text(step: int, total: int | None, step_times: Sequence[float]) -> str:

@@ -12,6 +12,16 @@ from rich.console import Console
 from metaagent.cli.display import TrainDisplay, _duration, _progress_text
 
 
+def _config(train: list, steps: int = 4) -> SimpleNamespace:
+    return SimpleNamespace(
+        policy=SimpleNamespace(model="tiny", weights="shared", backend="local", device="cpu"),
+        rollout=SimpleNamespace(m_designs=2, n_executions=2),
+        data=SimpleNamespace(batch_size=2, math_fraction=0.5, train=train),
+        schedule=SimpleNamespace(mode="stagewise", stage_len=1),
+        trainer=SimpleNamespace(steps=steps),
+    )
+
+
 def _line(metrics: dict, display: TrainDisplay | None = None, step: int = 0) -> str:
     out = io.StringIO()
     display = display or TrainDisplay(show_samples=False)
@@ -46,7 +56,7 @@ def test_the_step_line_counts_steps_and_estimates_the_time_left():
     config = SimpleNamespace(
         policy=SimpleNamespace(model="tiny", weights="shared", backend="local", device="cpu"),
         rollout=SimpleNamespace(m_designs=2, n_executions=2),
-        data=SimpleNamespace(batch_size=2, math_fraction=0.5),
+        data=SimpleNamespace(batch_size=2, math_fraction=0.5, train=[{"source": "bundled", "split": "train"}]),
         schedule=SimpleNamespace(mode="stagewise", stage_len=1),
         trainer=SimpleNamespace(steps=4),
     )
@@ -72,3 +82,17 @@ def test_piped_output_keeps_long_lines_and_code_unwrapped(monkeypatch, capsys):
     line = "    total = sum(int(x) for x in sys.stdin.read().split())  # " + "a long comment " * 8
     console.print(line, markup=False, highlight=False)
     assert capsys.readouterr().out.rstrip("\n") == line
+
+
+def test_a_frozen_designer_shows_no_valid_script_rate_and_plan_data_no_math_share():
+    frozen = _line({"rollout/reward/designer": 0.5, "rollout/correct": 0.5})  # no design was sampled
+    assert "| designer frozen |" in frozen and "valid scripts" not in frozen
+    assert "| valid scripts 75% |" in _line({"rollout/valid_script_rate": 0.75})
+    out = io.StringIO()
+    display = TrainDisplay(Console(file=out, width=400), show_samples=False)
+    display.header(_config([{"source": "planpath"}]), 0, "runs/x")
+    assert "batch 2 tasks (plan)" in out.getvalue() and "math)" not in out.getvalue()
+    display.header(_config([{"source": "bundled"}]), 0, "runs/x")
+    assert "batch 2 tasks (50% math)" in out.getvalue()
+    display.header(_config([{"source": "bundled", "domain": "code"}]), 0, "runs/x")
+    assert "batch 2 tasks (code)" in out.getvalue()
