@@ -181,7 +181,8 @@ def test_the_math_renders_from_disk_in_headless_chromium(site, tmp_path):
     page = site / "concepts" / "credit.html"
     assert page.read_text(encoding="utf-8").count('class="arithmatex"') >= 1
     out, err = run_chromium(
-        tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom", page.as_uri(), what="render the math"
+        tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom", page.as_uri(),
+        what="render the math",
     )
     dom = out.decode("utf-8", errors="replace")
     assert 'class="katex-display"' in dom or 'class="katex"' in dom, err.decode(errors="replace")[-2000:]

@@ -81,7 +81,8 @@ def config_tables() -> str:
             head = name.split(".")[0] if "." in name else "top level"
             if head != section:
                 section = head
-                out += [f"### {command} · `{head}`" if head != "top level" else f"### {command} · top level", ""]
+                title = f"`{head}`" if head != "top level" else head
+                out += [f"### {command} · {title}", ""]
             out += _field_block(name, actions.get(DEST_PREFIX + name), _type_name(tp), help_text, default)
         out.append("")
     return "\n".join(out) + "\n"

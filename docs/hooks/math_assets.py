@@ -1,12 +1,12 @@
-"""MkDocs hook: the math renderer (KaTeX, from the npm registry) is shipped inside the built site, so the pages
-read from disk with no network.
+"""MkDocs hook: the math renderer (KaTeX, from the npm registry) is shipped inside the built site, so the
+pages read from disk with no network.
 
 The npm package ``katex`` (version :data:`KATEX_VERSION`) is installed once into ``build/docs-vendor/`` (``npm
 install --prefix``; ``make docs`` and the first ``mkdocs build`` do it, later builds reuse it) and its
-distribution files are added to the site under ``assets/katex/``: ``katex.min.js``, ``katex.min.css``, the
-auto-render extension, the ``woff2`` fonts the stylesheet loads, and KaTeX's licence. ``mkdocs.yml`` loads them
-with ``extra_javascript`` / ``extra_css``; ``docs/javascripts/katex.js`` renders the ``arithmatex`` spans that
-``pymdownx.arithmatex`` (generic mode) writes for ``\\( ... \\)`` and ``\\[ ... \\]``.
+distribution files are added to the site under ``assets/katex/``: ``katex.min.js``, ``katex.min.css``,
+the auto-render extension, the ``woff2`` fonts the stylesheet loads, and KaTeX's licence. ``mkdocs.yml``
+loads them with ``extra_javascript`` / ``extra_css``; ``docs/javascripts/katex.js`` renders the
+``arithmatex`` spans that ``pymdownx.arithmatex`` (generic mode) writes for ``\\( ... \\)`` and ``\\[ ... \\]``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ FONT_GLOB = "fonts/*.woff2"
 
 
 def katex_package(vendor: Path = VENDOR) -> Path:
-    """The installed ``katex`` package directory, installing :data:`KATEX_VERSION` from the npm registry when it
-    is missing or another version. Raises :class:`PluginError` naming the fix when npm is not there or fails."""
+    """The installed ``katex`` package directory, installing :data:`KATEX_VERSION` from the npm registry
+    when it is missing or another version. Raises :class:`PluginError` naming the fix when npm is not there
+    or fails."""
     package = vendor / "node_modules" / "katex"
     manifest = package / "package.json"
     if manifest.is_file() and f'"version": "{KATEX_VERSION}"' in manifest.read_text(encoding="utf-8"):
@@ -40,7 +41,8 @@ def katex_package(vendor: Path = VENDOR) -> Path:
             f"the docs ship KaTeX {KATEX_VERSION} from the npm registry, but npm is not installed: "
             "apt-get install npm (or install Node.js), then build again"
         )
-    cmd = [npm, "install", "--no-save", "--no-audit", "--no-fund", "--no-package-lock", "--prefix", str(vendor)]
+    cmd = [npm, "install", "--no-save", "--no-audit", "--no-fund", "--no-package-lock"]
+    cmd += ["--prefix", str(vendor)]
     proc = subprocess.run([*cmd, f"katex@{KATEX_VERSION}"], capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 or not manifest.is_file():
         raise PluginError(f"npm install katex@{KATEX_VERSION} failed:\n{proc.stderr[-2000:]}")

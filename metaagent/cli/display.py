@@ -20,8 +20,9 @@ ROLE_STYLE = {"executor": "green", "designer": "magenta", "both": "yellow", "non
 
 
 def default_console() -> Console:
-    """The terminal's console; piped or redirected (not a terminal), one that never wraps a line (``soft_wrap``),
-    so step lines and model-written code keep their lines instead of breaking at Rich's 80-column default."""
+    """The terminal's console; piped or redirected (not a terminal), one that never wraps a line
+    (``soft_wrap``), so step lines and model-written code keep their lines instead of breaking at Rich's
+    80-column default."""
     console = Console()
     if not console.is_terminal:
         console.soft_wrap = True
@@ -118,8 +119,9 @@ class TrainDisplay(RolloutObserver):
         style = ROLE_STYLE.get(role, "white")
         status = {s: int(m.get(f"rollout/exec_status/{s}", 0)) for s in ("ok", "error", "timeout", "limit")}
         self._step_times.append(float(m.get("time/step_s", 0.0)))
+        progress = _progress_text(step, self._total_steps, self._step_times)
         line = (
-            f"step {_progress_text(step, self._total_steps, self._step_times)} [{style}]{role:>8}[/] stage {m.get('schedule/stage', 0)} | "
+            f"step {progress} [{style}]{role:>8}[/] stage {m.get('schedule/stage', 0)} | "
             f"R designer {m.get('rollout/reward/designer', 0):.3f} executor {m.get('rollout/reward/executor', 0):.3f} "
             f"correct {m.get('rollout/correct', 0):.2f} | {_valid_text(m, 'rollout/')} | "
             f"exec ok {status['ok']} err {status['error']} timeout {status['timeout']} limit {status['limit']} | "

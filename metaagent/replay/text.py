@@ -45,10 +45,10 @@ def num(x: Any, digits: int = 3) -> str:
 
 
 def reward_terms(reward: Any) -> str:
-    """The terms of a computed reward, ``correct 0.000 + 0.4 × format 0.667`` (``RewardRecord.total = correct +
-    lam * format``, plus ``components["overlong"]`` when the overlong penalty applied). The record keeps no
-    ``lam``: it is read back as ``lam = (total - correct - overlong) / format``, and left out (``+ format 0.000``)
-    when the format score is 0 and the weight cannot be read."""
+    """The terms of a computed reward, ``correct 0.000 + 0.4 × format 0.667`` (``RewardRecord.total =
+    correct + lam * format``, plus ``components["overlong"]`` when the overlong penalty applied). The record
+    keeps no ``lam``: it is read back as ``lam = (total - correct - overlong) / format``, and left out
+    (``+ format 0.000``) when the format score is 0 and the weight cannot be read."""
     overlong = float(reward.components.get("overlong", 0.0))
     correct, fmt = reward.correct or 0.0, reward.format or 0.0
     text = f"correct {num(reward.correct)} + "

@@ -43,7 +43,8 @@ def test_a_loss_without_an_optimizer_step_says_why():
     zero = {"train/loss": 0.0, "train/skipped_step": 1.0, "train/zero_advantage_step": 1.0}
     assert "loss no update (every advantage 0) |" in _line(zero)
     mixed = {
-        "train/designer/loss": 0.0, "train/designer/zero_advantage_step": 1.0, "train/designer/skipped_step": 1.0,
+        "train/designer/loss": 0.0, "train/designer/zero_advantage_step": 1.0,
+        "train/designer/skipped_step": 1.0,
         "train/executor/loss": 0.031, "train/executor/grad_norm": 1.25, "train/executor/skipped_step": 0.0,
         "train/critic/skipped_step": 0.0,
     }  # fmt: skip
@@ -56,7 +57,7 @@ def test_the_step_line_counts_steps_and_estimates_the_time_left():
     config = SimpleNamespace(
         policy=SimpleNamespace(model="tiny", weights="shared", backend="local", device="cpu"),
         rollout=SimpleNamespace(m_designs=2, n_executions=2),
-        data=SimpleNamespace(batch_size=2, math_fraction=0.5, train=[{"source": "bundled", "split": "train"}]),
+        data=SimpleNamespace(batch_size=2, math_fraction=0.5, train=[{"source": "bundled"}]),
         schedule=SimpleNamespace(mode="stagewise", stage_len=1),
         trainer=SimpleNamespace(steps=4),
     )
