@@ -87,6 +87,8 @@ def test_the_configuration_reference_has_every_field_of_every_command(site):
     assert "<code>--stage-len</code>" in block.group(1) and "<code>&gt; 0</code>" in block.group(1)
     assert "<code>30</code>" in block.group(1) and "default" in block.group(1)
     assert "\\|" not in html  # a type like STR|null reads without the table escape
+    headings = re.findall(r"<h3[^>]*>(.*?)<a", html, re.S)
+    assert headings and len(headings) == len(set(headings)), "a config section is split over two headings"
 
 
 @needs_mkdocs

@@ -76,14 +76,15 @@ def config_tables() -> str:
         parser = importlib.import_module(module).build_parser()
         actions = {a.dest: a for a in parser._actions}
         out += [f"## `{command}`", "", f"`{cls.__module__}.{cls.__name__}`: {purpose}.", ""]
-        section = None
+        sections: dict[str, list[str]] = {"top level": []}  # top-level fields first, then each section once
         for name, _field, tp, help_text, default in _walk(cls):
             head = name.split(".")[0] if "." in name else "top level"
-            if head != section:
-                section = head
+            block = _field_block(name, actions.get(DEST_PREFIX + name), _type_name(tp), help_text, default)
+            sections.setdefault(head, []).extend(block)
+        for head, blocks in sections.items():
+            if blocks:
                 title = f"`{head}`" if head != "top level" else head
-                out += [f"### {command} · {title}", ""]
-            out += _field_block(name, actions.get(DEST_PREFIX + name), _type_name(tp), help_text, default)
+                out += [f"### {command} · {title}", "", *blocks]
         out.append("")
     return "\n".join(out) + "\n"
 
