@@ -17,9 +17,11 @@ BATCH=${BATCH:-2}
 OUT=${OUT:-runs/examples/cold_start_rl}
 
 # 1. SFT cold start on the repository's sample (designer scripts + executor turns, chat-messages JSONL).
-#    A LoRA of rank 8, merged at the end: $OUT/sft/model is a full model folder, a valid --model.
+#    A LoRA of rank 8, merged at the end: $OUT/sft/model is a full model folder, a valid --model. One epoch of
+#    the sample is 39 steps of 4 examples, so the epochs are not the limit: --max-steps gives SFT_STEPS steps.
 metaagent-sft --data "$ROOT/sft_data/designer.jsonl" "$ROOT/sft_data/executor.jsonl" \
-              --model "$MODEL" --lora-rank 8 --max-steps "$SFT_STEPS" --batch-size 4 --out "$OUT/sft"
+              --model "$MODEL" --lora-rank 8 --max-steps "$SFT_STEPS" --epochs "$SFT_STEPS" --batch-size 4 \
+              --out "$OUT/sft"
 
 # 2. RL from the cold start: stagewise hierarchical GRPO (executor stage, designer stage, ...), the default
 #    config's rollout (M = 2 designs x N = 2 executions per task).

@@ -63,7 +63,7 @@ def test_the_strict_build_makes_every_page_of_the_nav(site):
 
     nav = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=yaml.BaseLoader)["nav"]
     for page in pages(nav):
-        built = site / page.removesuffix(".md").removesuffix("index") / "index.html"
+        built = site / (page.removesuffix(".md") + ".html")  # use_directory_urls: false
         assert built.is_file(), f"{page} was not built ({built})"
 
 
@@ -76,25 +76,28 @@ def test_the_configuration_reference_has_every_field_of_every_command(site):
         sys.path.remove(str(DOCS / "hooks"))
     from metaagent.cli.flags import _walk
 
-    html = (site / "reference" / "configuration" / "index.html").read_text(encoding="utf-8")
+    html = (site / "reference" / "configuration.html").read_text(encoding="utf-8")
     for command, _module, spec, _purpose in generated_pages.COMMANDS:
         assert f"<code>{command}</code>" in html
         for name, *_ in _walk(generated_pages._load(spec)):
-            assert f"<td><code>{name}</code></td>" in html, f"{command}: field {name} missing"
-    # a field with a declared range, its flag and alias, and its default, as --help shows them
-    row = re.search(r"<tr>\s*<td><code>schedule\.stage_len</code></td>(.*?)</tr>", html, re.S)
-    assert row is not None
-    assert "<code>--stage-len</code>" in row.group(1) and "<code>&gt; 0</code>" in row.group(1)
-    assert "<code>30</code>" in row.group(1)
+            assert f"<dt><code>{name}</code></dt>" in html, f"{command}: field {name} missing"
+    # one block per field: a field with a declared range, its flag and alias, and its default, as --help shows
+    block = re.search(r"<dt><code>schedule\.stage_len</code></dt>\s*<dd>(.*?)</dd>", html, re.S)
+    assert block is not None
+    assert "<code>--stage-len</code>" in block.group(1) and "<code>&gt; 0</code>" in block.group(1)
+    assert "<code>30</code>" in block.group(1) and "default" in block.group(1)
+    assert "\\|" not in html  # a type like STR|null reads without the table escape
+    headings = re.findall(r"<h3[^>]*>(.*?)<a", html, re.S)
+    assert headings and len(headings) == len(set(headings)), "a config section is split over two headings"
 
 
 @needs_mkdocs
 def test_the_benchmark_curves_are_served_from_the_committed_results(site):
-    html = (site / "benchmarks" / "index.html").read_text(encoding="utf-8")
-    curves = re.findall(r'(?:src|href)="(\.\./results/[^"]+\.png)"', html)
+    html = (site / "benchmarks.html").read_text(encoding="utf-8")
+    curves = re.findall(r'(?:src|href)="(results/[^"]+\.png)"', html)
     assert curves, "the benchmarks page shows no committed curve"
     for rel in curves:
-        assert (site / "benchmarks" / rel).resolve().is_file(), rel
+        assert (site / rel).resolve().is_file(), rel
     assert "avg@3" in html  # the evaluation table is inlined from benchmarks/results/eval_embedded/table.md
 
 
@@ -138,8 +141,8 @@ def _dump_dom(url: str, profile: Path) -> str:
 @pytest.mark.parametrize(
     ("page", "title", "code"),
     [
-        ("quickstart/index.html", "Quickstart", "make demo"),
-        ("api/workflow/index.html", "metaagent.workflow", "check_script(script)"),
+        ("quickstart.html", "Quickstart", "make demo"),
+        ("api/workflow.html", "metaagent.workflow", "check_script(script)"),
     ],
 )
 def test_a_built_page_renders_its_title_and_a_code_block_in_headless_chromium(site, tmp_path, page, title, code):
@@ -149,3 +152,40 @@ def test_a_built_page_renders_its_title_and_a_code_block_in_headless_chromium(si
     assert heading is not None and title in re.sub(r"<[^>]+>", "", heading.group(1))
     blocks = re.findall(r"<pre[^>]*>.*?</pre>", dom, re.S)
     assert any(code in re.sub(r"<[^>]+>", "", b) for b in blocks), f"no code block with {code!r} on {page}"
+
+
+@needs_mkdocs
+def test_the_site_reads_from_disk_without_a_network(site):
+    """Pages are ``page.html`` files whose relative links all land on a built file, and nothing (script,
+    stylesheet, font) is loaded from another host: KaTeX and its fonts and licence are shipped in the site."""
+    external, broken = [], []
+    for page in sorted(set(site.rglob("*.html")) - {site / "404.html"}):  # 404.html is for a web server
+        html = page.read_text(encoding="utf-8")
+        for tag in re.findall(r"<(?:script|link|img)\b[^>]*>", html):
+            if re.search(r'(?:src|href)="(?:https?:)?//', tag) and 'rel="canonical"' not in tag:
+                external.append(f"{page.relative_to(site)}: {tag}")
+        for href in re.findall(r'<a\b[^>]*href="([^"#?]+\.html)(?:#[^"]*)?"', html):
+            if "://" not in href and not (page.parent / href).resolve().is_file():
+                broken.append(f"{page.relative_to(site)} -> {href}")
+    assert external == [] and broken == []
+    katex = site / "assets" / "katex"
+    for name in ("katex.min.js", "katex.min.css", "contrib/auto-render.min.js", "LICENSE.txt"):
+        assert (katex / name).is_file(), name
+    assert list((katex / "fonts").glob("*.woff2")), "no KaTeX font shipped"
+    assert "MIT License" in (katex / "LICENSE.txt").read_text(encoding="utf-8")
+
+
+@needs_mkdocs
+@pytest.mark.skipif(
+    chromium() is None, reason=f"no headless browser installed (looked for {', '.join(CHROMIUM_NAMES)})"
+)
+def test_the_math_renders_from_disk_in_headless_chromium(site, tmp_path):
+    page = site / "concepts" / "credit.html"
+    assert page.read_text(encoding="utf-8").count('class="arithmatex"') >= 1
+    out, err = run_chromium(
+        tmp_path / "profile", "--virtual-time-budget=10000", "--dump-dom", page.as_uri(),
+        what="render the math",
+    )
+    dom = out.decode("utf-8", errors="replace")
+    assert 'class="katex-display"' in dom or 'class="katex"' in dom, err.decode(errors="replace")[-2000:]
+    assert "katex-error" not in dom

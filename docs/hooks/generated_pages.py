@@ -55,7 +55,9 @@ def _load(spec: str) -> type:
 
 
 def config_tables() -> str:
-    """The configuration reference as Markdown: one table per command, one row per config field."""
+    """The configuration reference as Markdown: per command, one section per config section (the first part of
+    the dotted name), and in it one definition block per field: its name, then its flag, type, allowed values,
+    default and meaning."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from metaagent.cli.flags import DEST_PREFIX, _type_name, _walk
@@ -74,24 +76,36 @@ def config_tables() -> str:
         parser = importlib.import_module(module).build_parser()
         actions = {a.dest: a for a in parser._actions}
         out += [f"## `{command}`", "", f"`{cls.__module__}.{cls.__name__}`: {purpose}.", ""]
-        out += ["| field | flag | type | allowed | default | meaning |", "| --- | --- | --- | --- | --- | --- |"]
+        sections: dict[str, list[str]] = {"top level": []}  # top-level fields first, then each section once
         for name, _field, tp, help_text, default in _walk(cls):
-            action = actions.get(DEST_PREFIX + name)
-            allowed = ""
-            match = _RANGE.search(help_text)
-            if match:
-                allowed, help_text = match.group(1), help_text[: match.start()]
-            if action is not None and action.choices:
-                allowed = ", ".join(f"`{c}`" for c in action.choices)
-            elif allowed:
-                allowed = _code(allowed)
-            flags = ", ".join(f"`{f}`" for f in action.option_strings) if action is not None else "override only"
-            kind = _type_name(tp).replace("LITERAL", "CHOICE")
-            out.append(
-                f"| `{name}` | {flags} | {_code(kind)} | {allowed} | {_code(default)} | {_cell(help_text) or '—'} |"
-            )
+            head = name.split(".")[0] if "." in name else "top level"
+            block = _field_block(name, actions.get(DEST_PREFIX + name), _type_name(tp), help_text, default)
+            sections.setdefault(head, []).extend(block)
+        for head, blocks in sections.items():
+            if blocks:
+                title = f"`{head}`" if head != "top level" else head
+                out += [f"### {command} · {title}", "", *blocks]
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def _field_block(name: str, action, type_name: str, help_text: str, default) -> list[str]:
+    """One field as a definition block: ``name`` as the term; flag, type, allowed values and default on the
+    first line of the definition, the meaning below it."""
+    allowed = ""
+    match = _RANGE.search(help_text)
+    if match:
+        allowed, help_text = match.group(1), help_text[: match.start()]
+    if action is not None and action.choices:
+        allowed = ", ".join(f"`{c}`" for c in action.choices)
+    elif allowed:
+        allowed = _code(allowed)
+    flags = ", ".join(f"`{f}`" for f in action.option_strings) if action is not None else "override only"
+    facts = [f"flag {flags}", f"type {_code(type_name.replace('LITERAL', 'CHOICE'))}"]
+    facts += [f"allowed {allowed}"] if allowed else []
+    facts.append(f"default {_code(default)}")
+    lines = [f"`{name}`", f":   {' · '.join(facts)}", "", f"    {_cell(help_text) or '—'}", ""]
+    return [line.replace("\\|", "|") for line in lines]  # the table escape of "|" is not needed here
 
 
 def on_files(files, config):

@@ -19,11 +19,21 @@ from metaagent.train.schedule import StageSchedule
 ROLE_STYLE = {"executor": "green", "designer": "magenta", "both": "yellow", "none": "dim"}
 
 
+def default_console() -> Console:
+    """The terminal's console; piped or redirected (not a terminal), one that never wraps a line
+    (``soft_wrap``), so step lines and model-written code keep their lines instead of breaking at Rich's
+    80-column default."""
+    console = Console()
+    if not console.is_terminal:
+        console.soft_wrap = True
+    return console
+
+
 class TrainDisplay(RolloutObserver):
     """Shows rollout progress while a step runs and one summary row per finished step."""
 
     def __init__(self, console: Console | None = None, *, show_samples: bool = True, sample_chars: int = 600):
-        self.console = console or Console()
+        self.console = console or default_console()
         self.show_samples = show_samples
         self.sample_chars = sample_chars
         self._progress: Progress | None = None
@@ -32,6 +42,8 @@ class TrainDisplay(RolloutObserver):
         self._failed = 0
         self._tokens = 0
         self._t0 = time.perf_counter()
+        self._total_steps: int | None = None
+        self._step_times: list[float] = []
 
     # ---- run-level ----------------------------------------------------------------------------------------
 
@@ -47,6 +59,7 @@ class TrainDisplay(RolloutObserver):
                       f"batch {c.data.batch_size} tasks ({mix})")
         table.add_row("schedule", StageSchedule(c.schedule.mode, c.schedule.stage_len).describe(c.trainer.steps))
         table.add_row("steps", f"{start_step} -> {c.trainer.steps}" + (" (resumed)" if start_step else ""))
+        self._total_steps = int(c.trainer.steps)
         self.console.print(table)
 
     # ---- RolloutObserver ----------------------------------------------------------------------------------
@@ -108,10 +121,12 @@ class TrainDisplay(RolloutObserver):
         role = m.get("schedule/active", "?")
         style = ROLE_STYLE.get(role, "white")
         status = {s: int(m.get(f"rollout/exec_status/{s}", 0)) for s in ("ok", "error", "timeout", "limit")}
+        self._step_times.append(float(m.get("time/step_s", 0.0)))
+        progress = _progress_text(step, self._total_steps, self._step_times)
         line = (
-            f"step {step:>4} [{style}]{role:>8}[/] stage {m.get('schedule/stage', 0)} | "
+            f"step {progress} [{style}]{role:>8}[/] stage {m.get('schedule/stage', 0)} | "
             f"R designer {m.get('rollout/reward/designer', 0):.3f} executor {m.get('rollout/reward/executor', 0):.3f} "
-            f"correct {m.get('rollout/correct', 0):.2f} | valid scripts {m.get('rollout/valid_script_rate', 0):.0%} | "
+            f"correct {m.get('rollout/correct', 0):.2f} | {_valid_text(m, 'rollout/')} | "
             f"exec ok {status['ok']} err {status['error']} timeout {status['timeout']} limit {status['limit']} | "
             f"samples D {int(m.get('train/samples/designer', 0))} E {int(m.get('train/samples/executor', 0))} "
             f"loss {_loss_text(m)} | {m.get('time/step_s', 0):.0f}s "
@@ -121,7 +136,7 @@ class TrainDisplay(RolloutObserver):
         if any(k.startswith("val/") for k in m):
             self.console.print(
                 f"           [cyan]val[/] R executor {m.get('val/reward/executor', 0):.3f} "
-                f"correct {m.get('val/correct', 0):.2f} valid scripts {m.get('val/valid_script_rate', 0):.0%}",
+                f"correct {m.get('val/correct', 0):.2f} {_valid_text(m, 'val/')}",
                 highlight=False,
             )
         if self.show_samples:
@@ -149,10 +164,58 @@ def _indent(text: str) -> str:
     return "\n".join("    " + line for line in text.splitlines())
 
 
+def _valid_text(m: dict[str, Any], prefix: str) -> str:
+    """``valid scripts 75%``, or ``designer frozen`` when no design was sampled (a frozen designer: the rate
+    is not measured, not 0)."""
+    rate = m.get(prefix + "valid_script_rate")
+    return "designer frozen" if rate is None else f"valid scripts {rate:.0%}"
+
+
+def _progress_text(step: int, total: int | None, step_times: Sequence[float]) -> str:
+    """``k/N`` (1-based: step index ``step`` done of ``total``) and the time left,
+    ``ETA = mean(step_times) * (total - k)``, the mean over the steps this display has shown (a resumed run's
+    earlier steps are not in it). Without a total (no header shown) just the step index."""
+    if total is None:
+        return f"{step:>4}"
+    done = step + 1
+    left = max(0, total - done)
+    eta = (sum(step_times) / len(step_times)) * left if step_times else 0.0
+    return f"{done}/{total} ETA {_duration(eta)}" if left else f"{done}/{total}"
+
+
+def _duration(seconds: float) -> str:
+    """``1h02m``, ``3m05s`` or ``42s``."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def _model_loss(m: dict[str, Any], prefix: str) -> str | None:
+    """One model's loss from its ``<prefix>loss`` / ``<prefix>grad_norm`` / ``<prefix>skipped_step`` metrics:
+    the loss with 3 significant digits and the gradient norm before clipping when it stepped, ``no update
+    (every advantage 0)`` / ``skipped (non-finite grad)`` when it computed a loss but took no step, ``-`` when
+    it had nothing to train on, ``None`` when the model has no metrics at all."""
+    if m.get(prefix + "zero_advantage_step"):
+        return "no update (every advantage 0)"
+    if m.get(prefix + "nonfinite_grad"):
+        return "skipped (non-finite grad)"
+    if prefix + "loss" in m:
+        grad = f" |g| {m[prefix + 'grad_norm']:.3g}" if prefix + "grad_norm" in m else ""
+        return f"{m[prefix + 'loss']:+.3g}{grad}"
+    return "-" if prefix + "skipped_step" in m else None
+
+
 def _loss_text(m: dict[str, Any]) -> str:
     """The step's loss: one model's ``train/loss``, each model's (``train/<key>/loss``, separate weights), or ``-``
     when no update ran (no sample of an active role, or the frozen mode): never a 0 that no update computed."""
-    if "train/loss" in m:
-        return f"{m['train/loss']:+.4f}"
-    per_model = {k.split("/")[1]: v for k, v in m.items() if re.fullmatch(r"train/[^/]+/loss", k)}
-    return " ".join(f"{key} {v:+.4f}" for key, v in sorted(per_model.items())) or "-"
+    single = _model_loss(m, "train/")
+    if single is not None:
+        return single
+    keys = sorted(
+        {k.split("/")[1] for k in m if re.fullmatch(r"train/[^/]+/(loss|skipped_step)", k)} - {"critic"}
+    )
+    texts = [(key, t) for key in keys if (t := _model_loss(m, f"train/{key}/")) is not None]
+    if all(t == "-" for _, t in texts):
+        return "-"
+    return ", ".join(f"{key} {t}" for key, t in texts)

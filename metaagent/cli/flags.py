@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import inspect
 import re
 import sys
@@ -213,7 +214,22 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: {message}{self._did_you_mean(message)} (see {self.prog} --help)\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        """``; did you mean --stage-len?`` (several: ``--a (for --x), --b (for --y)``) for the unrecognized
+        flags with a close known one (difflib's ratio >= 0.75 against every option string), else ``""``."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+        hints = []
+        for arg in message.split(":", 1)[1].split():
+            flag = arg.split("=", 1)[0]
+            if flag.startswith("--") and (close := difflib.get_close_matches(flag, known, n=1, cutoff=0.75)):
+                hints.append((flag, close[0]))
+        if len(hints) == 1:
+            return f"; did you mean {hints[0][1]}?"
+        return f"; did you mean {', '.join(f'{c} (for {f})' for f, c in hints)}?" if hints else ""
 
 
 def _number(kind: type) -> Callable[[str], Any]:

@@ -22,7 +22,7 @@ from metaagent.records import Design, Execution
 from .comparison import Comparison, TaskComparison, TaskSide
 from .reexecute import RerunResult
 from .run import Run, TreeRef
-from .text import fold, fold_note, num, one_line, pct, reference_text
+from .text import fold, fold_note, num, one_line, pct, reference_text, reward_terms
 
 SCRIPT_LINES = 80  # a folded script keeps this many lines
 PROMPT_LINES = 4  # a folded system prompt keeps this many lines
@@ -163,7 +163,7 @@ def _reward_text(execution: Execution) -> Text:
     return Text.assemble(
         ("reward ", "bold"),
         (num(r.total), "bold green" if (r.correct or 0) > 0 else "bold"),
-        f" = correct {num(r.correct)} + format {num(r.format)}",
+        f" = {reward_terms(r)}",
         f"  ({comps})" if comps else "",
         f"  advantage {num(execution.advantage)}" if execution.advantage is not None else "",
     )

@@ -27,7 +27,7 @@ from .comparison import Comparison, TaskSide, compare
 from .plots import benchmark_plot, reward_plot, structure_plot
 from .run import Run, TreeRef, load_run
 from .summary import stats
-from .text import num, one_line, pct, reference_text
+from .text import num, one_line, pct, reference_text, reward_terms
 
 MAX_TASKS = 50
 MAX_TEXT_CHARS = 20_000
@@ -297,7 +297,7 @@ def _execution(e: Execution, task: dict[str, Any], open_: bool = False) -> str:
         reward = f'<span class="bad">could not be computed: {_e(r.error)}</span>'
     else:
         comps = ", ".join(f"{k} {num(v)}" for k, v in r.components.items())
-        reward = f'<b>{num(r.total)}</b> = correct {num(r.correct)} + format {num(r.format)} <span class="dim">({_e(comps)})</span>'
+        reward = f'<b>{num(r.total)}</b> = {_e(reward_terms(r))} <span class="dim">({_e(comps)})</span>'
     answer = (
         _e(one_line(e.answer, 200))
         if e.answer is not None

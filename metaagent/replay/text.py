@@ -44,6 +44,22 @@ def num(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+def reward_terms(reward: Any) -> str:
+    """The terms of a computed reward, ``correct 0.000 + 0.4 × format 0.667`` (``RewardRecord.total =
+    correct + lam * format``, plus ``components["overlong"]`` when the overlong penalty applied). The record
+    keeps no ``lam``: it is read back as ``lam = (total - correct - overlong) / format``, and left out
+    (``+ format 0.000``) when the format score is 0 and the weight cannot be read."""
+    overlong = float(reward.components.get("overlong", 0.0))
+    correct, fmt = reward.correct or 0.0, reward.format or 0.0
+    text = f"correct {num(reward.correct)} + "
+    if fmt:
+        lam = (reward.total - correct - overlong) / fmt
+        text += f"{lam:.3g} × format {num(reward.format)}"
+    else:
+        text += f"format {num(reward.format)}"
+    return text + (f" {'-' if overlong < 0 else '+'} overlong {num(abs(overlong))}" if overlong else "")
+
+
 def pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 

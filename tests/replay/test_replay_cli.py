@@ -44,7 +44,7 @@ def test_task_replay_shows_script_turns_answer_reference_and_reward(capsys, scri
         "delivery: \\boxed{-1}",
         "answer    \\boxed{-1}",
         f"reference {gold}",
-        "reward 0.400 = correct 0.000 + format 1.000",
+        "reward 0.400 = correct 0.000 + 0.4 × format 1.000",
         "execution 1",
     ):
         assert text in out, text
