@@ -33,6 +33,8 @@ def executor_reply(request: ChatRequest) -> str:
         return "<delivery>VALID</delivery>"
     if "Do not solve" in system or "smaller subproblems" in system:
         return "<delivery>Compute it.</delivery>"
+    if "Python program" in system:  # the coder of tool_pair and pot: a program that prints the value
+        return f"<delivery>```python\nprint({value})\n```</delivery>"
     return f"It is {value}. <delivery>\\boxed{{{value}}}</delivery>"
 
 

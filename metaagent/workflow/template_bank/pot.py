@@ -8,4 +8,5 @@ program = coder(f"Write a program that computes the answer to this problem:\n{ta
 output = run_program(program)
 lines = [line.strip() for line in output.splitlines() if line.strip()]
 answer = lines[-1] if lines else ""
-submit(f"\\boxed{{{answer}}}")
+final = f"\\boxed{{{answer}}}"
+submit(final)
