@@ -115,8 +115,9 @@ class HFPolicy(Policy):
         prefix_block: tokens per cached block, the granularity of reuse.
         model_context: a context manager factory entered around every run of the model (the trainer's LoRA
             adapters: makes this policy's adapter the active one on a base shared with other policies).
-        prepack: bf16 linear layers on CPU multiply by weights prepacked for oneDNN while generating
-            (:mod:`metaagent.policy.packed`); False: torch's plain linear.
+        prepack: linear layers on CPU multiply in the product form measured fastest for this CPU kind and
+            dtype while generating (:mod:`metaagent.policy.packed`: bf16 weights prepacked for oneDNN, the
+            fp32 LM head as ``W @ h.T``); False: torch's plain linear.
     """
 
     def __init__(
@@ -153,7 +154,7 @@ class HFPolicy(Policy):
         self.dtype = str(want or model.dtype).removeprefix("torch.")  # what generation runs in
         use_decode_attention(self.decoder)  # keys and values in the decode loop's own store (metaagent.policy.kv)
         if prepack:
-            packed.install(self.decoder)  # bf16 linear layers multiply by prepacked weights while generating
+            packed.install(self.decoder)  # each linear's decode form for this CPU kind (packed bf16, W @ h.T head)
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
         self.max_batch_size = max_batch_size

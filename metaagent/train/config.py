@@ -91,9 +91,10 @@ class PolicyConfig(Checked):
     # each agent's system prompt), reused by every prompt that starts with them; 0 = off. Dropped after every
     # update. benchmarks/step.py measures it (vLLM's automatic prefix caching, on the local backend)
     prefix_cache_mb: Annotated[float, Field(ge=0)] = 256
-    # hf backend, bf16 on CPU: generation multiplies by linear weights prepacked once for oneDNN (made again
-    # after each update) instead of reordering them at every call; decode 1.2-1.33x at 8-32 rows, same tokens
-    # (metaagent/policy/packed.py). false: torch's plain linear (one more bf16 copy of the weights is not held)
+    # hf backend on CPU: generation multiplies each linear in the form measured fastest for the CPU kind and dtype
+    # (metaagent/policy/packed.py DECODE_FORMS): bf16 weights prepacked once for oneDNN (made again after each
+    # update; decode 1.2-1.33x at 8-32 rows, same tokens), the fp32 LM head as W @ h.T (1.6-2.1x, within 1e-6).
+    # false: torch's plain linear everywhere (one more bf16 copy of the weights is not held)
     prepack: bool = True
     # extra chat-template variables, used identically by rollout, training, SFT and serving; None = the
     # template's default ({enable_thinking: false} where the template knows it: the paper's no-thinking mode)
