@@ -21,6 +21,7 @@ from metaagent.learn.optim import (  # noqa: F401
     LossConfig,
     OptimizerConfig,
     autocast_dtype,
+    update_defaults,
 )
 from metaagent.policy.factory import MODEL_BACKENDS
 from metaagent.policy.precision import DTYPES, resolve_dtype
@@ -224,8 +225,13 @@ class OptimConfig(LossConfig, OptimizerConfig):
     max_response_tokens: PositiveInt = 2048  # longest response of a training sample, in tokens (longer: cut)
 
     def optimizer(self) -> OptimizerConfig:
-        """The optimizer part alone."""
-        return OptimizerConfig(**{f: getattr(self, f) for f in OptimizerConfig.__dataclass_fields__})
+        """The optimizer part alone. ``"auto"`` update settings that no TrainConfig resolved (an OptimConfig on
+        its own, which knows no device) are resolved for the CPU."""
+        from metaagent.learn.optim import resolve_update
+
+        return resolve_update(
+            OptimizerConfig(**{f: getattr(self, f) for f in OptimizerConfig.__dataclass_fields__}), "cpu"
+        )
 
     def loss(self) -> LossConfig:
         """The loss part alone. A ``tis_cap: auto`` that no TrainConfig resolved (an OptimConfig on its own, which
@@ -373,8 +379,10 @@ class TrainConfig:
 
     def _resolve_precision(self) -> None:
         """``"auto"`` precision settings -> what this machine runs, so config.yaml records it: ``policy.dtype``
-        (float32 under LoRA: adapters switch on the trained model, not on a copy), ``optim.autocast`` and
-        ``optim.tis_cap`` (TIS at verl's 2.0 when the local rollout's dtype is not fp32)."""
+        (float32 under LoRA: adapters switch on the trained model, not on a copy), ``optim.autocast``,
+        ``optim.tis_cap`` (TIS at verl's 2.0 when the local rollout's dtype is not fp32), and the update's
+        ``optim.micro_batch_tokens`` and ``optim.recompute`` (measured per CPU kind and update dtype:
+        :func:`~metaagent.learn.optim.update_defaults`)."""
         p, o = self.policy, self.optim
         # the verl backend runs its own precision (bf16 vLLM rollout, FSDP mixed precision) and does not read these
         # fields: they record the GPU recipe's bf16 without probing a device (its dry run imports no torch)
@@ -387,6 +395,10 @@ class TrainConfig:
                 "trained model) do not reach; use policy.dtype=float32 (or auto) with policy.lora"
             )
         o.autocast = autocast_dtype(o.autocast, p.device) if local or o.autocast != "auto" else "bfloat16"
+        chosen = update_defaults(p.device, o.autocast)
+        for name in ("micro_batch_tokens", "recompute"):
+            if getattr(o, name) == "auto":
+                setattr(o, name, chosen[name])
         if o.tis_cap == "auto":
             o.tis_cap = DEFAULT_TIS_CAP if self.trainer.backend == "local" and p.dtype != "float32" else None
 
