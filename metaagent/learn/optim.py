@@ -145,7 +145,10 @@ def autocast(cfg: OptimizerConfig, device_type: str) -> Any:
 #: measured by benchmarks/update_modes.py (benchmarks/results/update_modes_<kind>.txt): the fastest setting whose
 #: whole step keeps peak RSS <= 0.6x TRL's on the peer benchmark's work (benchmarks/peer_trl.py)
 UPDATE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
-    ("avx512_bf16", "bfloat16"): {"micro_batch_tokens": 768, "recompute": "selective"},
+    # 2-core AMD EPYC, bf16 autocast, the peer work's 228-token samples: off 1.23x less CPU than selective at 768
+    # tokens (+20 MiB peak); 3072 tokens no faster (1.19x) and +842 MiB. Long designer samples keep more with off
+    # (make demo: 3.99 vs 3.54 GB, benchmarks/results/demo_memory.txt)
+    ("avx512_bf16", "bfloat16"): {"micro_batch_tokens": 768, "recompute": "off"},
 }
 #: where nothing was measured, per device type: on CPU make demo's budget and mode before issue #63, elsewhere
 #: OptimizerConfig's own defaults
