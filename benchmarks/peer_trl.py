@@ -28,11 +28,11 @@ process and of its process tree (PSS sum, sandbox workers included), and the 1-m
 (``uptime``) before and after.
 
     PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/peer_trl.py [--rounds 2] [--precision bf16]
-        [--variants ma,ma32,trl] [--trl-python /work/trl-venv/bin/python] [--out benchmarks/results/peer_trl_X.txt]
+        [--variants ma,ma32,trl] [--trl-python $TRL_VENV/bin/python] [--out benchmarks/results/peer_trl_X.txt]
 
 TRL is imported by ``--trl-python`` (default: this interpreter, where ``trl`` is installed); for a venv of its
-own: ``python3 -m venv /work/trl-venv && /work/trl-venv/bin/pip install torch==2.13.0 --index-url <the CPU
-wheels> && /work/trl-venv/bin/pip install trl==1.12.0`` (metaagent is then imported from this tree through
+own: ``python3 -m venv $TRL_VENV && $TRL_VENV/bin/pip install torch==2.13.0 --index-url <the CPU
+wheels> && $TRL_VENV/bin/pip install trl==1.12.0`` (metaagent is then imported from this tree through
 PYTHONPATH for the embedded weights' path and the math check of the reward).
 """
 
@@ -291,7 +291,8 @@ def orchestrate(args) -> None:
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     head = [
         f"# {' '.join(sys.argv)}   ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, commit {commit.stdout.strip()})",
-        f"CPU: {cpu_kind()}; precision {args.precision}; TRL {trl_version} (trl, torch) via {args.trl_python}",
+        f"CPU: {cpu_kind()}; precision {args.precision}; TRL {trl_version} (trl, torch) in "
+        f"{'the benchmark interpreter' if args.trl_python == sys.executable else 'its own interpreter (--trl-python)'}",
         f"work: {TASKS} math prompts x G={G}, <= {args.max_new} new tokens, weights {args.model}, one step, lr {LR}, no KL; metaagent: "
         f"frozen single_math designer, executor_only; TRL: GRPOTrainer, 4 micro-batches of {G}, gradient checkpointing",
     ]  # fmt: skip
