@@ -63,13 +63,13 @@ class OptimizerConfig(Checked):
     schedule: Literal["constant", "cosine"] = "constant"  # learning rate after warmup (see lr_at)
     warmup_steps: NonNegativeInt = 0  # linear warmup from lr / warmup_steps over this many optimizer steps
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1  # cosine: floor as a fraction of lr
-    # padded tokens (rows x longest sequence) per forward/backward pass; "auto": UPDATE_DEFAULTS for the device
+    # padded tokens (rows x longest sequence) per forward/backward pass; "auto": UPDATE_DEFAULTS there
     micro_batch_tokens: PositiveInt | Literal["auto"] = 4096
     logprob_chunk: PositiveInt = 256  # response tokens per LM-head chunk (never the B x T x V logits)
     # what decoder layers keep for backward in the local update (metaagent.learn.recompute): "selective" keeps the
     # matrix products' outputs and recomputes the elementwise rest (same gradients; make demo's peak 3.54 vs 3.99 GB,
-    # updates ~1.14x slower: benchmarks/demo_memory.py); "full" recomputes whole layers; "off" keeps everything;
-    # "auto": UPDATE_DEFAULTS for the device
+    # updates ~1.14x slower: benchmarks/demo_memory.py); "full" recomputes whole layers; "off" keeps
+    # everything; "auto": UPDATE_DEFAULTS for the device
     recompute: Recompute | Literal["auto"] = "selective"
     # "bfloat16" autocasts forward passes; master weights stay fp32 (no fp16: no loss scaler); "auto": bfloat16
     # where the device has bf16 matrix units (metaagent.policy.precision), else off
@@ -141,13 +141,13 @@ def autocast(cfg: OptimizerConfig, device_type: str) -> Any:
     return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
 
 
-#: the local update's micro-batch budget and recomputation mode per (CPU kind, compute dtype of the update), as
-#: measured by benchmarks/update_modes.py (benchmarks/results/update_modes_<kind>.txt): the fastest setting whose
-#: whole step keeps peak RSS <= 0.6x TRL's on the peer benchmark's work (benchmarks/peer_trl.py)
+#: the local update's micro-batch budget and recomputation mode per (CPU kind, the update's compute dtype),
+#: as benchmarks/update_modes.py measured (results/update_modes_<kind>.txt): the setting of least CPU time
+#: whose peak RSS stays within the memory goal on the peer benchmark's work (benchmarks/peer_trl.py)
 UPDATE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
-    # 2-core AMD EPYC, bf16 autocast, the peer work's 228-token samples: off 1.23x less CPU than selective at 768
-    # tokens (+20 MiB peak); 3072 tokens no faster (1.19x) and +842 MiB. Long designer samples keep more with off
-    # (make demo: 3.99 vs 3.54 GB, benchmarks/results/demo_memory.txt)
+    # 2-core AMD EPYC, bf16 autocast, the peer work's 228-token samples: off 1.23x less CPU than selective
+    # at 768 tokens (+20 MiB peak); 3072 tokens no faster (1.19x), +842 MiB. Long designer samples keep
+    # more with off (make demo: 3.99 vs 3.54 GB, benchmarks/results/demo_memory.txt)
     ("avx512_bf16", "bfloat16"): {"micro_batch_tokens": 768, "recompute": "off"},
 }
 #: where nothing was measured, per device type: on CPU make demo's budget and mode before issue #63, elsewhere
@@ -159,8 +159,8 @@ FALLBACK_UPDATE: dict[str, dict[str, Any]] = {
 
 
 def update_defaults(device: str, autocast: str | None) -> dict[str, Any]:
-    """``micro_batch_tokens`` and ``recompute`` for an update on ``device`` computing in ``autocast`` (None: fp32),
-    from :data:`UPDATE_DEFAULTS` (CPUs by :func:`metaagent.policy.precision.cpu_kind`), else
+    """``micro_batch_tokens`` and ``recompute`` for an update on ``device`` computing in ``autocast`` (None:
+    fp32), from :data:`UPDATE_DEFAULTS` (CPUs by :func:`metaagent.policy.precision.cpu_kind`), else
     :data:`FALLBACK_UPDATE`."""
     from metaagent.policy.precision import cpu_kind
 

@@ -154,7 +154,7 @@ class HFPolicy(Policy):
         self.dtype = str(want or model.dtype).removeprefix("torch.")  # what generation runs in
         use_decode_attention(self.decoder)  # keys and values in the decode loop's own store (metaagent.policy.kv)
         if prepack:
-            packed.install(self.decoder)  # each linear's decode form for this CPU kind (packed bf16, W @ h.T head)
+            packed.install(self.decoder)  # each linear's decode form on this CPU kind (packed.DECODE_FORMS)
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
         self.max_batch_size = max_batch_size

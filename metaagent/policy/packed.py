@@ -44,7 +44,7 @@ FORM = "_metaagent_form"
 #: the product forms (module docstring)
 FORMS = ("linear", "w_ht", "packed")
 #: measured fastest form per CPU kind (precision.cpu_kind) -> dtype -> layer ("lm_head": the output embedding,
-#: "other": every other linear); benchmarks/decode_kernels.py, output in benchmarks/results/decode_kernels_*.txt
+#: "other": every other linear), as benchmarks/decode_kernels.py measured (results/decode_kernels_<kind>.txt)
 DECODE_FORMS: dict[str, dict[str, dict[str, str]]] = {
     "avx512_bf16": {"float32": {"lm_head": "w_ht", "other": "linear"},
                     "bfloat16": {"lm_head": "packed", "other": "packed"}},
@@ -84,14 +84,14 @@ def packing() -> Iterator[None]:
 
 
 def decode_form(kind: str, dtype: str, layer: str) -> str:
-    """The form (:data:`FORMS`) a ``layer`` (``"lm_head"`` or ``"other"``) of ``dtype`` takes on CPU ``kind``."""
+    """The form (:data:`FORMS`) a ``layer`` (``"lm_head"`` or ``"other"``) of ``dtype`` takes on ``kind``."""
     form = DECODE_FORMS.get(kind, {}).get(dtype, {}).get(layer) or FALLBACK_FORMS.get(dtype, "linear")
     return "linear" if form == "packed" and not supported() else form
 
 
 def install(model: Any, kind: str | None = None) -> int:
-    """Give every CPU ``nn.Linear`` of ``model`` whose :func:`decode_form` (on CPU ``kind``, default this one's)
-    is not ``linear`` the decode forward (module docstring); returns how many. Installing twice changes
+    """Give every CPU ``nn.Linear`` of ``model`` whose :func:`decode_form` (on CPU ``kind``, default this
+    one's) is not ``linear`` the decode forward (module docstring); returns how many. Installing twice changes
     nothing."""
     import torch
 

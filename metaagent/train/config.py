@@ -92,10 +92,10 @@ class PolicyConfig(Checked):
     # each agent's system prompt), reused by every prompt that starts with them; 0 = off. Dropped after every
     # update. benchmarks/step.py measures it (vLLM's automatic prefix caching, on the local backend)
     prefix_cache_mb: Annotated[float, Field(ge=0)] = 256
-    # hf backend on CPU: generation multiplies each linear in the form measured fastest for the CPU kind and dtype
-    # (metaagent/policy/packed.py DECODE_FORMS): bf16 weights prepacked once for oneDNN (made again after each
-    # update; decode 1.2-1.33x at 8-32 rows, same tokens), the fp32 LM head as W @ h.T (1.6-2.1x, within 1e-6).
-    # false: torch's plain linear everywhere (one more bf16 copy of the weights is not held)
+    # hf backend on CPU: generation multiplies each linear in the form measured fastest for the CPU kind and
+    # dtype (metaagent/policy/packed.py DECODE_FORMS): bf16 weights prepacked once for oneDNN (made again
+    # after each update; decode 1.2-1.33x at 8-32 rows, same tokens), the fp32 LM head as W @ h.T (1.6-2.1x,
+    # within 1e-6). false: torch's plain linear everywhere (one more bf16 copy of the weights is not held)
     prepack: bool = True
     # extra chat-template variables, used identically by rollout, training, SFT and serving; None = the
     # template's default ({enable_thinking: false} where the template knows it: the paper's no-thinking mode)
@@ -225,8 +225,8 @@ class OptimConfig(LossConfig, OptimizerConfig):
     max_response_tokens: PositiveInt = 2048  # longest response of a training sample, in tokens (longer: cut)
 
     def optimizer(self) -> OptimizerConfig:
-        """The optimizer part alone. ``"auto"`` update settings that no TrainConfig resolved (an OptimConfig on
-        its own, which knows no device) are resolved for the CPU."""
+        """The optimizer part alone. ``"auto"`` update settings that no TrainConfig resolved (an OptimConfig
+        on its own, which knows no device) are resolved for the CPU."""
         from metaagent.learn.optim import resolve_update
 
         return resolve_update(

@@ -106,8 +106,9 @@ def _sample_next_before(logits, params, generators):
     ],
 )
 def test_the_decode_step_sampler_is_bit_identical_to_its_two_pass_form(params):
-    """The same tokens and the same log-prob bits as the earlier form on the same streams (49,152-token rows)."""
+    """The same tokens and log-prob bits as the earlier form on the same streams (49,152-token rows)."""
     logits = torch.randn(len(params), 49152, generator=torch.Generator().manual_seed(3)) * 4
-    got = sample_next(logits, params, [torch.Generator().manual_seed(10 + i) for i in range(len(params))])
-    want = _sample_next_before(logits, params, [torch.Generator().manual_seed(10 + i) for i in range(len(params))])
+    streams = lambda: [torch.Generator().manual_seed(10 + i) for i in range(len(params))]  # noqa: E731
+    got = sample_next(logits, params, streams())
+    want = _sample_next_before(logits, params, streams())
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

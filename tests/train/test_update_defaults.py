@@ -1,9 +1,16 @@
-"""The update's micro-batch budget and recomputation mode: ``auto`` resolves per CPU kind and update dtype from
-the one measured table (metaagent.learn.optim.UPDATE_DEFAULTS) when the config loads; explicit values win."""
+"""The update's micro-batch budget and recomputation mode: ``auto`` resolves per CPU kind and update dtype
+from the one measured table (metaagent.learn.optim.UPDATE_DEFAULTS) when the config loads; explicit values
+win."""
 
 from __future__ import annotations
 
-from metaagent.learn.optim import FALLBACK_UPDATE, UPDATE_DEFAULTS, OptimizerConfig, resolve_update, update_defaults
+from metaagent.learn.optim import (
+    FALLBACK_UPDATE,
+    UPDATE_DEFAULTS,
+    OptimizerConfig,
+    resolve_update,
+    update_defaults,
+)
 from metaagent.learn.recompute import RECOMPUTE
 from metaagent.train.config import OptimConfig, TrainConfig
 
@@ -42,7 +49,8 @@ def test_auto_resolves_for_the_cpu_kind_and_update_dtype_when_the_config_loads(m
 def test_an_unmeasured_kind_gets_the_cpu_fallback_and_explicit_values_win(monkeypatch):
     _flags(monkeypatch, "avx2")
     fallback = UPDATE_DEFAULTS.get(("AVX2", "float32"), FALLBACK_UPDATE["cpu"])
-    assert _resolved(TrainConfig.load("default", [])) == (fallback["micro_batch_tokens"], fallback["recompute"])
+    want = (fallback["micro_batch_tokens"], fallback["recompute"])
+    assert _resolved(TrainConfig.load("default", [])) == want
     _flags(monkeypatch)
     assert _resolved(TrainConfig.load("default", [])) == (768, "selective")  # "other": make demo's settings
     assert _resolved(TrainConfig.load(None, [])) == (4096, "selective")  # OptimizerConfig's own defaults
