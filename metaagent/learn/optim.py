@@ -145,10 +145,10 @@ def autocast(cfg: OptimizerConfig, device_type: str) -> Any:
 #: as benchmarks/update_modes.py measured (results/update_modes_<kind>.txt): the setting of least CPU time
 #: whose peak RSS stays within the memory goal on the peer benchmark's work (benchmarks/peer_trl.py)
 UPDATE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
-    # 2-core AMD EPYC, bf16 autocast, the peer work's 228-token samples: off 1.23x less CPU than selective
-    # at 768 tokens (+20 MiB peak); 3072 tokens no faster (1.19x), +842 MiB. Long designer samples keep
-    # more with off (make demo: 3.99 vs 3.54 GB, benchmarks/results/demo_memory.txt)
-    ("avx512_bf16", "bfloat16"): {"micro_batch_tokens": 768, "recompute": "off"},
+    # 2-core AMD EPYC, bf16 autocast: off takes 1.23x less update CPU than selective at 768 tokens (3072: no
+    # faster) but the peer step's peak RSS rises 2,195 -> ~2,710 MiB (0.72x -> 0.88x TRL's 3,060,
+    # benchmarks/results/peer_trl_avx512_bf16.txt): selective, the lower peak, as the memory goal asks
+    ("avx512_bf16", "bfloat16"): {"micro_batch_tokens": 768, "recompute": "selective"},
 }
 #: where nothing was measured, per device type: on CPU make demo's budget and mode before issue #63, elsewhere
 #: OptimizerConfig's own defaults
