@@ -21,7 +21,8 @@ static batching) in a subprocess whose ``metaagent`` is imported from an export 
 tree with ``policy.dtype=float32 optim.autocast=null policy.continuous=false``; ``bf16`` = this tree's defaults
 (on a CPU with avx512_bf16/amx_bf16: bf16 rollout from a copy of the fp32 weights, bf16 autocast in the update,
 TIS at 2.0, continuous batching, decode weights prepacked); ``bf16-plain`` = ``bf16`` with
-``policy.prepack=false``. Ratios are against ``today``: they are what the change bought; seconds depend on
+``policy.prepack=false``; ``fp32-plain`` = ``fp32`` with ``policy.prepack=false`` (torch's linear for the LM head
+too, where ``fp32`` takes the per-kind decode forms of ``metaagent.policy.packed``). Ratios are against ``today``: they are what the change bought; seconds depend on
 the load of this shared machine (the load average is printed with every row).
 
 ``--part limit``: one step of the configured variant split into designer generation, executions and update,
@@ -58,6 +59,8 @@ VARIANTS = {
     "fp32": ["policy.dtype=float32", "optim.autocast=null", "policy.continuous=false"],
     "bf16": [],
     "bf16-plain": ["policy.prepack=false"],  # the bf16 path without prepacked decode weights
+    # the fp32 path with torch's plain linear everywhere (fp32 = the per-kind decode forms: the W @ h.T LM head)
+    "fp32-plain": ["policy.dtype=float32", "optim.autocast=null", "policy.continuous=false", "policy.prepack=false"],
 }
 
 

@@ -63,12 +63,14 @@ class OptimizerConfig(Checked):
     schedule: Literal["constant", "cosine"] = "constant"  # learning rate after warmup (see lr_at)
     warmup_steps: NonNegativeInt = 0  # linear warmup from lr / warmup_steps over this many optimizer steps
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1  # cosine: floor as a fraction of lr
-    micro_batch_tokens: PositiveInt = 4096  # padded tokens (rows x longest sequence) per forward/backward pass
+    # padded tokens (rows x longest sequence) per forward/backward pass; "auto": UPDATE_DEFAULTS there
+    micro_batch_tokens: PositiveInt | Literal["auto"] = 4096
     logprob_chunk: PositiveInt = 256  # response tokens per LM-head chunk (never the B x T x V logits)
     # what decoder layers keep for backward in the local update (metaagent.learn.recompute): "selective" keeps the
     # matrix products' outputs and recomputes the elementwise rest (same gradients; make demo's peak 3.54 vs 3.99 GB,
-    # updates ~1.14x slower: benchmarks/demo_memory.py); "full" recomputes whole layers; "off" keeps everything
-    recompute: Recompute = "selective"
+    # updates ~1.14x slower: benchmarks/demo_memory.py); "full" recomputes whole layers; "off" keeps
+    # everything; "auto": UPDATE_DEFAULTS for the device
+    recompute: Recompute | Literal["auto"] = "selective"
     # "bfloat16" autocasts forward passes; master weights stay fp32 (no fp16: no loss scaler); "auto": bfloat16
     # where the device has bf16 matrix units (metaagent.policy.precision), else off
     autocast: Literal["auto", "bfloat16"] | None = None
@@ -137,3 +139,44 @@ def autocast(cfg: OptimizerConfig, device_type: str) -> Any:
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device_type, dtype=getattr(torch, dtype))
+
+
+#: the local update's micro-batch budget and recomputation mode per (CPU kind, the update's compute dtype),
+#: as benchmarks/update_modes.py measured (results/update_modes_<kind>.txt): the setting of least CPU time
+#: whose peak RSS stays within the memory goal on the peer benchmark's work (benchmarks/peer_trl.py)
+UPDATE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
+    # 2-core AMD EPYC, bf16 autocast: off takes 1.23x less update CPU than selective at 768 tokens (3072: no
+    # faster) but the peer step's peak RSS rises 2,195 -> ~2,710 MiB (0.72x -> 0.88x TRL's 3,060,
+    # benchmarks/results/peer_trl_avx512_bf16.txt): selective, the lower peak, as the memory goal asks
+    ("avx512_bf16", "bfloat16"): {"micro_batch_tokens": 768, "recompute": "selective"},
+}
+#: where nothing was measured, per device type: on CPU make demo's budget and mode before issue #63, elsewhere
+#: OptimizerConfig's own defaults
+FALLBACK_UPDATE: dict[str, dict[str, Any]] = {
+    "cpu": {"micro_batch_tokens": 768, "recompute": "selective"},
+    "other": {"micro_batch_tokens": 4096, "recompute": "selective"},
+}
+
+
+def update_defaults(device: str, autocast: str | None) -> dict[str, Any]:
+    """``micro_batch_tokens`` and ``recompute`` for an update on ``device`` computing in ``autocast`` (None:
+    fp32), from :data:`UPDATE_DEFAULTS` (CPUs by :func:`metaagent.policy.precision.cpu_kind`), else
+    :data:`FALLBACK_UPDATE`."""
+    from metaagent.policy.precision import cpu_kind
+
+    cpu = str(device).split(":", 1)[0] == "cpu"
+    found = UPDATE_DEFAULTS.get((cpu_kind(), autocast or "float32")) if cpu else None
+    return dict(found or FALLBACK_UPDATE["cpu" if cpu else "other"])
+
+
+def resolve_update(cfg: Any, device: str) -> Any:
+    """``cfg`` (an :class:`OptimizerConfig` or a subclass) with ``"auto"`` ``micro_batch_tokens`` and
+    ``recompute`` replaced by :func:`update_defaults` for ``device`` and ``cfg.autocast`` resolved there."""
+    import dataclasses
+
+    auto = [f for f in ("micro_batch_tokens", "recompute") if getattr(cfg, f) == "auto"]
+    if not auto:
+        return cfg
+    chosen = update_defaults(device, autocast_dtype(cfg.autocast, device))
+    return dataclasses.replace(cfg, **{f: chosen[f] for f in auto})
+

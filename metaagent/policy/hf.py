@@ -115,8 +115,9 @@ class HFPolicy(Policy):
         prefix_block: tokens per cached block, the granularity of reuse.
         model_context: a context manager factory entered around every run of the model (the trainer's LoRA
             adapters: makes this policy's adapter the active one on a base shared with other policies).
-        prepack: bf16 linear layers on CPU multiply by weights prepacked for oneDNN while generating
-            (:mod:`metaagent.policy.packed`); False: torch's plain linear.
+        prepack: linear layers on CPU multiply in the product form measured fastest for this CPU kind and
+            dtype while generating (:mod:`metaagent.policy.packed`: bf16 weights prepacked for oneDNN, the
+            fp32 LM head as ``W @ h.T``); False: torch's plain linear.
     """
 
     def __init__(
@@ -153,7 +154,7 @@ class HFPolicy(Policy):
         self.dtype = str(want or model.dtype).removeprefix("torch.")  # what generation runs in
         use_decode_attention(self.decoder)  # keys and values in the decode loop's own store (metaagent.policy.kv)
         if prepack:
-            packed.install(self.decoder)  # bf16 linear layers multiply by prepacked weights while generating
+            packed.install(self.decoder)  # each linear's decode form on this CPU kind (packed.DECODE_FORMS)
         self.chat_template_kwargs = resolve_chat_template_kwargs(tokenizer, chat_template_kwargs)
         self.device = device
         self.max_batch_size = max_batch_size
@@ -591,28 +592,37 @@ def sample_next(
     the whole vocabulary, where such noise moved low-probability picks in about 1 of 1000 tokens (measured).
     ``q = -log1p(-u)`` from fp64 uniforms ``u`` is the stream ``Tensor.exponential_`` draws (the same numbers,
     bit for bit), at a seventh of its cost: one row's 49k draws take 0.2 ms instead of 1.4 ms.
+
+    Per step, one ``logsumexp`` over (n, V) serves both the sampling distribution and the recorded log-probs,
+    and the race runs in place (the same operations on the same numbers as ``log_softmax(z).exp()``,
+    ``-log1p(-u)`` and ``token_logprobs``: bit-identical, ``tests/policy/test_policy_sampling.py`` checks it).
     """
     import torch
-
-    from .logsoftmax import log_softmax, token_logprobs
 
     n = logits.shape[0]
     temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype)
     z = logits / temps.to(logits.device)[:, None]  # (n, V)
+    logz = torch.logsumexp(z, dim=-1)  # (n,): metaagent.policy.logsoftmax's z - logsumexp(z)
     tokens = logits.argmax(dim=-1)  # (n,) greedy choice; sampled rows are overwritten below
     sampled = [i for i, p in enumerate(params) if p.temperature > 0]
     if sampled:
-        rows = torch.tensor(sampled, device=logits.device)
-        probs = log_softmax(z[rows]).exp()  # (s, V)
+        every = len(sampled) == n
+        rows = None if every else torch.tensor(sampled, device=logits.device)
+        probs = (z - logz[:, None]) if every else (z[rows] - logz[rows, None])  # (s, V) log-probs
+        probs = probs.exp_()  # (s, V)
         for k, i in enumerate(sampled):
             if params[i].top_k > 0 or params[i].top_p < 1.0:
                 probs[k] = _truncate(probs[k], params[i].top_k, params[i].top_p)
         u = torch.empty(probs.shape, dtype=torch.float64)  # (s, V) on CPU, where the generators live
         for k, i in enumerate(sampled):
             u[k].uniform_(generator=generators[i])
-        race = torch.log1p(u.neg_()).neg_().to(probs.dtype)  # Exp(1) draws
-        tokens[rows] = (probs / race.to(probs.device)).argmax(dim=-1)  # (s,)
-    logprobs, _ = token_logprobs(z, tokens)  # (n,)
+        race = u.neg_().log1p_().neg_().to(probs.dtype)  # Exp(1) draws
+        picked = probs.div_(race.to(probs.device)).argmax(dim=-1)  # (s,)
+        if every:
+            tokens = picked
+        else:
+            tokens[rows] = picked
+    logprobs = z.gather(-1, tokens[:, None]).squeeze(-1) - logz  # (n,), as logsoftmax.token_logprobs
     assert tokens.shape == (n,)
     return tokens, logprobs
 

@@ -1,22 +1,31 @@
-"""Prepacked bf16 linear weights for generation on CPU.
+"""The product form of each linear layer while generating on CPU: prepacked bf16 weights, ``W @ h.T``, or
+torch's plain ``F.linear``, per CPU kind and dtype as measured (:data:`DECODE_FORMS`).
 
-A decode step multiplies a few rows (the running batch) by every weight matrix of the model, so on CPU its
-time goes to oneDNN reordering each bf16 weight into its blocked layout, again at every call: measured on the
-2-core AMD EPYC (avx512_bf16), one (8 x 576) @ (576 x 1536) product takes 95 us through ``F.linear`` and 61 us
-with the weight reordered once (``torch.ops.mkldnn._reorder_linear_weight``, the prepacking torch's inductor
-does when it freezes a CPU model), 1.5-2x at 1-13 rows, parity from ~64 rows on, and bit-identical outputs
-(``benchmarks/step.py`` measures the whole decode).
+A decode step multiplies a few rows (the running batch) by every weight matrix of the model, and which way of
+writing that product is fastest depends on the CPU kind, the dtype and the shape
+(``benchmarks/decode_kernels.py`` measures every form per layer kind,
+``benchmarks/results/decode_kernels_<kind>.txt``):
 
-:func:`install` gives each bf16 ``nn.Linear`` of a generation model a forward that, while :func:`packing` is
-active (the hf backend's generation runs: ``HFPolicy._run``), multiplies by a packed copy of its weight, made
-on first use and made again whenever the weight changed (storage pointer and in-place version counter: a
-:class:`~metaagent.policy.precision.DecodeCopy` refresh, an optimizer step); outside that block (training
-forwards, reference log-probs, anything with autograd) it is ``nn.Linear``'s own forward. :func:`drop` frees
-the packed copies (with the rollout's other caches, before an update).
+- ``packed`` (bf16): oneDNN with the weight reordered once into its blocked layout
+  (``torch.ops.mkldnn._reorder_linear_weight``, the prepacking torch's inductor does when it freezes a CPU
+  model) instead of at every call. Measured on the 2-core AMD EPYC (avx512_bf16): one (8 x 576) @ (576 x 1536)
+  product 95 -> 61 us, the LM head at 8 rows 2.1x; outputs bit-identical to ``F.linear``'s.
+- ``w_ht`` (fp32): ``(W @ h.T).T``, the product the other way round; MKL's small-M ``h @ W.T`` is slow for a
+  wide output. The LM head (576 -> 49152) at 8 rows: 60 -> 31 ms on avx512_bf16, 35-50 -> 16.8 ms on AVX2
+  (issue #63); 1.56x / 1.75x at 32 rows. The same products summed in another order: within 1e-6 of the largest
+  output (relative; the test bounds it), not bit-identical at every row count.
+- ``linear``: ``nn.Linear``'s own forward, where nothing else measured faster (fp32 q/k/v/o/MLP at 8 rows).
 
-Covered: bf16 weights and inputs on a CPU whose oneDNN has bf16 kernels (:func:`supported`), with or without
-bias, any number of leading input dimensions. Not covered (``nn.Linear``'s path): fp32 and fp16 weights (MKL's
-packed fp32 GEMM measured 1.0-1.2x here, not worth a second copy), GPUs, and grad mode.
+:func:`install` gives each CPU ``nn.Linear`` of a generation model whose form is not ``linear`` a forward
+that, while :func:`packing` is active (the hf backend's generation runs: ``HFPolicy._run``), multiplies in
+that form; packed copies are made on first use and made again whenever the weight changed (storage pointer and
+in-place version counter: a :class:`~metaagent.policy.precision.DecodeCopy` refresh, an optimizer step).
+Outside that block (training forwards, reference log-probs, anything with autograd) it is ``nn.Linear``'s own
+forward. :func:`drop` frees the packed copies (with the rollout's other caches, before an update).
+
+Not covered (``nn.Linear``'s path): fp16 weights, GPUs, grad mode, and CPU kinds or dtypes
+:data:`DECODE_FORMS` has no measurement for (bf16 there is packed where oneDNN has bf16 kernels,
+:func:`supported`; fp32 stays plain).
 """
 
 from __future__ import annotations
@@ -30,6 +39,19 @@ from typing import Any
 
 #: the attribute a linear layer keeps its packed weight in: ((data_ptr, version), packed tensor)
 CACHE = "_metaagent_packed"
+#: the attribute a linear layer keeps its decode form in (one of FORMS)
+FORM = "_metaagent_form"
+#: the product forms (module docstring)
+FORMS = ("linear", "w_ht", "packed")
+#: measured fastest form per CPU kind (precision.cpu_kind) -> dtype -> layer ("lm_head": the output embedding,
+#: "other": every other linear), as benchmarks/decode_kernels.py measured (results/decode_kernels_<kind>.txt)
+DECODE_FORMS: dict[str, dict[str, dict[str, str]]] = {
+    "avx512_bf16": {"float32": {"lm_head": "w_ht", "other": "linear"},
+                    "bfloat16": {"lm_head": "packed", "other": "packed"}},
+    "AVX2": {"float32": {"lm_head": "w_ht", "other": "linear"}},  # issue #63's: the LM head 2.1x at 8 rows
+}  # fmt: skip
+#: the form of a (kind, dtype) without a measurement: bf16 packed where supported, else torch's linear
+FALLBACK_FORMS = {"bfloat16": "packed"}
 
 _ACTIVE: contextvars.ContextVar[bool] = contextvars.ContextVar("metaagent_packing", default=False)
 
@@ -61,20 +83,35 @@ def packing() -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-def install(model: Any) -> int:
-    """Give every bf16 CPU ``nn.Linear`` of ``model`` the packed forward (module docstring); returns how many.
+def decode_form(kind: str, dtype: str, layer: str) -> str:
+    """The form (:data:`FORMS`) a ``layer`` (``"lm_head"`` or ``"other"``) of ``dtype`` takes on ``kind``."""
+    form = DECODE_FORMS.get(kind, {}).get(dtype, {}).get(layer) or FALLBACK_FORMS.get(dtype, "linear")
+    return "linear" if form == "packed" and not supported() else form
 
-    Nothing is installed where :func:`supported` is False; installing twice changes nothing."""
+
+def install(model: Any, kind: str | None = None) -> int:
+    """Give every CPU ``nn.Linear`` of ``model`` whose :func:`decode_form` (on CPU ``kind``, default this
+    one's) is not ``linear`` the decode forward (module docstring); returns how many. Installing twice changes
+    nothing."""
     import torch
 
-    if not supported():
-        return 0
-    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
-    mine = [m for m in linears if m.weight.dtype == torch.bfloat16 and m.weight.device.type == "cpu"]
-    for module in mine:
+    from .precision import cpu_kind
+
+    kind = kind or cpu_kind()
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    count = 0
+    for module in model.modules():
+        if type(module) is not torch.nn.Linear or module.weight.device.type != "cpu":
+            continue
+        dtype = str(module.weight.dtype).removeprefix("torch.")
+        form = decode_form(kind, dtype, "lm_head" if module is head else "other")
+        if form == "linear":
+            continue
+        vars(module)[FORM] = form
         if "forward" not in vars(module):
             module.forward = types.MethodType(_forward, module)
-    return len(mine)
+        count += 1
+    return count
 
 
 def drop(model: Any) -> None:
@@ -98,7 +135,9 @@ def _packed(module: Any) -> Any:
 
 
 def _forward(self: Any, x: Any) -> Any:
-    """``nn.Linear.forward``, through the packed weight inside :func:`packing` for bf16 inputs without autograd."""
+    """``nn.Linear.forward``, in the layer's decode form inside :func:`packing` for inputs of its dtype
+    without autograd: ``packed`` through the oneDNN weight, ``w_ht`` as ``(W @ h.T).T`` (a transposed view,
+    no copy)."""
     import torch
 
     weight = self.weight
@@ -106,9 +145,14 @@ def _forward(self: Any, x: Any) -> Any:
         not _ACTIVE.get()
         or torch.is_grad_enabled()
         or x.dtype != weight.dtype
-        or weight.dtype != torch.bfloat16
         or x.device.type != "cpu"
         or weight.numel() == 0  # released (DecodeCopy.release): let nn.Linear raise its own error
     ):
         return torch.nn.functional.linear(x, weight, self.bias)
-    return torch.ops.mkldnn._linear_pointwise(x, _packed(self), self.bias, "none", [], "")
+    if vars(self)[FORM] == "packed":
+        return torch.ops.mkldnn._linear_pointwise(x, _packed(self), self.bias, "none", [], "")
+    h = x.reshape(-1, x.shape[-1])  # (N, in)
+    out = (weight @ h.T).T  # (N, out), strides (1, N)
+    if self.bias is not None:
+        out = out + self.bias
+    return out.reshape(*x.shape[:-1], weight.shape[0])

@@ -43,6 +43,17 @@ def _cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+#: CPU kinds by their /proc/cpuinfo flags, first match wins (decode forms and update defaults are per kind)
+CPU_KINDS = (("AMX", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("AVX2", "avx2"))
+
+
+def cpu_kind() -> str:
+    """This CPU's kind as the project's measurements name it (:data:`CPU_KINDS`): ``"AMX"``,
+    ``"avx512_bf16"``, ``"AVX2"``, or ``"other"`` (no flags read: not Linux, or an older x86)."""
+    flags = _cpu_flags()
+    return next((kind for kind, flag in CPU_KINDS if flag in flags), "other")
+
+
 def bf16_supported(device: str = "cpu") -> bool:
     """Whether ``device`` multiplies bf16 matrices natively (module docstring)."""
     kind = str(device).split(":", 1)[0]  # "cuda:0" -> "cuda"; a string test, so a CPU config imports no torch

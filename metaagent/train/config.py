@@ -24,6 +24,7 @@ from metaagent.learn.optim import (  # noqa: F401
     LossConfig,
     OptimizerConfig,
     autocast_dtype,
+    update_defaults,
 )
 from metaagent.policy.factory import MODEL_BACKENDS
 from metaagent.policy.precision import DTYPES, resolve_dtype
@@ -96,9 +97,10 @@ class PolicyConfig(Checked):
     # each agent's system prompt), reused by every prompt that starts with them; 0 = off. Dropped after every
     # update. benchmarks/step.py measures it (vLLM's automatic prefix caching, on the local backend)
     prefix_cache_mb: Annotated[float, Field(ge=0)] = 256
-    # hf backend, bf16 on CPU: generation multiplies by linear weights prepacked once for oneDNN (made again
-    # after each update) instead of reordering them at every call; decode 1.2-1.33x at 8-32 rows, same tokens
-    # (metaagent/policy/packed.py). false: torch's plain linear (one more bf16 copy of the weights is not held)
+    # hf backend on CPU: generation multiplies each linear in the form measured fastest for the CPU kind and
+    # dtype (metaagent/policy/packed.py DECODE_FORMS): bf16 weights prepacked once for oneDNN (made again
+    # after each update; decode 1.2-1.33x at 8-32 rows, same tokens), the fp32 LM head as W @ h.T (1.6-2.1x,
+    # within 1e-6). false: torch's plain linear everywhere (one more bf16 copy of the weights is not held)
     prepack: bool = True
     # extra chat-template variables, used identically by rollout, training, SFT and serving; None = the
     # template's default ({enable_thinking: false} where the template knows it: the paper's no-thinking mode)
@@ -264,8 +266,13 @@ class OptimConfig(LossConfig, OptimizerConfig):
     max_response_tokens: PositiveInt = 2048  # longest response of a training sample, in tokens (longer: cut)
 
     def optimizer(self) -> OptimizerConfig:
-        """The optimizer part alone."""
-        return OptimizerConfig(**{f: getattr(self, f) for f in OptimizerConfig.__dataclass_fields__})
+        """The optimizer part alone. ``"auto"`` update settings that no TrainConfig resolved (an OptimConfig
+        on its own, which knows no device) are resolved for the CPU."""
+        from metaagent.learn.optim import resolve_update
+
+        return resolve_update(
+            OptimizerConfig(**{f: getattr(self, f) for f in OptimizerConfig.__dataclass_fields__}), "cpu"
+        )
 
     def loss(self) -> LossConfig:
         """The loss part alone. A ``tis_cap: auto`` that no TrainConfig resolved (an OptimConfig on its own, which
@@ -415,8 +422,10 @@ class TrainConfig:
 
     def _resolve_precision(self) -> None:
         """``"auto"`` precision settings -> what this machine runs, so config.yaml records it: ``policy.dtype``
-        (float32 under LoRA: adapters switch on the trained model, not on a copy), ``optim.autocast`` and
-        ``optim.tis_cap`` (TIS at verl's 2.0 when the local rollout's dtype is not fp32)."""
+        (float32 under LoRA: adapters switch on the trained model, not on a copy), ``optim.autocast``,
+        ``optim.tis_cap`` (TIS at verl's 2.0 when the local rollout's dtype is not fp32), and the update's
+        ``optim.micro_batch_tokens`` and ``optim.recompute`` (measured per CPU kind and update dtype:
+        :func:`~metaagent.learn.optim.update_defaults`)."""
         p, o = self.policy, self.optim
         # the verl backend runs its own precision (bf16 vLLM rollout, FSDP mixed precision) and does not read these
         # fields: they record the GPU recipe's bf16 without probing a device (its dry run imports no torch)
@@ -429,6 +438,10 @@ class TrainConfig:
                 "trained model) do not reach; use policy.dtype=float32 (or auto) with policy.lora"
             )
         o.autocast = autocast_dtype(o.autocast, p.device) if local or o.autocast != "auto" else "bfloat16"
+        chosen = update_defaults(p.device, o.autocast)
+        for name in ("micro_batch_tokens", "recompute"):
+            if getattr(o, name) == "auto":
+                setattr(o, name, chosen[name])
         if o.tis_cap == "auto":
             o.tis_cap = DEFAULT_TIS_CAP if self.trainer.backend == "local" and p.dtype != "float32" else None
 

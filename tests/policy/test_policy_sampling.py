@@ -70,3 +70,45 @@ def test_the_race_draws_the_stream_of_exponential_():
         race = torch.empty(49152).exponential_(generator=torch.Generator().manual_seed(i))
         probs = torch.softmax(logits[i] / p.temperature, 0)
         assert tokens[i] == (probs / race).argmax(), i
+
+
+def _sample_next_before(logits, params, generators):
+    """sample_next as it was before one logsumexp served both uses (two logsumexps, out-of-place race)."""
+    from metaagent.policy.hf import _truncate
+    from metaagent.policy.logsoftmax import log_softmax, token_logprobs
+
+    temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype)
+    z = logits / temps[:, None]
+    tokens = logits.argmax(dim=-1)
+    sampled = [i for i, p in enumerate(params) if p.temperature > 0]
+    if sampled:
+        rows = torch.tensor(sampled)
+        probs = log_softmax(z[rows]).exp()
+        for k, i in enumerate(sampled):
+            if params[i].top_k > 0 or params[i].top_p < 1.0:
+                probs[k] = _truncate(probs[k], params[i].top_k, params[i].top_p)
+        u = torch.empty(probs.shape, dtype=torch.float64)
+        for k, i in enumerate(sampled):
+            u[k].uniform_(generator=generators[i])
+        race = torch.log1p(u.neg_()).neg_().to(probs.dtype)
+        tokens[rows] = (probs / race).argmax(dim=-1)
+    logprobs, _ = token_logprobs(z, tokens)
+    return tokens, logprobs
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        [SamplingParams(temperature=1.0)] * 8,  # every row sampled: the decode loop's usual step
+        [SamplingParams(temperature=t, top_k=k, top_p=p) for t, k, p in
+         [(1.0, 0, 1.0), (0, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.9), (0, 0, 1.0), (1.0, 0, 1.0)]],  # fmt: skip
+        [SamplingParams(temperature=0)] * 3,  # greedy only
+    ],
+)
+def test_the_decode_step_sampler_is_bit_identical_to_its_two_pass_form(params):
+    """The same tokens and log-prob bits as the earlier form on the same streams (49,152-token rows)."""
+    logits = torch.randn(len(params), 49152, generator=torch.Generator().manual_seed(3)) * 4
+    streams = lambda: [torch.Generator().manual_seed(10 + i) for i in range(len(params))]  # noqa: E731
+    got = sample_next(logits, params, streams())
+    want = _sample_next_before(logits, params, streams())
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

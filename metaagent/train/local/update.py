@@ -36,7 +36,7 @@ from metaagent.errors import MetaAgentError
 from metaagent.learn.logprobs import naive_response_logprobs, response_logprobs
 from metaagent.learn.losses import SUMMED_METRICS, GlobalBatch, dpo_loss, policy_loss
 from metaagent.learn.recompute import RECOMPUTE, enable_recompute
-from metaagent.learn.optim import LossConfig, OptimizerConfig, autocast, lr_at, make_adamw
+from metaagent.learn.optim import LossConfig, OptimizerConfig, autocast, lr_at, make_adamw, resolve_update
 from metaagent.learn.samples import (
     PairSample,
     RoleToModel,
@@ -123,7 +123,7 @@ class PolicyUpdater:
         if settings and (optim is not None or loss is not None or options is not None):
             raise UpdateError("pass either optim=/loss=/options= configs or keyword settings, not both")
         s_optim, s_loss, s_options = _split_settings(settings)
-        self.optim = optim or s_optim
+        self.optim = resolve_update(optim or s_optim, str(next(model.parameters()).device))
         self.loss = loss or s_loss
         self.options = options or s_options
         self.total_steps = total_steps
