@@ -114,6 +114,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-rate", type=float, default=0.0, help="records a minute (0: measured, else prior)")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--refresh", action="store_true",
+                   help="with --report-only: first rewrite each started evaluation's results.json from its records "
+                   "(metaagent-eval --report-only), so a stopped or running one shows its tasks so far")  # fmt: skip
     return p
 
 
@@ -210,6 +213,10 @@ def run(args: argparse.Namespace, cuts: tuple[str, ...]) -> None:
             evals[mode] = suite(mode) + (
                 [] if skip else external_evaluations(args, a2, oracle, seed, mode, chosen))
         os.environ.setdefault("PYTHONPATH", str(ROOT))
+        if args.refresh:
+            a2.refresh_only = True
+            v1.run_jobs(args.jobs, [call for calls in evals.values() for call in calls])
+            continue
         v1.train_round_robin(a2, lambda: report(args), evals)
         report(args)
         if args.only_start:
@@ -222,7 +229,9 @@ def main() -> None:
         print("\n".join(plan(args).lines))
         write_status(args)
         return
-    if not args.report_only:
+    if args.refresh and not args.report_only:
+        raise SystemExit("--refresh re-tables what exists: give it with --report-only")
+    if not args.report_only or args.refresh:
         run(args, plan(args).cuts)
     report(args)
 
@@ -556,7 +565,8 @@ def checkpoint_hashes(args: argparse.Namespace) -> dict:
 
 
 def command(args: argparse.Namespace) -> str:
-    return "python benchmarks/evidence.py " + shlex.join(a for a in args.argv if a not in ("--report-only", "--plan"))
+    skip = ("--report-only", "--plan", "--refresh")
+    return "python benchmarks/evidence.py " + shlex.join(a for a in args.argv if a not in skip)
 
 
 def report(args: argparse.Namespace) -> None:
@@ -670,8 +680,9 @@ def write_command(args: argparse.Namespace) -> None:
     path = Path(args.results) / "COMMAND.md"
     old = path.read_text().splitlines() if path.is_file() else ["# Commands", "",
                                                                  "Each ran from the repository root with "
-                                                                 "`PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python` "
-                                                                 "and `METAAGENT_BENCHMARKS_DIR` set:", ""]  # fmt: skip
+                                                                 "`PYTHONPATH=$PWD HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "
+                                                                 ".venv/bin/python` and `METAAGENT_BENCHMARKS_DIR` "
+                                                                 "set:", ""]  # fmt: skip
     line = f"    {command(args)}"
     if line not in old and not args.report_only:
         old += [line, ""]
