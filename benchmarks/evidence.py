@@ -200,7 +200,8 @@ def external_evaluations(args, a2, oracle, seed: int, mode: str, chosen: dict) -
 
 def run(args: argparse.Namespace, cuts: tuple[str, ...]) -> None:
     """Every seed in turn: train its modes and run its held-out evaluations (the start model's with the first
-    seed), rewriting the report after each chunk; everything resumes."""
+    seed), rewriting the report after each chunk; everything resumes. The command goes into COMMAND.md first."""
+    write_command(args)
     for i, seed in enumerate(args.seeds):
         a2, oracle = seed_args(args, seed)
         chosen = chosen_externals(args, a2.families, cuts)
@@ -564,6 +565,29 @@ def checkpoint_hashes(args: argparse.Namespace) -> dict:
     return out
 
 
+def copy_records(args: argparse.Namespace, results: Path) -> None:
+    """The held-out evaluations travel with the report, compressed (``records/start``, ``records/seed<S>/
+    heldout_<mode>``): the suite's whole folders (metaagent-replay opens them), and of the external benchmarks
+    only results.json and table.md (their rollouts quote the benchmark's questions, data that is placed, never
+    committed); never a checkpoint."""
+    import lzma
+
+    def summaries(src: Path, dst: Path) -> None:
+        for sub in (p for p in src.glob("*") if (p / "results.json").is_file()):
+            (dst / sub.name).mkdir(parents=True, exist_ok=True)
+            (dst / sub.name / "results.json.xz").write_bytes(lzma.compress((sub / "results.json").read_bytes()))
+            if (sub / "table.md").is_file():
+                (dst / sub.name / "table.md").write_bytes((sub / "table.md").read_bytes())
+
+    summaries(external_dir(args, 0, START), results / "records" / "start" / "external")
+    for seed in args.seeds:
+        for mode in (START, *args.modes):
+            held = Path(args.runs) / f"seed{seed}" / f"heldout_{mode}"
+            if (held / "evals").is_dir():
+                v1.copy_compressed(held / "evals", results / "records" / f"seed{seed}" / held.name / "evals")
+            summaries(held / "external", results / "records" / f"seed{seed}" / held.name / "external")
+
+
 def command(args: argparse.Namespace) -> str:
     skip = ("--report-only", "--plan", "--refresh")
     return "python benchmarks/evidence.py " + shlex.join(a for a in args.argv if a not in skip)
@@ -609,6 +633,7 @@ def report(args: argparse.Namespace) -> None:
     start = [f"# The start model ({a2.model}, evaluation seed 0)", "", *method_table(args, 0, START, families)]
     (results / "start.md").write_text("\n".join(start))
     (results / "checkpoints.json").write_text(json.dumps(hashes, indent=1) + "\n")
+    copy_records(args, results)
     write_command(args)
     write_status(args)
 
@@ -657,7 +682,7 @@ def write_status(args: argparse.Namespace) -> None:
         "## Runs",
         "",
         f"Runs folder: `{args.runs}` (outside the work tree by default, so the checkpoints survive a new checkout).",
-        f"Start model ({a2.model}): {start_row}.",
+        f"Start model ({a2.model}): {start_row}. Its tables: start.md; executions read by hand: READING.md.",
         "",
         "| seed | mode | steps | suite test evaluations in | external evaluations in |",
         "| --- | --- | --- | --- | --- |",
@@ -684,7 +709,7 @@ def write_command(args: argparse.Namespace) -> None:
                                                                  ".venv/bin/python` and `METAAGENT_BENCHMARKS_DIR` "
                                                                  "set:", ""]  # fmt: skip
     line = f"    {command(args)}"
-    if line not in old and not args.report_only:
+    if line not in old and not args.report_only and not args.plan:
         old += [line, ""]
     path.write_text("\n".join(old).rstrip("\n") + "\n")
 
