@@ -144,3 +144,27 @@ def test_driver_trains_two_seeds_evaluates_and_reports(tmp_path):
     run("--steps", "2", "--report-only")  # the report alone: nothing trained, the status back to partial
     assert steps(runs / "seed0" / "designer_only") == [0]
     assert (results / "STATUS.md").read_text().startswith("# Evidence — status: PARTIAL")
+
+
+def test_committed_records_keep_external_rollouts_out(tmp_path, monkeypatch):
+    """The suite's held-out folders are copied whole (compressed); of an external benchmark only its summary:
+    its rollouts quote the placed benchmark's questions."""
+    import lzma
+
+    ev = load_script()
+    monkeypatch.setenv("METAAGENT_BENCHMARKS_DIR", str(tmp_path / "empty"))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    args = ev.parse(["--runs", str(runs), "--results", str(results), "--seeds", "0"])
+    for kind in ("evals/arith", "external/gsm8k"):
+        folder = runs / "seed0" / "heldout_designer_only" / kind
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text('{"cells": {}}')
+        (folder / "table.md").write_text("| table |")
+    ext = runs / "seed0" / "heldout_designer_only" / "external" / "gsm8k" / "rollouts" / "m" / "b"
+    ext.mkdir(parents=True)
+    (ext / "auto.jsonl").write_text('{"task": {"question": "Q"}}\n')
+    ev.copy_records(args, results)
+    held = results / "records" / "seed0" / "heldout_designer_only"
+    assert sorted(p.name for p in (held / "evals" / "arith").iterdir()) == ["results.json.xz", "table.md"]
+    assert sorted(p.name for p in (held / "external" / "gsm8k").iterdir()) == ["results.json.xz", "table.md"]
+    assert lzma.decompress((held / "external" / "gsm8k" / "results.json.xz").read_bytes()) == b'{"cells": {}}'
