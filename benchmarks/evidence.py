@@ -109,7 +109,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--only-start", action="store_true", help="evaluate the start model only (no training)")
     p.add_argument("--no-suite", action="store_true", help="skip the suite test split's evaluations")
     p.add_argument("--plan", action="store_true", help="print and write the compute plan; run nothing")
-    p.add_argument("--budget-hours", type=float, default=0.0, help="machine-hours the run may take (0: no cut)")
+    p.add_argument(
+        "--budget-hours", type=float, default=0.0, help="machine-hours the run may take (0: no cut)"
+    )
     p.add_argument("--step-s", type=float, default=0.0, help="seconds a step (0: measured, else 227 s)")
     p.add_argument("--eval-rate", type=float, default=0.0, help="records a minute (0: measured, else prior)")
     p.add_argument("--jobs", type=int, default=2)
@@ -131,7 +133,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     for item in args.external_limit:
         name, _, n = item.partition("=")
         if name not in EXTERNAL_NAMES or not n.isdigit() or int(n) < 1:
-            raise SystemExit(f"--external-limit {item!r}: give NAME=N with NAME one of {EXTERNAL_NAMES}, N >= 1")
+            raise SystemExit(
+                f"--external-limit {item!r}: give NAME=N with NAME one of {EXTERNAL_NAMES}, N >= 1"
+            )
         limits[name] = int(n)
     args.limits = limits
     if not args.seeds:
@@ -188,7 +192,9 @@ def external_evaluations(args, a2, oracle, seed: int, mode: str, chosen: dict) -
     """One ``metaagent-eval`` call per external benchmark (zero-argument calls for train_round_robin)."""
 
     def one(name: str, ext: External) -> None:
-        sub = argparse.Namespace(**{**vars(a2), "eval_limit": ext.limit, "seed": 0 if mode == START else seed})
+        sub = argparse.Namespace(
+            **{**vars(a2), "eval_limit": ext.limit, "seed": 0 if mode == START else seed}
+        )
         extra = ["--dtype", a2.dtype, "--sandbox-workers", "2"]
         if ext.selection:
             extra += ["--selection-split", ext.selection, "--best-of", *v2.best_of(oracle, ext.family)]
@@ -207,12 +213,18 @@ def run(args: argparse.Namespace, cuts: tuple[str, ...]) -> None:
         chosen = chosen_externals(args, a2.families, cuts)
         if args.only_start:
             a2.modes = []
-        suite = (lambda mode: []) if args.no_suite else (lambda mode: v2.evaluations(a2, oracle, mode))
-        evals = {START: suite(START) + external_evaluations(args, a2, oracle, 0, START, chosen)} if i == 0 else {}
+
+        def suite(mode: str, a2=a2, oracle=oracle) -> list:
+            return [] if args.no_suite else v2.evaluations(a2, oracle, mode)
+
+        evals = (
+            {START: suite(START) + external_evaluations(args, a2, oracle, 0, START, chosen)} if i == 0 else {}
+        )
         for mode in a2.modes:
             skip = "stagewise-external" in cuts and mode == "stagewise"
             evals[mode] = suite(mode) + (
-                [] if skip else external_evaluations(args, a2, oracle, seed, mode, chosen))
+                [] if skip else external_evaluations(args, a2, oracle, seed, mode, chosen)
+            )
         os.environ.setdefault("PYTHONPATH", str(ROOT))
         if args.refresh:
             a2.refresh_only = True
@@ -258,14 +270,20 @@ def measured_step_s(args: argparse.Namespace) -> tuple[float, str]:
             times += [r["time/step_s"] for r in rows if r.get("step", -1) >= 0 and "time/step_s" in r]
     if times:
         return sum(times) / len(times), f"measured here: the mean of {len(times)} steps"
-    return COMMITTED_STEP_S, "the five-family run's committed mean of 160 steps, on an AVX2 host (none here yet)"
+    return (
+        COMMITTED_STEP_S,
+        "the five-family run's committed mean of 160 steps, on an AVX2 host (none here yet)",
+    )
 
 
 def measured_eval_rate(args: argparse.Namespace) -> tuple[float, str]:
     """Records (task x method) a minute: ``--eval-rate``, else the prior (:data:`PRIOR_EVAL_RATE`)."""
     if args.eval_rate:
         return args.eval_rate, "given (--eval-rate; measured as COMMAND.md says)"
-    return PRIOR_EVAL_RATE, "the structure matrix's 4.6 a minute at n = 4, doubled for n = 2 (not measured here)"
+    return (
+        PRIOR_EVAL_RATE,
+        "the structure matrix's 4.6 a minute at n = 4, doubled for n = 2 (not measured here)",
+    )
 
 
 def checkpoint_records(a2, oracle, chosen: dict, external: bool = True) -> int:
@@ -329,12 +347,19 @@ def plan(args: argparse.Namespace) -> Plan:
         f"total {total:.1f} machine-hours = {total / args.jobs:.1f} h at {args.jobs} jobs = "
         f"{math.ceil(total / args.jobs / SESSION_H)} sessions of {SESSION_H} h.",
         f"Budget: {args.budget_hours or 'none'} machine-hours; cuts (issue order {', '.join(CUT_ORDER)}): "
-        f"{', '.join(cuts) or 'none'}" + ("" if fits else "; it does not fit even after every allowed cut "
-                                                          "(seeds and baselines are never cut)") + ".",
+        f"{', '.join(cuts) or 'none'}"
+        + (
+            ""
+            if fits
+            else "; it does not fit even after every allowed cut (seeds and baselines are never cut)"
+        )
+        + ".",
     ]
     unplaced_names = unplaced(args, a2.families)
     if unplaced_names:
-        lines.append(f"Not placed under $METAAGENT_BENCHMARKS_DIR, so not evaluated: {', '.join(unplaced_names)}.")
+        lines.append(
+            f"Not placed under $METAAGENT_BENCHMARKS_DIR, so not evaluated: {', '.join(unplaced_names)}."
+        )
     return Plan(lines, cuts, total)
 
 
@@ -464,7 +489,9 @@ def headline(args, families: list[str]) -> tuple[list[str], dict]:
             summary = across_seeds(per)
             note = f" ({summary['note']})" if summary.get("note") else ""
             names = ", ".join(f"s{s}: {g['baseline']}" for s, g in per.items())
-            detail = ", ".join(f"s{s}: {gain_text(g['diff'], g['ci95'])} ({g['tasks']})" for s, g in per.items())
+            detail = ", ".join(
+                f"s{s}: {gain_text(g['diff'], g['ci95'])} ({g['tasks']})" for s, g in per.items()
+            )
             auto_c = ", ".join(g["auto_compute"] for g in per.values())
             base_c = ", ".join(g["base_compute"] for g in per.values())
             lines.append(f"| {row} | {len(per)} of {len(args.seeds)} | {gain_text(summary['mean'], summary['ci95'])}"
@@ -476,7 +503,10 @@ def headline(args, families: list[str]) -> tuple[list[str], dict]:
 def mode_order(args, families: list[str]) -> list[str]:
     """Per seed, the designer modes ordered by their mean ``auto`` avg@k over the suite's test families (paper
     Table 4 expects stagewise >= coupled >= one-role)."""
-    out = ["| seed | order of the designer modes by mean `auto` over the suite families (avg, %) |", "| --- | --- |"]
+    out = [
+        "| seed | order of the designer modes by mean `auto` over the suite families (avg, %) |",
+        "| --- | --- |",
+    ]
     for s in args.seeds:
         means = {}
         for mode in [m for m in args.modes if m in DESIGNER_MODES]:
@@ -493,7 +523,10 @@ def mode_order(args, families: list[str]) -> list[str]:
 
 def method_table(args, seed: int, mode: str, families: list[str]) -> list[str]:
     """One checkpoint's every method per row: avg@k (%) and calls / tokens per sample."""
-    out = ["| row | method | avg@k (%) | tasks | exec calls / designer calls / tokens per sample |", "| --- | --- | --- | --- | --- |"]
+    out = [
+        "| row | method | avg@k (%) | tasks | exec calls / designer calls / tokens per sample |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for row, bench, kind in rows_of(args, families):
         res = checkpoint_results(args, seed, mode, kind)
         if not res:
@@ -525,7 +558,14 @@ def plot_gains(gains: dict, path: Path) -> bool:
         summary = across_seeds(per)
         if summary["ci95"]:
             m, (lo, hi) = summary["mean"], summary["ci95"]
-            ax.errorbar([x + 0.2], [100 * m], yerr=[[100 * (m - lo)], [100 * (hi - m)]], fmt="s", color="C3", capsize=3)
+            ax.errorbar(
+                [x + 0.2],
+                [100 * m],
+                yerr=[[100 * (m - lo)], [100 * (hi - m)]],
+                fmt="s",
+                color="C3",
+                capsize=3,
+            )
     ax.axhline(0.0, color="0.6", linewidth=0.8)
     ax.set_xticks(range(len(items)))
     ax.set_xticklabels([f"{mode}\n{row}" for (mode, row), _ in items], fontsize=5, rotation=60)
@@ -559,7 +599,11 @@ def checkpoint_hashes(args: argparse.Namespace) -> dict:
             cache = folder / "final_hash.json"
             known = json.loads(cache.read_text()) if cache.is_file() else {}
             if known.get("path") != str(model):
-                known = {"path": str(model), "step": v1.checkpoint_step(folder), "sha256": content_hash(model)}
+                known = {
+                    "path": str(model),
+                    "step": v1.checkpoint_step(folder),
+                    "sha256": content_hash(model),
+                }
                 cache.write_text(json.dumps(known))
             out.setdefault(str(seed), {})[mode] = known
     return out
@@ -575,7 +619,9 @@ def copy_records(args: argparse.Namespace, results: Path) -> None:
     def summaries(src: Path, dst: Path) -> None:
         for sub in (p for p in src.glob("*") if (p / "results.json").is_file()):
             (dst / sub.name).mkdir(parents=True, exist_ok=True)
-            (dst / sub.name / "results.json.xz").write_bytes(lzma.compress((sub / "results.json").read_bytes()))
+            (dst / sub.name / "results.json.xz").write_bytes(
+                lzma.compress((sub / "results.json").read_bytes())
+            )
             if (sub / "table.md").is_file():
                 (dst / sub.name / "table.md").write_bytes((sub / "table.md").read_bytes())
 
@@ -619,7 +665,11 @@ def report(args: argparse.Namespace) -> None:
         "",
         *mode_order(args, families),
         f"Per-seed tables: {', '.join(f'seed{s}.md' for s in args.seeds)}; the start model: start.md; "
-        + ("gains.png (per-seed gains, grey, with the mean over seeds, red)." if png else "no gains.png yet (no gain is in)."),
+        + (
+            "gains.png (per-seed gains, grey, with the mean over seeds, red)."
+            if png
+            else "no gains.png yet (no gain is in)."
+        ),
         "",
     ]
     (results / "table.md").write_text("\n".join(text))
@@ -627,10 +677,18 @@ def report(args: argparse.Namespace) -> None:
         body = [f"# Seed {seed}", ""]
         for mode in args.modes:
             h = hashes.get(str(seed), {}).get(mode)
-            body += [f"## {mode}" + (f" (step {h['step']}, sha256 {h['sha256'][:16]})" if h else " (no checkpoint yet)"), ""]
+            body += [
+                f"## {mode}"
+                + (f" (step {h['step']}, sha256 {h['sha256'][:16]})" if h else " (no checkpoint yet)"),
+                "",
+            ]
             body += method_table(args, seed, mode, families)
         (results / f"seed{seed}.md").write_text("\n".join(body))
-    start = [f"# The start model ({a2.model}, evaluation seed 0)", "", *method_table(args, 0, START, families)]
+    start = [
+        f"# The start model ({a2.model}, evaluation seed 0)",
+        "",
+        *method_table(args, 0, START, families),
+    ]
     (results / "start.md").write_text("\n".join(start))
     (results / "checkpoints.json").write_text(json.dumps(hashes, indent=1) + "\n")
     copy_records(args, results)
@@ -661,7 +719,9 @@ def write_status(args: argparse.Namespace) -> None:
     the_plan = plan(args)
     rows, done = [], True
     start_suite = Path(args.runs) / f"seed{args.seeds[0]}" / "heldout_start" / "evals"
-    start_row = f"suite: {evaluations_in(start_suite)}; external: {evaluations_in(external_dir(args, 0, START))}"
+    start_row = (
+        f"suite: {evaluations_in(start_suite)}; external: {evaluations_in(external_dir(args, 0, START))}"
+    )
     for seed in args.seeds:
         for mode in args.modes:
             steps = v1.steps_done(Path(args.runs) / f"seed{seed}" / mode)

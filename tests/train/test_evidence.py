@@ -52,11 +52,18 @@ def test_plan_cuts_in_the_issues_order_and_never_the_seeds(tmp_path, monkeypatch
     assert "does not fit" in tight.lines[3] and "9 training runs" in tight.lines[0]  # coupled cut, seeds kept
     assert tight.hours < free.hours
     # a budget between the totals with and without MBPP cuts MBPP only
-    no_mbpp = ev.estimate(ev.parse(base), *ev.seed_args(ev.parse(base), 0), ("mbpp",), 227.0, ev.PRIOR_EVAL_RATE)
+    no_mbpp = ev.estimate(
+        ev.parse(base), *ev.seed_args(ev.parse(base), 0), ("mbpp",), 227.0, ev.PRIOR_EVAL_RATE
+    )
     middle = ev.plan(ev.parse([*base, "--budget-hours", str(sum(no_mbpp[:2]) + 0.01)]))
     assert middle.cuts == ("mbpp",)
     assert "mbpp" not in ev.chosen_externals(ev.parse(base), ["arith"], middle.cuts)
-    assert set(ev.chosen_externals(ev.parse(base), ["arith"])) == {"gsm8k", "humaneval", "mbpp", "heldout_arith"}
+    assert set(ev.chosen_externals(ev.parse(base), ["arith"])) == {
+        "gsm8k",
+        "humaneval",
+        "mbpp",
+        "heldout_arith",
+    }
 
 
 def test_unplaced_benchmarks_are_named_and_left_out(tmp_path, monkeypatch):
@@ -103,10 +110,15 @@ def test_driver_trains_two_seeds_evaluates_and_reports(tmp_path):
               "--save-every", "1", "--stage-len", "1", "--batch-size", "1", "--designs", "2", "--executions", "1",
               "--designer-max-tokens", "48", "--executor-max-tokens", "24", "--dtype", "float32",
               "--eval-limit", "1"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "METAAGENT_BENCHMARKS_DIR": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "METAAGENT_BENCHMARKS_DIR": str(tmp_path),
+    }
 
     def run(*extra: str) -> None:
-        done = subprocess.run([sys.executable, str(SCRIPT), *common, *extra], cwd=ROOT, env=env,
+        done = subprocess.run([sys.executable, str(SCRIPT), *common, *extra], check=False, cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=1500)  # fmt: skip
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
@@ -115,23 +127,35 @@ def test_driver_trains_two_seeds_evaluates_and_reports(tmp_path):
         for mode in ("designer_only", "sa_grpo"):
             assert steps(runs / f"seed{seed}" / mode) == [0]
             for kind in ("evals/arith", "external/humaneval", "external/heldout_arith"):
-                res = json.loads((runs / f"seed{seed}" / f"heldout_{mode}" / kind / "results.json").read_text())
-                assert res["complete"] and res["config"]["seed"] == seed  # each seed evaluated with its own seed
+                res = json.loads(
+                    (runs / f"seed{seed}" / f"heldout_{mode}" / kind / "results.json").read_text()
+                )
+                assert (
+                    res["complete"] and res["config"]["seed"] == seed
+                )  # each seed evaluated with its own seed
     assert (runs / "seed0" / "heldout_start" / "evals" / "arith" / "results.json").is_file()
     assert (runs / "start" / "external" / "humaneval" / "results.json").is_file()
     assert not (runs / "seed1" / "heldout_start").exists()  # the start model is evaluated once
-    held = json.loads((runs / "seed0" / "heldout_designer_only" / "external" / "heldout_arith" / "results.json").read_text())
+    held = json.loads(
+        (runs / "seed0" / "heldout_designer_only" / "external" / "heldout_arith" / "results.json").read_text()
+    )
     assert set(held["methods"]) >= {"auto", "sa", "sa@auto", "fixed:pot", "best-per-domain"}
 
     table = (results / "table.md").read_text()
-    rows = {line.split(" | ")[0]: line for line in table.split("### designer_only")[1].splitlines() if line.startswith("| ")}
+    rows = {
+        line.split(" | ")[0]: line
+        for line in table.split("### designer_only")[1].splitlines()
+        if line.startswith("| ")
+    }
     for row in ("| arith", "| humaneval", "| heldout_arith"):
         assert rows[row].startswith(f"{row} | 2 of 2 | "), rows[row]  # both seeds' gains are in
     assert "s0: " in rows["| arith"] and "s1: " in rows["| arith"]  # the strongest baseline named per seed
     assert "### sa_grpo" not in table  # the single agent is a baseline, never a headline mode
     assert (results / "gains.png").read_bytes()[:4] == b"\x89PNG"
     hashes = json.loads((results / "checkpoints.json").read_text())
-    assert set(hashes) == {"0", "1"} and all(len(h["sha256"]) == 64 for s in hashes.values() for h in s.values())
+    assert set(hashes) == {"0", "1"} and all(
+        len(h["sha256"]) == 64 for s in hashes.values() for h in s.values()
+    )
     seed0 = (results / "seed0.md").read_text()
     assert "## sa_grpo (step 1, sha256 " in seed0 and "| humaneval | sa@auto" in seed0
     assert (results / "start.md").read_text().count("| humaneval |") >= 3
