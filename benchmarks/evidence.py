@@ -763,6 +763,7 @@ def write_command(args: argparse.Namespace) -> None:
     """COMMAND.md: this report's command (kept with every earlier distinct one: the commands that wrote the
     records)."""
     path = Path(args.results) / "COMMAND.md"
+    path.parent.mkdir(parents=True, exist_ok=True)  # a run's first write, before any report
     old = path.read_text().splitlines() if path.is_file() else ["# Commands", "",
                                                                  "Each ran from the repository root with "
                                                                  "`PYTHONPATH=$PWD HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "
