@@ -176,13 +176,16 @@ def evaluate(
     if model is None:
         return None
     out = Path(args.runs) / f"eval_{mode}" if out is None else out
+    refresh = getattr(args, "refresh_only", False)  # benchmarks/evidence.py --refresh: re-table, never sample
+    if refresh and not (out / "run.json").is_file():
+        return None
     cmd = [
         sys.executable, "-m", "metaagent.cli.eval", "--model", str(model), "--methods", *methods,
         "--benchmarks", *benchmarks, "--limit", str(args.eval_limit),
         "--n", str(args.eval_n), "--seed", str(args.seed), "--temperature", "0.7",
         "--designer-max-tokens", str(args.designer_max_tokens),
         "--executor-max-tokens", str(args.executor_max_tokens), "--out", str(out),
-        "--continuous", "--no-html", *extra,  # --concurrency, --sandbox-workers: auto (fill the decode batch)
+        "--continuous", "--no-html", *extra, *(("--report-only",) if refresh else ()),  # concurrency, workers: auto
     ]  # fmt: skip
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)

@@ -542,7 +542,10 @@ def seed_folders(args: argparse.Namespace, parser: argparse.ArgumentParser) -> N
             setattr(args, name, f"{parser.get_default(name)}_seed{args.seed}")
 
 
-def main() -> None:
+def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Oracle]:
+    """The flags of this script (``argv``, default the command line) checked and completed as :func:`main` uses
+    them: the seed's folders, the recipes, the families, the suite preset's overrides (benchmarks/evidence.py
+    drives the same machinery with them)."""
     p = v1.parser(__doc__, MODES, modes=list(DEFAULT_MODES), save_every=5, model="embedded-sft-suite",
                   runs="runs/coevolution_v2", results="benchmarks/results/coevolution_v2", eval_limit=30, eval_n=4,
                   designer_max_tokens=384, jobs=2)  # fmt: skip
@@ -565,7 +568,7 @@ def main() -> None:
         default=0,
         help="--baselines' sa@k: k (0: sa@auto, k = the checkpoint's auto executor calls per sample)",
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
     seed_folders(args, p)
     args.recipes = recipes(args)
     if args.stage_len > 10:
@@ -576,6 +579,11 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"families {unknown} are not in {args.oracle}; it has {sorted(oracle.methods)}")
     args.train_args = [*suite_overrides(args), *args.train_args]
+    return args, oracle
+
+
+def main() -> None:
+    args, oracle = parse()
     os.environ.setdefault("PYTHONPATH", str(ROOT))
     if not args.report_only:
         evals = {} if args.no_eval else {mode: evaluations(args, oracle, mode) for mode in v1.eval_modes(args)}

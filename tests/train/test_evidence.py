@@ -1,0 +1,194 @@
+"""benchmarks/evidence.py: the compute plan and its cuts, the report from no records, and the whole driver end to
+end with the tiny model at toy size (2 seeds, 1 step, 1 task per benchmark): training, held-out evaluations,
+resume, and the report (table.md, seed tables, gains.png, checkpoint hashes, STATUS.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "evidence.py"
+#: a structure matrix's matrix.json reduced to what co-evolution v2 reads: one family, its oracle, best single
+ORACLE = {
+    "per_family": {"arith": {"oracle": "fixed:tool_pair", "oracle_pattern": "tool-pair"}},
+    "matrix": {"arith": {"sa": {}, "fixed:tool_pair": {}}},
+    "mixture": {"best_single": "sa"},
+}
+
+
+def load_script():
+    sys.path.insert(0, str(SCRIPT.parent))
+    spec = importlib.util.spec_from_file_location("evidence", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while the classes are made
+    spec.loader.exec_module(module)
+    return module
+
+
+def placed(tmp_path: Path, monkeypatch) -> None:
+    """GSM8K's and MBPP's files present under $METAAGENT_BENCHMARKS_DIR (the plan only checks they exist)."""
+    for rel in ("gsm8k/test.jsonl", "mbpp/sanitized-mbpp.json"):
+        (tmp_path / "data" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / rel).write_text("")
+    monkeypatch.setenv("METAAGENT_BENCHMARKS_DIR", str(tmp_path / "data"))
+
+
+def test_plan_cuts_in_the_issues_order_and_never_the_seeds(tmp_path, monkeypatch):
+    ev = load_script()
+    placed(tmp_path, monkeypatch)
+    base = ["--runs", str(tmp_path / "runs"), "--modes", "designer_only", "stagewise", "coupled", "sa_grpo"]
+    free = ev.plan(ev.parse(base))
+    assert free.cuts == () and "227 s a step" in free.lines[0] and "AVX2" in free.lines[0]
+    assert "12 training runs" in free.lines[0]  # 3 seeds x 4 modes
+    tight = ev.plan(ev.parse([*base, "--budget-hours", "1"]))
+    assert tight.cuts == ev.CUT_ORDER == ("mbpp", "coupled", "stagewise-external")
+    assert "does not fit" in tight.lines[3] and "9 training runs" in tight.lines[0]  # coupled cut, seeds kept
+    assert tight.hours < free.hours
+    # a budget between the totals with and without MBPP cuts MBPP only
+    no_mbpp = ev.estimate(
+        ev.parse(base), *ev.seed_args(ev.parse(base), 0), ("mbpp",), 227.0, ev.PRIOR_EVAL_RATE
+    )
+    middle = ev.plan(ev.parse([*base, "--budget-hours", str(sum(no_mbpp[:2]) + 0.01)]))
+    assert middle.cuts == ("mbpp",)
+    assert "mbpp" not in ev.chosen_externals(ev.parse(base), ["arith"], middle.cuts)
+    assert set(ev.chosen_externals(ev.parse(base), ["arith"])) == {
+        "gsm8k",
+        "humaneval",
+        "mbpp",
+        "heldout_arith",
+    }
+
+
+def test_unplaced_benchmarks_are_named_and_left_out(tmp_path, monkeypatch):
+    ev = load_script()
+    monkeypatch.setenv("METAAGENT_BENCHMARKS_DIR", str(tmp_path / "empty"))
+    args = ev.parse(["--runs", str(tmp_path / "runs")])
+    assert ev.unplaced(args, ["arith"]) == ["gsm8k", "mbpp"]
+    assert set(ev.chosen_externals(args, ["arith"])) == {"humaneval", "heldout_arith"}
+    assert "Not placed" in ev.plan(args).lines[-1]
+    assert ev.methods_of(ev.externals(["code"])["humaneval"]) == ("auto", "sa", "sa@auto")  # no pot on code
+    assert ev.methods_of(ev.externals(["arith"])["heldout_arith"])[-2:] == ("fixed:pot", "best-per-domain")
+    with pytest.raises(SystemExit, match="NAME=N"):
+        ev.parse(["--external-limit", "gsm8k=0"])
+
+
+def test_report_only_with_no_records_writes_a_partial_report(tmp_path, monkeypatch):
+    ev = load_script()
+    (tmp_path / "matrix.json").write_text(json.dumps(ORACLE))
+    monkeypatch.setenv("METAAGENT_BENCHMARKS_DIR", str(tmp_path / "empty"))
+    results = tmp_path / "results"
+    args = ev.parse(["--runs", str(tmp_path / "runs"), "--results", str(results), "--report-only",
+                     "--oracle", str(tmp_path / "matrix.json"), "--families", "arith"])  # fmt: skip
+    ev.report(args)
+    table = (results / "table.md").read_text()
+    assert "| arith | 0 of 3 | - |" in table and "no gains.png yet" in table
+    assert not (results / "gains.png").exists()
+    status = (results / "STATUS.md").read_text()
+    assert status.startswith("# Evidence — status: PARTIAL") and "| 2 | sa_grpo | 0 of 40 | - | - |" in status
+    assert json.loads((results / "checkpoints.json").read_text()) == {}
+
+
+def steps(folder: Path) -> list[int]:
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r["step"] for r in rows if r.get("step", -1) >= 0]
+
+
+@pytest.mark.slow
+def test_driver_trains_two_seeds_evaluates_and_reports(tmp_path):
+    (tmp_path / "matrix.json").write_text(json.dumps(ORACLE))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    common = ["--seeds", "0", "1", "--modes", "designer_only", "sa_grpo", "--runs", str(runs), "--results",
+              str(results), "--external", "humaneval", "heldout", "--external-limit", "humaneval=1", "heldout=1",
+              "--config", "tiny", "--model", "tiny", "--oracle", str(tmp_path / "matrix.json"), "--families", "arith",
+              "--save-every", "1", "--stage-len", "1", "--batch-size", "1", "--designs", "2", "--executions", "1",
+              "--designer-max-tokens", "48", "--executor-max-tokens", "24", "--dtype", "float32",
+              "--eval-limit", "1"]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "METAAGENT_BENCHMARKS_DIR": str(tmp_path),
+    }
+
+    def run(*extra: str) -> None:
+        done = subprocess.run([sys.executable, str(SCRIPT), *common, *extra], check=False, cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=1500)  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+    run("--steps", "1")
+    for seed in (0, 1):
+        for mode in ("designer_only", "sa_grpo"):
+            assert steps(runs / f"seed{seed}" / mode) == [0]
+            for kind in ("evals/arith", "external/humaneval", "external/heldout_arith"):
+                res = json.loads(
+                    (runs / f"seed{seed}" / f"heldout_{mode}" / kind / "results.json").read_text()
+                )
+                assert (
+                    res["complete"] and res["config"]["seed"] == seed
+                )  # each seed evaluated with its own seed
+    assert (runs / "seed0" / "heldout_start" / "evals" / "arith" / "results.json").is_file()
+    assert (runs / "start" / "external" / "humaneval" / "results.json").is_file()
+    assert not (runs / "seed1" / "heldout_start").exists()  # the start model is evaluated once
+    held = json.loads(
+        (runs / "seed0" / "heldout_designer_only" / "external" / "heldout_arith" / "results.json").read_text()
+    )
+    assert set(held["methods"]) >= {"auto", "sa", "sa@auto", "fixed:pot", "best-per-domain"}
+
+    table = (results / "table.md").read_text()
+    rows = {
+        line.split(" | ")[0]: line
+        for line in table.split("### designer_only")[1].splitlines()
+        if line.startswith("| ")
+    }
+    for row in ("| arith", "| humaneval", "| heldout_arith"):
+        assert rows[row].startswith(f"{row} | 2 of 2 | "), rows[row]  # both seeds' gains are in
+    assert "s0: " in rows["| arith"] and "s1: " in rows["| arith"]  # the strongest baseline named per seed
+    assert "### sa_grpo" not in table  # the single agent is a baseline, never a headline mode
+    assert (results / "gains.png").read_bytes()[:4] == b"\x89PNG"
+    hashes = json.loads((results / "checkpoints.json").read_text())
+    assert set(hashes) == {"0", "1"} and all(
+        len(h["sha256"]) == 64 for s in hashes.values() for h in s.values()
+    )
+    seed0 = (results / "seed0.md").read_text()
+    assert "## sa_grpo (step 1, sha256 " in seed0 and "| humaneval | sa@auto" in seed0
+    assert (results / "start.md").read_text().count("| humaneval |") >= 3
+    status = (results / "STATUS.md").read_text()
+    assert status.startswith("# Evidence — status: done")
+    assert "| 1 | sa_grpo | 1 of 1 | arith | heldout_arith, humaneval |" in status
+    assert "nohup python benchmarks/evidence.py --seeds 0 1" in status
+    assert "python benchmarks/evidence.py --seeds 0 1" in (results / "COMMAND.md").read_text()
+
+    run("--steps", "2", "--report-only")  # the report alone: nothing trained, the status back to partial
+    assert steps(runs / "seed0" / "designer_only") == [0]
+    assert (results / "STATUS.md").read_text().startswith("# Evidence — status: PARTIAL")
+
+
+def test_committed_records_keep_external_rollouts_out(tmp_path, monkeypatch):
+    """The suite's held-out folders are copied whole (compressed); of an external benchmark only its summary:
+    its rollouts quote the placed benchmark's questions."""
+    import lzma
+
+    ev = load_script()
+    monkeypatch.setenv("METAAGENT_BENCHMARKS_DIR", str(tmp_path / "empty"))
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    args = ev.parse(["--runs", str(runs), "--results", str(results), "--seeds", "0"])
+    for kind in ("evals/arith", "external/gsm8k"):
+        folder = runs / "seed0" / "heldout_designer_only" / kind
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text('{"cells": {}}')
+        (folder / "table.md").write_text("| table |")
+    ext = runs / "seed0" / "heldout_designer_only" / "external" / "gsm8k" / "rollouts" / "m" / "b"
+    ext.mkdir(parents=True)
+    (ext / "auto.jsonl").write_text('{"task": {"question": "Q"}}\n')
+    ev.copy_records(args, results)
+    held = results / "records" / "seed0" / "heldout_designer_only"
+    assert sorted(p.name for p in (held / "evals" / "arith").iterdir()) == ["results.json.xz", "table.md"]
+    assert sorted(p.name for p in (held / "external" / "gsm8k").iterdir()) == ["results.json.xz", "table.md"]
+    assert lzma.decompress((held / "external" / "gsm8k" / "results.json.xz").read_bytes()) == b'{"cells": {}}'
