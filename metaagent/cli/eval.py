@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metaagent.cli.flags import Parser, add_config_flags, add_debug_flag, load_flat_config, run_main
+from metaagent.interrupts import StopSignalScope
 
 PROG = "metaagent-eval"
 
@@ -103,11 +104,7 @@ class RichProgress:
         self.progress.stop()
 
 
-#: the signals that stop an evaluation (Ctrl-C, and ``kill``'s default)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Stopper:
+class Stopper(StopSignalScope):
     """SIGINT / SIGTERM during an evaluation. The first says at once what is finishing, and stops the queue:
     the tasks in flight finish and are recorded, none starts. The second stops now: records finished so far
     stay (each is fsynced as it is written), the tasks in flight run again when the same command is rerun.
@@ -116,16 +113,6 @@ class Stopper:
     def __init__(self, progress: RichProgress, out: Any, exit_now: Callable[[int], None] = os._exit) -> None:
         self.progress, self.out, self.exit_now = progress, out, exit_now
         self.signum: int | None = None
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> Stopper:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
 
     def _say(self, text: str) -> None:
         self.progress.console.print(f"{PROG}: {text}", highlight=False, markup=False, soft_wrap=True)

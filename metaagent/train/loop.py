@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +29,7 @@ import yaml
 from metaagent import __version__
 from metaagent.domain import get_domain, use_rewards
 from metaagent.errors import MetaAgentError
+from metaagent.interrupts import StopSignalScope
 from metaagent.learn.metrics import MetricsLogger, cuda_peak_mib
 from metaagent.learn.trackers import step_samples
 from metaagent.records import DESIGNER, EXECUTOR, RolloutTree, TreeWriter
@@ -48,11 +48,6 @@ class TrainError(MetaAgentError, RuntimeError):
     """The run cannot start or continue; the message says why and what to do."""
 
 
-#: the signals that stop a run cleanly (``kill``'s default and Ctrl-C); the exit code is 128 + the signal's
-#: number, the shells' convention (130 for SIGINT, 143 for SIGTERM)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
 class TrainInterrupted(TrainError):
     """A stop signal ended the run after ``next_step`` steps, with a checkpoint of them (``--resume`` goes on
     from there, bit for bit as if the run had not stopped)."""
@@ -66,7 +61,7 @@ class TrainInterrupted(TrainError):
         return 128 + self.signum
 
 
-class _Stopper:
+class _Stopper(StopSignalScope):
     """SIGINT / SIGTERM during :meth:`TrainLoop.train` (installed in the main thread only).
 
     1st signal: the current step finishes (rollout, update, validation), a checkpoint of it is written, and
@@ -83,16 +78,6 @@ class _Stopper:
         self.loop, self.signum, self.count = loop, None, 0
         self.step = loop.start_step  # the step running (or next)
         self.snapshot: tuple[dict[str, Any], dict[str, Any]] | None = None  # sampler, RNG at the step's start
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> _Stopper:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {s: signal.signal(s, self._handle) for s in STOP_SIGNALS}
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
 
     def step_started(self, step: int) -> None:
         from metaagent.learn.checkpoint import capture_rng_state
