@@ -741,7 +741,7 @@ def write_status(args: argparse.Namespace) -> None:
         "",
         "## Runs",
         "",
-        f"Runs folder: `{args.runs}` (outside the work tree by default, so the checkpoints survive a new checkout).",
+        f"Runs folder: `{str(args.runs).replace(str(Path.home()), '~', 1)}` (outside the work tree by default, so the checkpoints survive a new checkout).",
         f"Start model ({a2.model}): {start_row}. Its tables: start.md; executions read by hand: READING.md.",
         "",
         "| seed | mode | steps | suite test evaluations in | external evaluations in |",

@@ -16,7 +16,7 @@ def _config(train: list, steps: int = 4) -> SimpleNamespace:
     return SimpleNamespace(
         policy=SimpleNamespace(model="tiny", weights="shared", backend="local", device="cpu"),
         rollout=SimpleNamespace(m_designs=2, n_executions=2),
-        data=SimpleNamespace(batch_size=2, math_fraction=0.5, train=train),
+        data=SimpleNamespace(batch_size=2, mix={}, train=train),
         schedule=SimpleNamespace(mode="stagewise", stage_len=1),
         trainer=SimpleNamespace(steps=steps),
     )
@@ -57,7 +57,7 @@ def test_the_step_line_counts_steps_and_estimates_the_time_left():
     config = SimpleNamespace(
         policy=SimpleNamespace(model="tiny", weights="shared", backend="local", device="cpu"),
         rollout=SimpleNamespace(m_designs=2, n_executions=2),
-        data=SimpleNamespace(batch_size=2, math_fraction=0.5, train=[{"source": "bundled"}]),
+        data=SimpleNamespace(batch_size=2, mix={}, train=[{"source": "bundled"}]),
         schedule=SimpleNamespace(mode="stagewise", stage_len=1),
         trainer=SimpleNamespace(steps=4),
     )
@@ -91,9 +91,9 @@ def test_a_frozen_designer_shows_no_valid_script_rate_and_plan_data_no_math_shar
     assert "| valid scripts 75% |" in _line({"rollout/valid_script_rate": 0.75})
     out = io.StringIO()
     display = TrainDisplay(Console(file=out, width=400), show_samples=False)
-    display.header(_config([{"source": "planpath"}]), 0, "runs/x")
-    assert "batch 2 tasks (plan)" in out.getvalue() and "math)" not in out.getvalue()
-    display.header(_config([{"source": "bundled"}]), 0, "runs/x")
-    assert "batch 2 tasks (50% math)" in out.getvalue()
+    display.header(_config([{"source": "planpath"}]), 0, "runs/x", slots={"plan": 2})
+    assert "batch 2 tasks (2 plan)" in out.getvalue() and "math" not in out.getvalue()
+    display.header(_config([{"source": "bundled"}]), 0, "runs/x", slots={"math": 1, "code": 1})
+    assert "batch 2 tasks (1 code, 1 math)" in out.getvalue()
     display.header(_config([{"source": "bundled", "domain": "code"}]), 0, "runs/x")
-    assert "batch 2 tasks (code)" in out.getvalue()
+    assert "batch 2 tasks (mix alike)" in out.getvalue()
