@@ -198,13 +198,30 @@ def eval_modes(args: argparse.Namespace) -> tuple[str, ...]:
     return (START, *(m for m in args.modes if m != FROZEN))
 
 
+#: set by Ctrl-C (SIGINT) in :func:`run_jobs`: jobs take no new chunk or evaluation
+STOP = threading.Event()
+
+
 def run_jobs(jobs: int, calls: list) -> None:
     """Run the zero-argument ``calls``, ``jobs`` at a time (each starts a subprocess and waits for it); the first
-    error is raised once every call has ended."""
-    from concurrent.futures import ThreadPoolExecutor
+    error is raised once every call has ended. Ctrl-C (SIGINT to the process group: the trainers finish their
+    step and write a checkpoint, an evaluation keeps its records) sets :data:`STOP`: nothing new starts, the
+    running subprocesses end, and the script exits 130 with one line; rerunning continues."""
+    from concurrent.futures import ThreadPoolExecutor, wait
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(call) for call in calls]
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futures = []
+    try:
+        futures += [pool.submit(call) for call in calls]
+        while wait(futures, timeout=1.0).not_done:
+            pass
+    except KeyboardInterrupt:
+        STOP.set()
+        print("interrupted: the running chunks and evaluations stop at their step (checkpoints and records are "
+              "kept); nothing new starts; rerun the same command to continue", file=sys.stderr, flush=True)  # fmt: skip
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise SystemExit(130) from None
+    pool.shutdown()
     for future in futures:
         future.result()
 
@@ -238,7 +255,7 @@ def train_round_robin(args: argparse.Namespace, on_chunk, evals: dict[str, list]
         """("train", mode), ("eval", call), or None when nothing is left; waits while the only evaluations left
         belong to modes that another job is training."""
         with work:
-            while True:
+            while not STOP.is_set():
                 free = [m for m in args.modes if m not in training | failed and reached[m] < args.steps]
                 if free:
                     mode = min(free, key=lambda m: reached[m])  # min keeps the first of equals: --modes order
@@ -249,7 +266,8 @@ def train_round_robin(args: argparse.Namespace, on_chunk, evals: dict[str, list]
                         return "eval", calls.pop(0)
                 if not any(calls and mode in training for mode, calls in pending.items()):
                     return None
-                work.wait()
+                work.wait(timeout=1.0)
+            return None
 
     def job() -> None:
         while (task := take()) is not None:

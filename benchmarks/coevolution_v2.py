@@ -52,7 +52,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -91,6 +91,7 @@ class Oracle:
     patterns: dict[str, str]  # family -> the oracle's pattern (workflow.analysis)
     ran: dict[str, set[str]]  # family -> methods the matrix ran there
     best_single: str  # the best single method on the mixture
+    means: dict[str, dict[str, float]] = field(default_factory=dict)  # family -> method -> the matrix's mean
 
     @classmethod
     def read(cls, path: str | Path) -> Oracle:
@@ -99,8 +100,10 @@ class Oracle:
             raise SystemExit(f"oracle file {path} does not exist; run benchmarks/structure_matrix.sh or pass --oracle")
         data = json.loads(path.read_text())
         fams = data["per_family"]
+        means = {f: {m: e["mean"] for m, e in row.items() if isinstance(e, dict) and "mean" in e}
+                 for f, row in data["matrix"].items()}  # fmt: skip
         return cls(path, {f: e["oracle"] for f, e in fams.items()}, {f: e["oracle_pattern"] for f, e in fams.items()},
-                   {f: set(m) for f, m in data["matrix"].items()}, data["mixture"]["best_single"])  # fmt: skip
+                   {f: set(m) for f, m in data["matrix"].items()}, data["mixture"]["best_single"], means)  # fmt: skip
 
     def eval_methods(self, family: str) -> tuple[str, ...]:
         """``auto``, ``sa``, the family's oracle, and the best single method where the matrix ran it."""
@@ -148,12 +151,22 @@ def baseline_methods(args: argparse.Namespace, oracle: Oracle, family: str) -> t
     return (*out, "fixed:pot") if family != "code" else tuple(out)
 
 
-def best_of(oracle: Oracle, family: str) -> tuple[str, ...]:
+def best_of(oracle: Oracle, family: str, top: int = 0) -> tuple[str, ...]:
     """best-per-domain's candidates on ``family``: ``sa``, ``fixed:pot`` (answer families) and the matrix's
-    fixed
-    templates there, sorted (``auto`` is what is judged, never a candidate)."""
+    fixed templates there, sorted (``auto`` is what is judged, never a candidate). ``top`` > 0 keeps only the
+    matrix's ``top`` best fixed templates on the family (its start-model means; ``--best-of-top``): fewer
+    candidates to run on val and test, and a pre-selection that can only favour the baseline."""
     ran = {m for m in oracle.ran.get(family, ()) if m == "sa" or m.startswith("fixed:")}
+    if top:
+        fixed = sorted((m for m in ran if m.startswith("fixed:")), key=lambda m: -oracle.means.get(family, {}).get(m, 0.0))
+        ran = set(fixed[:top])
     return tuple(sorted(ran | {"sa"} | (set() if family == "code" else {"fixed:pot"})))
+
+
+def sa_grpo_methods(args: argparse.Namespace) -> tuple[str, ...]:
+    """``--sa-grpo-ks``: the sa+grpo checkpoint's held-out methods, ``sa`` and ``sa@k`` for each k (the report
+    pairs a designer checkpoint's ``auto`` with the sa@k of the least k at or above its executor calls)."""
+    return ("sa", *(f"sa@{k}" for k in args.sa_grpo_ks))
 
 
 def heldout_dir(args: argparse.Namespace, mode: str) -> Path:
@@ -165,9 +178,12 @@ def evaluations(args: argparse.Namespace, oracle: Oracle, mode: str) -> list:
     for :func:`v1.train_round_robin`'s ``evals``."""
 
     def one(family: str) -> None:  # sandbox workers and tasks in flight: metaagent-eval's auto
-        extra = ("--best-of", *best_of(oracle, family)) if args.baselines else ()
-        v1.evaluate(args, mode, benchmarks=(f"suite_{family}:test",),
-                    methods=(*oracle.eval_methods(family), *baseline_methods(args, oracle, family)),
+        if mode == SA_GRPO and args.sa_grpo_ks:  # the RL-trained single agent: one agent, alone or k times
+            methods, extra = sa_grpo_methods(args), ()
+        else:
+            methods = (*oracle.eval_methods(family), *baseline_methods(args, oracle, family))
+            extra = ("--best-of", *best_of(oracle, family, args.best_of_top)) if args.baselines else ()
+        v1.evaluate(args, mode, benchmarks=(f"suite_{family}:test",), methods=methods,
                     out=heldout_dir(args, mode) / "evals" / family,
                     extra=("--dtype", args.dtype, *extra))  # fmt: skip
 
@@ -568,7 +584,14 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Oracle]:
         default=0,
         help="--baselines' sa@k: k (0: sa@auto, k = the checkpoint's auto executor calls per sample)",
     )
+    p.add_argument("--best-of-top", type=int, default=0,
+                   help="best-per-domain's candidates: sa, fixed:pot and the structure matrix's N best fixed "
+                   "templates per family (0: every template the matrix ran)")  # fmt: skip
+    p.add_argument("--sa-grpo-ks", nargs="*", type=int, default=[],
+                   help="sa_grpo's held-out methods: sa and sa@k for each k given (none: the designer modes' methods)")
     args = p.parse_args(argv)
+    if any(k < 1 for k in args.sa_grpo_ks):
+        p.error(f"--sa-grpo-ks {args.sa_grpo_ks}: every k must be >= 1")
     seed_folders(args, p)
     args.recipes = recipes(args)
     if args.stage_len > 10:

@@ -93,6 +93,21 @@ def externals(families: list[str]) -> dict[str, External]:
 
 EXTERNAL_NAMES = ("gsm8k", "humaneval", "mbpp", "heldout")  # --external's choices ("heldout": every family)
 
+#: --scale: coevolution_v2 flags added after PRESET (the user's own win), and the external benchmarks with their
+#: task limits when --external / --external-limit are not given. ``session`` fits one seed's two runs
+#: (designer_only and sa_grpo: ~1.3 h of training on 2 cores) and their held-out evaluations in one session
+#: (a new session starts on a new machine: checkpoints do not survive it, the committed records do): the suite's
+#: test split at 20 tasks a family, n = 1; best-per-domain among sa, fixed:pot and the matrix's 2 best templates
+#: a family; the sa+grpo checkpoint as sa, sa@2 and sa@3 only; GSM8K 40 and HumanEval 30
+SCALES: dict[str, dict] = {
+    "full": {"v2": [], "external": list(EXTERNAL_NAMES), "limits": {}},
+    "session": {
+        "v2": ["--eval-limit", "20", "--eval-n", "1", "--best-of-top", "2", "--sa-grpo-ks", "2", "3"],
+        "external": ["gsm8k", "humaneval"],
+        "limits": {"gsm8k": 40, "humaneval": 30},
+    },
+}
+
 
 # ---- configuration -------------------------------------------------------------------------------------------
 
@@ -100,10 +115,14 @@ EXTERNAL_NAMES = ("gsm8k", "humaneval", "mbpp", "heldout")  # --external's choic
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="training seeds")
+    p.add_argument("--scale", choices=tuple(SCALES), default="full",
+                   help="full: the issue's evaluation sizes; session: one seed's training and evaluation in one "
+                   "2-core session (SCALES)")  # fmt: skip
     p.add_argument("--modes", nargs="+", default=list(DEFAULT_MODES), choices=(*DESIGNER_MODES, SA_GRPO))
     p.add_argument("--runs", default=str(Path.home() / "metaagent-runs" / "evidence"))
     p.add_argument("--results", default="benchmarks/results/evidence")
-    p.add_argument("--external", nargs="*", default=list(EXTERNAL_NAMES), choices=EXTERNAL_NAMES)
+    p.add_argument("--external", nargs="*", default=None, choices=EXTERNAL_NAMES,
+                   help="external benchmarks (default: the --scale's)")
     p.add_argument("--external-limit", nargs="*", default=[], metavar="NAME=N",
                    help="tasks of an external benchmark (heldout=N: per family), e.g. gsm8k=40")  # fmt: skip
     p.add_argument("--only-start", action="store_true", help="evaluate the start model only (no training)")
@@ -126,10 +145,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     """This script's flags; every other flag and ``section.field=value`` override goes to coevolution_v2 after
     :data:`PRESET` (so ``--steps 1 --model tiny`` win over it)."""
     args, rest = parser().parse_known_args(argv)
-    args.v2_flags = [a for a in rest if a.startswith("-") or "=" not in a]
+    scale = SCALES[args.scale]
+    if args.external is None:
+        args.external = list(scale["external"])
+    args.v2_flags = [*scale["v2"], *(a for a in rest if a.startswith("-") or "=" not in a)]
     args.v2_overrides = [a for a in rest if not a.startswith("-") and "=" in a]
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    limits = {}
+    limits = dict(scale["limits"])
     for item in args.external_limit:
         name, _, n = item.partition("=")
         if name not in EXTERNAL_NAMES or not n.isdigit() or int(n) < 1:
@@ -171,8 +193,11 @@ def unplaced(args: argparse.Namespace, families: list[str]) -> list[str]:
             if e.data and n in args.external and not (base and (Path(base) / e.data).is_file())]  # fmt: skip
 
 
-def methods_of(ext: External) -> tuple[str, ...]:
-    """Held-out methods on an external benchmark: ``auto``, ``sa`` and the baselines that apply."""
+def methods_of(ext: External, a2=None, mode: str | None = None) -> tuple[str, ...]:
+    """Held-out methods on an external benchmark: ``auto``, ``sa`` and the baselines that apply (the sa+grpo
+    checkpoint under ``--sa-grpo-ks``: sa and its sa@k)."""
+    if mode == SA_GRPO and a2 is not None and a2.sa_grpo_ks:
+        return v2.sa_grpo_methods(a2)
     out = ["auto", "sa", "sa@auto"]
     out += [] if ext.code else ["fixed:pot"]
     out += ["best-per-domain"] if ext.selection else []
@@ -196,21 +221,76 @@ def external_evaluations(args, a2, oracle, seed: int, mode: str, chosen: dict) -
             **{**vars(a2), "eval_limit": ext.limit, "seed": 0 if mode == START else seed}
         )
         extra = ["--dtype", a2.dtype, "--sandbox-workers", "2"]
-        if ext.selection:
-            extra += ["--selection-split", ext.selection, "--best-of", *v2.best_of(oracle, ext.family)]
-        v1.evaluate(sub, mode, benchmarks=(ext.label,), methods=methods_of(ext),
+        methods = methods_of(ext, a2, mode)
+        if ext.selection and "best-per-domain" in methods:
+            extra += ["--selection-split", ext.selection, "--best-of", *v2.best_of(oracle, ext.family, a2.best_of_top)]
+        v1.evaluate(sub, mode, benchmarks=(ext.label,), methods=methods,
                     out=external_dir(args, seed, mode) / name, extra=tuple(extra))  # fmt: skip
 
     return [lambda name=name, ext=ext: one(name, ext) for name, ext in chosen.items()]
 
 
+def expected_folders(args: argparse.Namespace, seed: int, mode: str, families: list[str]) -> list[Path]:
+    """The held-out evaluation folders of one (seed, mode) under ``--runs`` (mode ``start``: the start model's)."""
+    if mode == START:
+        held = Path(args.runs) / f"seed{args.seeds[0]}" / "heldout_start"
+        ext = external_dir(args, 0, START)
+    else:
+        held = Path(args.runs) / f"seed{seed}" / f"heldout_{mode}"
+        ext = held / "external"
+    suite = [] if args.no_suite else [held / "evals" / f for f in families]
+    return suite + [ext / n for n in chosen_externals(args, families)]
+
+
+def restore_records(args: argparse.Namespace, families: list[str]) -> set[tuple[int, str]]:
+    """Cross-session resume. A new session starts on a new machine: the runs folder and its checkpoints are gone,
+    the committed summaries (``<results>/records``) are not. Every (seed, mode) whose committed held-out
+    summaries are all complete gets them back into ``--runs`` as ``results.json`` and is neither trained nor
+    evaluated again; the committed records of a (seed, mode) that is not complete belong to a checkpoint that is
+    lost, so they are dropped (git keeps them) and the run starts over. Returns the complete (seed, mode) pairs
+    (mode ``start``: the start model's evaluations, which are re-run where incomplete)."""
+    import lzma
+    import shutil
+
+    results = Path(args.results)
+    runs = Path(args.runs)
+
+    def committed(folder: Path) -> Path:
+        return results / "records" / folder.relative_to(runs)
+
+    done = set()
+    for seed in args.seeds:
+        for mode in (START, *args.modes) if seed == args.seeds[0] else args.modes:
+            folders = expected_folders(args, seed, mode, families)
+            have = {f: committed(f) / "results.json.xz" for f in folders}
+            if not any(x.is_file() for x in have.values()):
+                continue
+            live = [f for f in folders if (f / "results.json").is_file()]
+            loaded = {f: json.loads(lzma.decompress(x.read_bytes())) for f, x in have.items() if x.is_file()}
+            if len(loaded) == len(folders) and all(r.get("complete") for r in loaded.values()):
+                for f, r in loaded.items():
+                    if not (f / "results.json").is_file():
+                        f.mkdir(parents=True, exist_ok=True)
+                        (f / "results.json").write_text(json.dumps(r))
+                done.add((seed, mode))
+            elif mode != START and not live:  # a lost checkpoint's partial records
+                print(f"evidence: seed {seed} {mode}: committed records incomplete and the checkpoint is gone; "
+                      "dropping them and training again", flush=True)  # fmt: skip
+                shutil.rmtree(committed(runs / f"seed{seed}" / f"heldout_{mode}"), ignore_errors=True)
+    return done
+
+
 def run(args: argparse.Namespace, cuts: tuple[str, ...]) -> None:
     """Every seed in turn: train its modes and run its held-out evaluations (the start model's with the first
-    seed), rewriting the report after each chunk; everything resumes. The command goes into COMMAND.md first."""
+    seed), rewriting the report after each chunk; everything resumes, across sessions too (the committed
+    complete evaluations: :func:`restore_records`). The command goes into COMMAND.md first."""
     write_command(args)
+    families = seed_args(args, args.seeds[0])[0].families
+    done = restore_records(args, families)
     for i, seed in enumerate(args.seeds):
         a2, oracle = seed_args(args, seed)
         chosen = chosen_externals(args, a2.families, cuts)
+        a2.modes = [m for m in a2.modes if (seed, m) not in done]
         if args.only_start:
             a2.modes = []
 
@@ -218,7 +298,9 @@ def run(args: argparse.Namespace, cuts: tuple[str, ...]) -> None:
             return [] if args.no_suite else v2.evaluations(a2, oracle, mode)
 
         evals = (
-            {START: suite(START) + external_evaluations(args, a2, oracle, 0, START, chosen)} if i == 0 else {}
+            {START: suite(START) + external_evaluations(args, a2, oracle, 0, START, chosen)}
+            if i == 0 and (seed, START) not in done
+            else {}
         )
         for mode in a2.modes:
             skip = "stagewise-external" in cuts and mode == "stagewise"
@@ -286,17 +368,20 @@ def measured_eval_rate(args: argparse.Namespace) -> tuple[float, str]:
     )
 
 
-def checkpoint_records(a2, oracle, chosen: dict, external: bool = True) -> int:
+def checkpoint_records(a2, oracle, chosen: dict, external: bool = True, mode: str | None = None) -> int:
     """About the records one checkpoint's held-out evaluations write: per benchmark, tasks x (the methods that
     generate on the scored split, best-per-domain's candidates among them, plus the candidates again on its
     selection split, taken with the same task limit); ``sa@auto`` is a method of its own."""
+    if mode == SA_GRPO and a2.sa_grpo_ks:
+        per_task = len(v2.sa_grpo_methods(a2))
+        return per_task * (a2.eval_limit * len(a2.families) + sum(e.limit for e in chosen.values() if external))
     total = 0
     for f in a2.families:
         methods = set(v2.Oracle.eval_methods(oracle, f)) | set(v2.baseline_methods(a2, oracle, f))
-        cands = set(v2.best_of(oracle, f)) if a2.baselines else set()
+        cands = set(v2.best_of(oracle, f, a2.best_of_top)) if a2.baselines else set()
         total += a2.eval_limit * (len((methods - {"best-per-domain"}) | cands) + len(cands))  # test, then val
     for ext in chosen.values() if external else ():
-        cands = set(v2.best_of(oracle, ext.family)) if ext.selection else set()
+        cands = set(v2.best_of(oracle, ext.family, a2.best_of_top)) if ext.selection else set()
         total += ext.limit * (len((set(methods_of(ext)) - {"best-per-domain"}) | cands) + len(cands))
     return total
 
@@ -315,7 +400,7 @@ def estimate(args, a2, oracle, cuts: tuple[str, ...], step_s: float, rate: float
     records = checkpoint_records(a2, oracle, chosen)  # the start model
     for mode in modes:
         ext = not ("stagewise-external" in cuts and mode == "stagewise")
-        records += len(args.seeds) * checkpoint_records(a2, oracle, chosen, ext)
+        records += len(args.seeds) * checkpoint_records(a2, oracle, chosen, ext, mode)
     return train_h, records * a2.eval_n / 2 / rate / 60, records
 
 
@@ -420,8 +505,24 @@ def baseline_candidates(args, seed: int, mode: str, bench: str, kind: str) -> di
     own = checkpoint_results(args, seed, mode, kind)
     out = {m: entry(own, bench, m) for m in ("sa@auto", "fixed:pot", "best-per-domain")}
     grpo = checkpoint_results(args, seed, SA_GRPO, kind) if SA_GRPO in args.modes else None
-    out.update({f"sa+grpo {m}": entry(grpo, bench, m) for m in ("sa", "sa@auto")})
+    out["sa+grpo sa"] = entry(grpo, bench, "sa")
+    calls = ((entry(own, bench, "auto") or {}).get("budget") or {}).get("agent_calls_per_sample")
+    name, e = matched_sa_at_k(grpo, bench, calls)
+    out[f"sa+grpo {name}"] = e
     return {name: e for name, e in out.items() if e and scores(e)}
+
+
+def matched_sa_at_k(results: dict | None, bench: str, calls: float | None) -> tuple[str, dict | None]:
+    """The sa+grpo checkpoint's one-agent-at-equal-compute entry for an ``auto`` of ``calls`` executor calls a
+    sample: the ``sa@k`` of the least k >= calls (else the largest k run), or its ``sa@auto``; (name, entry)."""
+    if not results:
+        return "sa@auto", None
+    methods = next(iter(results["cells"].values()))["benchmarks"].get(bench, {})
+    ks = sorted(int(m[3:]) for m in methods if m.startswith("sa@") and m[3:].isdigit())
+    if not ks or calls is None:
+        return "sa@auto", entry(results, bench, "sa@auto")
+    k = next((k for k in ks if k >= calls - 1e-9), ks[-1])
+    return f"sa@{k}", methods[f"sa@{k}"]
 
 
 # ---- the report ----------------------------------------------------------------------------------------------
@@ -588,8 +689,10 @@ def content_hash(model: Path) -> str:
 
 def checkpoint_hashes(args: argparse.Namespace) -> dict:
     """seed -> mode -> {path, step, sha256} of each final checkpoint that exists (cached beside the run, keyed
-    by the checkpoint's path, so a report does not re-read gigabytes)."""
-    out: dict = {}
+    by the checkpoint's path, so a report does not re-read gigabytes); a run trained in an earlier session keeps
+    the hash committed then (its checkpoint did not survive the machine)."""
+    committed = Path(args.results) / "checkpoints.json"
+    out: dict = json.loads(committed.read_text()) if committed.is_file() else {}
     for seed in args.seeds:
         for mode in args.modes:
             folder = Path(args.runs) / f"seed{seed}" / mode

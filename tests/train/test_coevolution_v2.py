@@ -265,3 +265,33 @@ def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
     assert status.startswith("# Co-evolution v2 — status: done\n")  # every step trained, every held-out record in
     assert "| frozen | 2 of 2 | - |" in status and "| stagewise | 2 of 2 | arith |" in status
     assert "python benchmarks/coevolution_v2.py --config tiny" in status
+
+
+def test_ctrl_c_starts_nothing_new_and_lets_the_running_job_finish():
+    """SIGINT in the driver (KeyboardInterrupt in its main thread): the running call ends, queued calls never
+    start, the exit is 130 with one line (a real SIGINT: it wakes the main thread's wait at once)."""
+    import signal
+    import time
+
+    v1 = load_script().v1
+    started, ended = [], []
+    gate = threading.Event()
+
+    def call(i: int):
+        def run():
+            started.append(i)
+            gate.set()
+            time.sleep(0.3)
+            ended.append(i)
+
+        return run
+
+    threading.Thread(target=lambda: (gate.wait(5), time.sleep(0.1), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+    try:
+        with pytest.raises(SystemExit) as stop:
+            v1.run_jobs(1, [call(i) for i in range(5)])
+        assert stop.value.code == 130
+        assert started == ended == [0]  # the running call finished; the queued four were cancelled
+        assert v1.STOP.is_set()
+    finally:
+        v1.STOP.clear()

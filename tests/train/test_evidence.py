@@ -192,3 +192,74 @@ def test_committed_records_keep_external_rollouts_out(tmp_path, monkeypatch):
     assert sorted(p.name for p in (held / "evals" / "arith").iterdir()) == ["results.json.xz", "table.md"]
     assert sorted(p.name for p in (held / "external" / "gsm8k").iterdir()) == ["results.json.xz", "table.md"]
     assert lzma.decompress((held / "external" / "gsm8k" / "results.json.xz").read_bytes()) == b'{"cells": {}}'
+
+
+def test_session_scale_sets_the_evaluation_sizes_and_the_sa_grpo_methods(tmp_path, monkeypatch):
+    ev = load_script()
+    placed(tmp_path, monkeypatch)
+    args = ev.parse(["--scale", "session", "--runs", str(tmp_path / "runs")])
+    a2, oracle = ev.seed_args(args, 0)
+    assert (a2.eval_limit, a2.eval_n, a2.best_of_top, a2.sa_grpo_ks) == (20, 1, 2, [2, 3])
+    assert args.external == ["gsm8k", "humaneval"] and args.limits == {"gsm8k": 40, "humaneval": 30}
+    gsm8k = ev.chosen_externals(args, a2.families)["gsm8k"]
+    assert ev.methods_of(gsm8k, a2, "sa_grpo") == ("sa", "sa@2", "sa@3")
+    assert ev.methods_of(gsm8k, a2, "designer_only") == ("auto", "sa", "sa@auto", "fixed:pot")
+    # the user's own flags win over the scale's
+    mine = ev.seed_args(ev.parse(["--scale", "session", "--eval-n", "3", "--runs", str(tmp_path / "r")]), 0)[0]
+    assert mine.eval_n == 3
+
+
+def test_best_of_top_keeps_the_matrix_best_templates(tmp_path):
+    ev = load_script()
+    path = tmp_path / "matrix.json"
+    path.write_text(json.dumps({
+        "per_family": {"arith": {"oracle": "fixed:b", "oracle_pattern": "p"}},
+        "matrix": {"arith": {"sa": {"mean": 0.1}, "fixed:a": {"mean": 0.2}, "fixed:b": {"mean": 0.5},
+                             "fixed:c": {"mean": 0.3}}},
+        "mixture": {"best_single": "sa"},
+    }))  # fmt: skip
+    oracle = ev.v2.Oracle.read(path)
+    assert ev.v2.best_of(oracle, "arith") == ("fixed:a", "fixed:b", "fixed:c", "fixed:pot", "sa")
+    assert ev.v2.best_of(oracle, "arith", top=2) == ("fixed:b", "fixed:c", "fixed:pot", "sa")
+
+
+def test_sa_grpo_pairs_auto_with_the_least_k_at_or_above_its_calls():
+    ev = load_script()
+
+    def res(*methods):
+        return {"cells": {"c": {"benchmarks": {"b": {m: {"per_task": []} for m in methods}}}}}
+
+    assert ev.matched_sa_at_k(res("sa", "sa@2", "sa@3"), "b", 2.2)[0] == "sa@3"
+    assert ev.matched_sa_at_k(res("sa", "sa@2", "sa@3"), "b", 2.0)[0] == "sa@2"
+    assert ev.matched_sa_at_k(res("sa", "sa@2", "sa@3"), "b", 4.5)[0] == "sa@3"  # the largest run
+    assert ev.matched_sa_at_k(res("sa", "sa@auto (k=2)"), "b", 2.2)[0] == "sa@auto"
+    assert ev.matched_sa_at_k(None, "b", 2.0) == ("sa@auto", None)
+
+
+def test_restore_brings_back_complete_runs_and_drops_a_lost_checkpoints_partial_records(tmp_path, monkeypatch):
+    import lzma
+
+    ev = load_script()
+    placed(tmp_path, monkeypatch)
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    args = ev.parse(["--scale", "session", "--runs", str(runs), "--results", str(results), "--seeds", "0",
+                     "--modes", "designer_only", "sa_grpo", "--no-suite"])  # fmt: skip
+    families = ev.seed_args(args, 0)[0].families
+
+    def commit(mode: str, complete: bool, skip: str | None = None) -> None:
+        for f in ev.expected_folders(args, 0, mode, families):
+            if f.name == skip:
+                continue
+            dst = results / "records" / f.relative_to(runs)
+            dst.mkdir(parents=True, exist_ok=True)
+            (dst / "results.json.xz").write_bytes(lzma.compress(json.dumps({"complete": complete}).encode()))
+
+    commit("designer_only", True)
+    commit("sa_grpo", False)
+    done = ev.restore_records(args, families)
+    assert done == {(0, "designer_only")}
+    for f in ev.expected_folders(args, 0, "designer_only", families):
+        assert json.loads((f / "results.json").read_text()) == {"complete": True}
+    assert not (results / "records" / "seed0" / "heldout_sa_grpo").exists()  # its checkpoint is gone: trained again
+    commit("sa_grpo", True, skip="humaneval")  # one evaluation missing: not complete either
+    assert ev.restore_records(args, families) == {(0, "designer_only")}
