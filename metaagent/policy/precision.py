@@ -31,20 +31,36 @@ DTYPES = ("auto", *LOAD_DTYPES)
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+#: CPU kinds by their /proc/cpuinfo flags, first match wins (decode forms and update defaults are per kind)
+CPU_KINDS = (("AMX", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("AVX2", "avx2"))
+#: ``METAAGENT_CPU_KIND=<kind>`` makes the project choose as on a slower kind of :data:`CPU_KINDS` (the flags of
+#: the kinds above it are hidden: ``auto`` dtypes, decode forms, update defaults). With torch's own
+#: ``ATEN_CPU_CAPABILITY=avx2`` and ``ONEDNN_MAX_CPU_ISA=AVX2`` the kernels follow too: a stand-in for timing the
+#: AVX2 kind on a faster CPU (clock and caches still differ: a proxy, named as such beside its figures)
+CPU_KIND_ENV = "METAAGENT_CPU_KIND"
+
+
 @functools.cache
 def _cpu_flags() -> frozenset[str]:
+    import os
+
+    flags: frozenset[str] = frozenset()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                    flags = frozenset(line.split(":", 1)[1].split())
+                    break
     except OSError:
         pass
-    return frozenset()
-
-
-#: CPU kinds by their /proc/cpuinfo flags, first match wins (decode forms and update defaults are per kind)
-CPU_KINDS = (("AMX", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("AVX2", "avx2"))
+    wanted = os.environ.get(CPU_KIND_ENV)
+    if wanted:
+        kinds = [k for k, _ in CPU_KINDS]
+        if wanted not in kinds:
+            raise ValueError(f"${CPU_KIND_ENV}={wanted!r}: give one of {kinds}, or unset it")
+        hidden = {flag for kind, flag in CPU_KINDS[: kinds.index(wanted)]}
+        flags = flags - hidden - ({"avx512_bf16", "amx_bf16"} if wanted == "AVX2" else set())
+    return flags
 
 
 def cpu_kind() -> str:

@@ -79,3 +79,23 @@ def test_lora_adapters_cannot_reach_a_copy():
     model, tokenizer = load_model_and_tokenizer("tiny")
     with pytest.raises(ValueError, match="model_context"):
         HFPolicy(model, tokenizer, dtype="bfloat16", model_context=lambda: None)
+
+
+def test_cpu_kind_env_hides_the_flags_of_faster_kinds(monkeypatch):
+    """$METAAGENT_CPU_KIND: the project chooses as on a slower kind (the flags above it are hidden)."""
+    import builtins
+    import io
+
+    fake = "flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: io.StringIO(fake) if p == "/proc/cpuinfo" else real_open(p, *a, **k))
+    for wanted, kind, bf16 in (("", "AMX", True), ("avx512_bf16", "avx512_bf16", True), ("AVX2", "AVX2", False)):
+        monkeypatch.setenv(precision.CPU_KIND_ENV, wanted)
+        precision._cpu_flags.cache_clear()
+        assert (precision.cpu_kind(), precision.bf16_supported("cpu")) == (kind, bf16)
+    monkeypatch.setenv(precision.CPU_KIND_ENV, "avx3")
+    precision._cpu_flags.cache_clear()
+    with pytest.raises(ValueError, match="METAAGENT_CPU_KIND"):
+        precision.cpu_kind()
+    monkeypatch.delenv(precision.CPU_KIND_ENV)
+    precision._cpu_flags.cache_clear()
