@@ -297,16 +297,14 @@ def run(args: argparse.Namespace, cuts: tuple[str, ...]) -> None:
         def suite(mode: str, a2=a2, oracle=oracle) -> list:
             return [] if args.no_suite else v2.evaluations(a2, oracle, mode)
 
-        evals = (
-            {START: suite(START) + external_evaluations(args, a2, oracle, 0, START, chosen)}
-            if i == 0 and (seed, START) not in done
-            else {}
-        )
+        evals = {}  # the trained checkpoints' evaluations first: theirs cannot wait for a later session
         for mode in a2.modes:
             skip = "stagewise-external" in cuts and mode == "stagewise"
             evals[mode] = suite(mode) + (
                 [] if skip else external_evaluations(args, a2, oracle, seed, mode, chosen)
             )
+        if i == 0 and (seed, START) not in done:  # the start model exists in every session
+            evals[START] = suite(START) + external_evaluations(args, a2, oracle, 0, START, chosen)
         os.environ.setdefault("PYTHONPATH", str(ROOT))
         if args.refresh:
             a2.refresh_only = True
