@@ -376,7 +376,11 @@ class TrainLoop:
     def save(self, next_step: int) -> Path:
         """Checkpoint ``next_step``: the backend's models and optimizers, and the loop's state beside them."""
         return self.backend.save(
-            self.run_dir, next_step, state=self._loop_state(next_step), designer_prompt=self.engine.designer_prompt
+            self.run_dir,
+            next_step,
+            state=self._loop_state(next_step),
+            designer_prompt=self.engine.designer_prompt,
+            domain_hint=self.engine.domain_hint,
         )
 
     # ---- the loop ------------------------------------------------------------------------------------------

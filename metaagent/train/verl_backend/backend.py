@@ -159,9 +159,11 @@ class VerlBackend:
 
         return load_verl_checkpoint(path, groups=self.groups)
 
-    def save(self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str) -> Path:
-        """verl's checkpoint of every group, and the loop's ``state``; the designer prompt is not written into
-        it (the local backend's checkpoints carry it)."""
+    def save(
+        self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str, domain_hint: bool = True
+    ) -> Path:
+        """verl's checkpoint of every group, and the loop's ``state``; the designer prompt (style and domain
+        hint) is not written into it (the local backend's checkpoints carry it)."""
         from .checkpoint import save_verl_checkpoint
 
         return save_verl_checkpoint(
