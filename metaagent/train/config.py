@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveFloat, Posi
 
 from metaagent.config import Checked, ConfigError, load_config, parse_sections, to_dict
 from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
+from metaagent.credit.normalize import NORMALIZE_MODES
 from metaagent.data.files import SOURCE as FILE_SOURCE
 from metaagent.execution.isolation import ExecutionConfig
 from metaagent.learn.optim import (  # noqa: F401
@@ -218,6 +219,9 @@ class AlgoConfig(Checked):
     # (each design alike whatever its executions: unequal N), "auto" (design when rollout.adaptive_budget is on)
     executor_balance: Literal[EXECUTOR_BALANCES] = "auto"
     norm_by_std: bool = True  # divide advantages by the group's reward std (GRPO); false: mean-centred only
+    # a second scale of the step's trained advantages after the estimator's (metaagent.credit.normalize): none;
+    # batch: one std over every sample; role: each role's own std (Dr. MAS, Feng et al. 2026, arXiv 2602.08847, Eq. 5)
+    normalize: Literal[NORMALIZE_MODES] = "none"
     filter_zero_var: bool = False  # mask groups whose rewards are all equal (advantage 0) out of the loss
     # DAPO's dynamic sampling: redraw tasks until the batch holds enough informative groups
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
