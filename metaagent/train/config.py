@@ -254,7 +254,8 @@ class OptimConfig(LossConfig, OptimizerConfig):
     """The ``optim`` section: the one optimizer config (:class:`~metaagent.learn.optim.OptimizerConfig`:
     AdamW, grad clip, micro-batches, LR schedule) and the one loss config
     (:class:`~metaagent.learn.optim.LossConfig`: PPO-clip / GRPO, paper Eq. 2-3), plus what only RL training
-    needs. Every field is a flat YAML key (``optim.lr``, ``optim.clip_low``, ...)."""
+    needs. Every field is a flat YAML key (``optim.lr``, ``optim.clip_low``, ...) except ``per_role``, each role's
+    own aggregation and entropy bonus (``optim.per_role.designer.loss_agg_mode``)."""
 
     # bf16 autocast of the update's forwards (fp32 master weights): "auto" = where the device has bf16 matrix units
     autocast: Literal["auto", "bfloat16"] | None = "auto"
