@@ -186,6 +186,8 @@ def evaluate(
         "--designer-max-tokens", str(args.designer_max_tokens),
         "--executor-max-tokens", str(args.executor_max_tokens), "--out", str(out),
         "--continuous", "--no-html", *extra, *(("--report-only",) if refresh else ()),  # concurrency, workers: auto
+        # coevolution_v2 --domain-hint off (issue 62): the start model too is asked without the domain sentence
+        *(("--domain-hint", "off") if getattr(args, "domain_hint", "on") == "off" else ()),
     ]  # fmt: skip
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)

@@ -14,7 +14,10 @@ held-out evaluations share the ``--jobs``: a job with no mode to train evaluates
 steps (the start model first, then ``--modes`` order).
 What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train split of ``--families``, B
 ``--batch-size`` tasks a step with the math families and code drawn in proportion to their count, M
-``--designs``, N ``--executions``, the matrix's token limits) and the report:
+``--designs``, N ``--executions``, the matrix's token limits; ``--domain-hint off``: ``rollout.domain_hint=off``,
+issue 62's designer prompt without ``Task domain: <domain>.``, and every held-out ``metaagent-eval`` with
+``--domain-hint off``, the start model's included; the default ``on`` adds nothing, so the committed runs keep
+their meaning: ``auto``, the suite cold start's record, which is on) and the report:
 
 - ``--oracle`` (default the structure matrix's ``matrix.json``) names each family's oracle (the best of ``sa`` and
   the fixed templates), its pattern, and the best single method on the mixture; when the matrix names another
@@ -41,7 +44,8 @@ What v2 adds is the suite preset (:func:`suite_overrides`: the suite's train spl
   on the
   suite's val split among ``sa``, ``fixed:pot`` and the matrix's templates) to every held-out evaluation; a
   ``--seed`` other than 0 with the default ``--runs`` / ``--results`` gets folders of its own
-  (``..._seed<S>``);
+  (``..._seed<S>``), and so does ``--domain-hint off`` (``..._nohint``: never resuming checkpoints trained with
+  the hint; ``benchmarks/evidence.py --domain-hint off`` needs a ``--runs`` of its own);
 - ``metrics_<mode>.jsonl.xz`` (each run's metrics) and ``heldout/<mode>/`` (the evaluation records and
   summaries, compressed; ``metaagent-replay`` opens them).
 """
@@ -125,7 +129,13 @@ def suite_overrides(args: argparse.Namespace) -> list[str]:
     return [f"data.train={spec('train')}", f"data.val={spec('val')}", f"data.batch_size={args.batch_size}",
             f"data.mix={mix}", f"rollout.m_designs={args.designs}", f"rollout.n_executions={args.executions}",
             f"rollout.designer.max_tokens={args.designer_max_tokens}",
-            f"rollout.executor.max_tokens={args.executor_max_tokens}"]  # fmt: skip
+            f"rollout.executor.max_tokens={args.executor_max_tokens}",
+            *(["rollout.domain_hint=off"] if no_hint(args) else [])]  # fmt: skip
+
+
+def no_hint(args: argparse.Namespace) -> bool:
+    """``--domain-hint off`` (issue 62): the designer prompt without ``Task domain: <domain>.``."""
+    return getattr(args, "domain_hint", "on") == "off"
 
 
 def recipes(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
@@ -552,10 +562,13 @@ def write_status(args: argparse.Namespace, oracle: Oracle, results: Path) -> Non
 def seed_folders(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """``--seed S`` (S != 0) with the default ``--runs`` / ``--results``: folders of their own
     (``<default>_seedS``),
-    so several training seeds of the same command never resume each other's checkpoints."""
+    so several training seeds of the same command never resume each other's checkpoints; ``--domain-hint off``
+    adds ``_nohint`` (a run without the hint never resumes one with it)."""
     for name in ("runs", "results"):
-        if args.seed and getattr(args, name) == parser.get_default(name):
-            setattr(args, name, f"{parser.get_default(name)}_seed{args.seed}")
+        if getattr(args, name) != parser.get_default(name):
+            continue
+        suffix = (f"_seed{args.seed}" if args.seed else "") + ("_nohint" if no_hint(args) else "")
+        setattr(args, name, f"{parser.get_default(name)}{suffix}")
 
 
 def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Oracle]:
@@ -589,6 +602,13 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Oracle]:
                    "templates per family (0: every template the matrix ran)")  # fmt: skip
     p.add_argument("--sa-grpo-ks", nargs="*", type=int, default=[],
                    help="sa_grpo's held-out methods: sa and sa@k for each k given (none: the designer modes' methods)")
+    p.add_argument(
+        "--domain-hint",
+        choices=("on", "off"),
+        default="on",
+        help="off: the designer prompt without 'Task domain: <domain>.' (issue 62; rollout.domain_hint=off, "
+        "held-out metaagent-eval --domain-hint off, folders ..._nohint); on: no override (the committed runs)",
+    )
     args = p.parse_args(argv)
     if any(k < 1 for k in args.sa_grpo_ks):
         p.error(f"--sa-grpo-ks {args.sa_grpo_ks}: every k must be >= 1")

@@ -271,14 +271,17 @@ def _designer_requests(cfg, hf, rows: int):
     ``rows`` requests."""
     from metaagent.data import MixtureSampler
     from metaagent.policy import ChatRequest, SamplingParams
-    from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt
+    from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt, resolve_domain_hint
     from metaagent.train.loop import batch_mix, load_tasks
 
     train = load_tasks(cfg.data.train)
     ratio = batch_mix(cfg, train)
     tasks = MixtureSampler(train, batch_size=cfg.data.batch_size, ratio=ratio, seed=cfg.trainer.seed).next_batch()
     style = resolve_designer_prompt(cfg.rollout.designer_prompt, hf)
-    prompts = [designer_messages(t, [], style=style) for t in tasks for _ in range(cfg.rollout.m_designs)]
+    hint = resolve_domain_hint(cfg.rollout.domain_hint, hf)
+    prompts = [
+        designer_messages(t, [], style=style, domain_hint=hint) for t in tasks for _ in range(cfg.rollout.m_designs)
+    ]
     return [
         ChatRequest(prompts[i % len(prompts)], SamplingParams(max_tokens=1, temperature=1.0, seed=i))
         for i in range(rows)

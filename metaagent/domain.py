@@ -109,7 +109,8 @@ class Domain:
     answer_key: Callable[[str], str] = text_key
     #: eval reports maj@k (majority vote over the normalised final answers) for this domain
     votes: bool = False
-    #: the designer prompt's sentence on the final answer ("Task domain: math. <hint>")
+    #: the designer prompt's sentence on the final answer ("Task domain: math. <hint>"); kept with
+    #: ``rollout.domain_hint: off`` (only "Task domain: math." goes), so it must not name the domain
     answer_hint: str = ""
     #: the single-agent baseline's frozen script (eval method ``sa``); None: no baseline for this domain
     solo_script: str | None = None

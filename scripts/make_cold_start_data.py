@@ -25,6 +25,9 @@ def main() -> None:
     p.add_argument("--split", default="train", help="bundled split whose tasks get designer examples")
     p.add_argument("--per-task", type=int, default=12, help="designer examples per task")
     p.add_argument("--style", default="compact", choices=["compact", "full"], help="designer prompt style")
+    p.add_argument("--domain-hint", default="on", choices=["on", "off"],
+                   help="designer prompts with or without the 'Task domain: <domain>.' sentence (issue 62); the "
+                   "trained model records it, and rollout.domain_hint: auto follows it")  # fmt: skip
     p.add_argument("--max-script-tokens", type=int, default=300, help="a reply (fenced script) fits this")
     p.add_argument("--executor-from", default="sft_data/executor.jsonl", help="self-distilled executor replies")
     p.add_argument(
@@ -86,6 +89,7 @@ def main() -> None:
         per_task=args.per_task,
         seed=args.seed,
         style=args.style,
+        domain_hint=args.domain_hint == "on",
         plain=args.plain,
         short=args.short,
         fits=lambda script: len(tokenizer.encode("```python\n" + script + "\n```")) + 1 <= args.max_script_tokens,
@@ -115,6 +119,7 @@ def main() -> None:
             per_task=args.suite,
             seed=args.seed,
             style=args.style,
+            domain_hint=args.domain_hint == "on",
             plain=args.plain,
             short=args.short,
             fits=lambda script: len(tokenizer.encode("```python\n" + script + "\n```")) + 1 <= args.max_script_tokens,

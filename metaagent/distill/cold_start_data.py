@@ -10,7 +10,8 @@ from the embedded model's own correct replies.
   by :func:`metaagent.distill.variation.instantiate` with ``structural=True``: role names and system prompts
   written for the task's topic and content, judge/critic wording paraphrased, and the counts varied (rounds,
   samples, agents in a list). The prompt is :func:`metaagent.rollout.prompts.designer_messages` in the
-  requested style (``compact`` for the embedded cold start). With ``short=True`` (``--short``) the templates
+  requested style (``compact`` for the embedded cold start), with or without the domain sentence
+  (``domain_hint``, ``--domain-hint``). With ``short=True`` (``--short``) the templates
   are :mod:`metaagent.distill.short_style`'s short ones, with one-sentence prompts. Every reply passes the workflow checker, keeps
   its template's structure class, and fits ``budget`` tokens; duplicates are dropped.
 - **Executor examples** (:func:`executor_examples`): replies the embedded model itself wrote in correct
@@ -68,6 +69,7 @@ def designer_examples(
     per_task: int,
     seed: int = 0,
     style: str = "compact",
+    domain_hint: bool = True,
     fits: Callable[[str], bool] = lambda script: True,
     attempts: int = 8,
     plain: bool = False,
@@ -91,7 +93,7 @@ def designer_examples(
         if not classes:
             continue
         names = list(classes)
-        messages = designer_messages(task, [], style=style)
+        messages = designer_messages(task, [], style=style, domain_hint=domain_hint)
         for i in range(per_task):
             rng = random.Random(derive_seed(seed, task.id, i, "cold-start-design"))
             structure = names[(i + j) % len(names)]

@@ -248,7 +248,9 @@ class Distiller:
             self.templates, task, rollout.k_templates, random.Random(s), rollout.template_selection
         )  # type: ignore[union-attr]
         style = rollout.designer_prompt if rollout.designer_prompt != "auto" else "full"  # type: ignore[union-attr]
-        messages = designer_messages(task, shown if style == "full" else [], style=style)
+        messages = designer_messages(
+            task, shown if style == "full" else [], style=style, domain_hint=self.engine.domain_hint
+        )
         rng = random.Random(derive_seed(cfg.seed, task.id, i, "variant"))
         variant = choose_variant(self.templates, task, rng, fits=self._fits, vary=cfg.vary)
         if variant is None:

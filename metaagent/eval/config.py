@@ -11,6 +11,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 from metaagent.config import Checked, from_dict
 from metaagent.policy.factory import MODEL_BACKENDS
 from metaagent.rollout.config import auto_sandbox_workers
+from metaagent.rollout.prompts import DomainHint
 
 from .errors import EvalError
 
@@ -26,6 +27,7 @@ IDENTITY_FIELDS = (
     "executor_max_tokens",
     "k_templates",
     "template_selection",
+    "domain_hint",
     "timeout_s",
     "dtype",
     "role_models",
@@ -107,6 +109,9 @@ class EvalConfig(Checked):
     template_selection: Literal["domain", "uniform"] = "domain"  # which templates the designer sees
     # designer prompt style; auto: the one the designer model was trained on, else full
     designer_prompt: Literal["auto", "full", "compact"] = "auto"
+    # the designer prompt's "Task domain: <domain>." sentence (training's rollout.domain_hint): on, off, or
+    # auto (what the designer checkpoint was trained with, metaagent_prompt.json in its folder; else on)
+    domain_hint: DomainHint = "auto"
     timeout_s: PositiveFloat = 120.0  # wall-clock limit of one execution
     # tasks in flight at once (their model calls are batched); auto: enough to keep max_batch_size rows
     # decoding (auto_concurrency: 2 x max_batch_size / n, rounded up)

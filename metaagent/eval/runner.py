@@ -394,6 +394,7 @@ class Evaluation:
             k_templates=cfg.k_templates,
             template_selection=cfg.template_selection,
             designer_prompt=cfg.designer_prompt,
+            domain_hint=cfg.domain_hint,
             designer=SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.designer_max_tokens),
             executor=SamplingConfig(
                 temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.executor_max_tokens, stop=[DELIVERY_CLOSE]

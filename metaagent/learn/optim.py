@@ -1,5 +1,6 @@
 """The one optimizer config (AdamW, gradient clipping, micro-batching, learning-rate schedule) and the one
-loss config (PPO-clip, aggregation, KL and entropy terms), with the name lists they accept.
+loss config (PPO-clip, aggregation, KL and entropy terms, and per role its own aggregation and entropy bonus:
+``per_role``), with the name lists they accept.
 
 :class:`OptimizerConfig` is shared by every program that takes gradient steps: the RL trainer's ``optim``
 section (:class:`metaagent.train.config.OptimConfig` adds the loss knobs of
@@ -21,14 +22,16 @@ It is a pure function of the step, so a resumed run continues the schedule exact
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
-from metaagent.config import Checked
+from metaagent.config import Checked, parse_sections
 from metaagent.learn.recompute import Recompute
+from metaagent.records import DESIGNER, EXECUTOR, ROLES
 
 SCHEDULES = ("constant", "cosine")
 #: verl 0.9's POLICY_LOSS_REGISTRY (bypass_mode needs rollout importance weights: not offered)
@@ -77,10 +80,42 @@ class OptimizerConfig(Checked):
 
 
 @dataclass
+class RoleLoss(Checked):
+    """One role's own loss settings (``optim.per_role.<role>``); an unset (null) field is the shared ``optim``
+    setting. Issue 62: the designer's single-agent scripts are ~2.4x shorter than its team scripts, so
+    ``seq-mean-token-mean`` (every design weighs the same) weighs each of their tokens up; a designer-only
+    ``token-sum`` or ``seq-mean-token-sum-norm`` weighs every token alike without changing the executor's
+    Eq. 2 aggregation."""
+
+    # this role's loss aggregation (metaagent.learn.losses; null: optim.loss_agg_mode). token-sum: verl agg_loss;
+    # seq-mean-token-sum-norm: Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-like training"), sum / a constant
+    loss_agg_mode: Literal[LOSS_AGG_MODES] | None = None
+    # this role's entropy bonus, - coef * agg(entropy) over the role's own samples (verl actor.entropy_coeff;
+    # null: optim.entropy_coef)
+    entropy_coef: NonNegativeFloat | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The fields that are set, by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass
+class PerRoleLoss(Checked):
+    """``optim.per_role``: each role's overrides of the shared loss settings (:class:`RoleLoss`)."""
+
+    designer: RoleLoss = field(default_factory=RoleLoss)  # the designer's samples (scripts)
+    executor: RoleLoss = field(default_factory=RoleLoss)  # the executor's samples (agent calls)
+
+    def __post_init__(self) -> None:
+        parse_sections(self)  # PerRoleLoss(designer={"entropy_coef": 0.01}) parses the mapping like YAML
+        super().__post_init__()
+
+
+@dataclass
 class LossConfig(Checked):
     """PPO-clip settings (paper Eq. 2-3; :mod:`metaagent.learn.losses`). ``clip_low``/``clip_high`` are the
     ``eps`` of Eq. 2 below/above 1; the paper does not state eps, 0.2 is this project's choice (PPO's and
-    verl's default)."""
+    verl's default). ``per_role`` gives a role its own aggregation and entropy bonus (:meth:`for_role`)."""
 
     clip_low: Annotated[float, Field(gt=0, lt=1)] = 0.2  # eps of Eq. 2 below 1 (PPO's and verl's 0.2)
     clip_high: PositiveFloat = 0.2  # eps of Eq. 2 above 1
@@ -96,6 +131,26 @@ class LossConfig(Checked):
     # min(pi_train / pi_rollout, tis_cap) (metaagent.learn.losses.tis_weights); None = off
     tis_cap: Annotated[float, Field(gt=0)] | None = None
     tis_level: Literal["token", "sequence"] = "token"  # per-token ratio, or the whole response's product
+    # each role's own loss_agg_mode / entropy_coef (unset: the shared ones above), e.g.
+    # {designer: {loss_agg_mode: token-sum}}; the local update applies a role's settings to that role's samples
+    per_role: PerRoleLoss = field(default_factory=PerRoleLoss)
+
+    def __post_init__(self) -> None:
+        parse_sections(self)  # LossConfig(per_role={...}): the mapping parsed like YAML
+        super().__post_init__()
+
+    def for_role(self, role: str) -> LossConfig:
+        """The loss settings of ``role``'s samples: these, with ``per_role.<role>``'s set fields instead."""
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; roles are {ROLES}")
+        own = getattr(self.per_role, role).settings()
+        return dataclasses.replace(self, per_role=PerRoleLoss(), **own) if own else self
+
+    def role_differences(self) -> dict[str, tuple[Any, Any]]:
+        """Setting -> (designer's, executor's) for every setting the two roles do not share."""
+        d, e = self.for_role(DESIGNER), self.for_role(EXECUTOR)
+        names = [f.name for f in dataclasses.fields(RoleLoss)]
+        return {n: (getattr(d, n), getattr(e, n)) for n in names if getattr(d, n) != getattr(e, n)}
 
 
 def lr_at(step: int, total_steps: int, cfg: OptimizerConfig) -> float:

@@ -13,6 +13,7 @@ from metaagent.workflow.protocol import DELIVERY_CLOSE
 
 from .adaptive import AdaptiveBudgetConfig
 from .branching import BranchingConfig
+from .prompts import DomainHint
 
 TEMPLATE_SELECTIONS = ("domain", "uniform")
 #: ``sandbox_workers`` of a RolloutConfig that no TrainConfig resolved (the policy's default max_batch_size)
@@ -79,6 +80,8 @@ class RolloutConfig(Checked):
         designer_prompt: "full" (API reference + k templates), "compact" (short API summary, no examples)
             or "auto": the style the designer model was trained on (``metaagent_prompt.json`` in its
             folder, e.g. ``embedded-sft``), else "full". See ``metaagent.rollout.prompts``.
+        domain_hint: the designer prompt's ``Task domain: <domain>.`` sentence: on, off (issue 62: no free
+            domain label to split choices by), or auto (what the designer model records, else on).
         template_selection: "domain" picks templates whose domains include the task's, "uniform" any.
         frozen_designer: a template name or a script path; when set, every design is this frozen script
             (fixed multi-agent system) and no designer sample is produced. ``sa``: each task domain's
@@ -102,6 +105,10 @@ class RolloutConfig(Checked):
     # designer prompt: full (API reference + in-context templates, for teachers and untrained models), compact
     # (a short API summary, no examples, for trained designers), auto (the one the designer model records, else full)
     designer_prompt: Literal["auto", "full", "compact"] = "auto"
+    # the designer prompt's "Task domain: <domain>." sentence: on, off (issue 62: the designer gets no domain
+    # label the task text does not carry, so its choices can differ per task, not per label), auto (what the
+    # designer model records in metaagent_prompt.json, else on)
+    domain_hint: DomainHint = "auto"
     designer: SamplingConfig = field(default_factory=_default_designer_sampling)  # sampling of designer scripts
     executor: SamplingConfig = field(default_factory=_default_executor_sampling)  # sampling of agent replies
     frozen_designer: str | None = None

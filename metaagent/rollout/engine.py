@@ -44,7 +44,12 @@ from metaagent.records import (
     ScriptError,
 )
 from metaagent.rollout.config import RolloutConfig
-from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt, select_templates
+from metaagent.rollout.prompts import (
+    designer_messages,
+    resolve_designer_prompt,
+    resolve_domain_hint,
+    select_templates,
+)
 from metaagent.seeding import derive_seed
 
 
@@ -172,6 +177,8 @@ class RolloutEngine:
             raise ValueError("a designer policy is required unless rollout.frozen_designer is set")
         #: "full" or "compact": the designer prompt style, "auto" resolved from the designer's model folder
         self.designer_prompt = resolve_designer_prompt(self.config.designer_prompt, self.designer)
+        #: whether the designer prompt shows the task's domain ("auto" resolved as the style is)
+        self.domain_hint = resolve_domain_hint(self.config.domain_hint, self.designer)
 
     # ---- public -------------------------------------------------------------------------------------------
 
@@ -288,7 +295,7 @@ class RolloutEngine:
                     cfg.template_selection,
                 )
                 params = (sampling or cfg.designer.params()).replace(seed=s)
-                messages = designer_messages(task, examples, style=style)
+                messages = designer_messages(task, examples, style=style, domain_hint=self.domain_hint)
                 requests.append(ChatRequest(messages, params, role=DESIGNER, affinity=team_affinity(step, b)))
                 shown.append([t.name for t in examples])
         return requests, shown

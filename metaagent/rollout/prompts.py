@@ -8,12 +8,22 @@
 ``auto`` (the rollout default) follows the model: a model folder that holds :data:`PROMPT_FILE` (written by
 ``metaagent-sft`` and shipped with the cold-start adapter) gets the style it was trained on, any other model
 ``full``.
+
+The **domain hint** (``rollout.domain_hint``, issue 62) is the sentence ``Task domain: <domain>.`` of both
+styles: ``on`` shows it, ``off`` leaves it out, so a designer cannot split its choices by a label the task
+text does not carry. ``off`` keeps the domain's answer hint of the ``full`` style (``Domain.answer_hint``: the
+final answer's format, e.g. ``\\boxed{}``; no built-in hint names its domain); the ``compact`` style has none.
+``auto`` follows the model as the style does (:data:`PROMPT_FILE` records both; a file without the key, and
+any other model: ``on``, the prompt every model before the key was trained on).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator
 
 from metaagent.data.tasks import Task
 from metaagent.domain import get_domain
@@ -33,6 +43,21 @@ Reply with the complete script in one ```python block and nothing after it."""
 #: the styles of :func:`designer_messages`; ``auto`` resolves to one of them (:func:`resolve_designer_prompt`)
 DESIGNER_PROMPTS = ("full", "compact")
 DESIGNER_PROMPT_CHOICES = ("auto", *DESIGNER_PROMPTS)
+
+#: the settings of the designer prompt's domain sentence; ``auto`` resolves to one (:func:`resolve_domain_hint`)
+DOMAIN_HINTS = ("on", "off")
+DOMAIN_HINT_CHOICES = ("auto", *DOMAIN_HINTS)
+#: the domain sentence that ``domain_hint: on`` shows (both styles)
+DOMAIN_LINE = "Task domain: {domain}."
+
+
+def _on_off(value: Any) -> Any:
+    """YAML reads a bare ``on`` / ``off`` as true / false: both spellings mean the same setting."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
+
+#: the type of a ``domain_hint`` config field: ``on``, ``off`` (or YAML's true / false) or ``auto``
+DomainHint = Annotated[Literal[DOMAIN_HINT_CHOICES], BeforeValidator(_on_off)]
 
 
 COMPACT_SYSTEM = """\
@@ -66,14 +91,16 @@ def format_template(t) -> str:
 
 
 def designer_messages(
-    task: Task, examples: Sequence, *, api: str | None = None, style: str = "full"
+    task: Task, examples: Sequence, *, api: str | None = None, style: str = "full", domain_hint: bool = True
 ) -> list[dict[str, str]]:
     """Chat messages that ask the designer for a workflow script for ``task``.
 
     ``style`` is one of :data:`DESIGNER_PROMPTS`; ``compact`` shows no examples (``examples`` is ignored).
+    ``domain_hint`` False leaves out :data:`DOMAIN_LINE` (the ``full`` style keeps the domain's answer hint).
     """
+    domain = DOMAIN_LINE.format(domain=task.domain) if domain_hint else ""
     if style == "compact":
-        user = f"Task domain: {task.domain}.\n\nTask:\n{task.question.strip()}"
+        user = "\n\n".join(p for p in (domain, f"Task:\n{task.question.strip()}") if p)
         return [{"role": "system", "content": COMPACT_API}, {"role": "user", "content": user}]
     if style != "full":
         raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPTS}, got {style!r}")
@@ -84,7 +111,8 @@ def designer_messages(
     parts = []
     if examples:
         parts.append("Example workflows:\n\n" + "\n\n".join(format_template(t) for t in examples))
-    parts.append(f"Task domain: {task.domain}. {get_domain(task.domain).answer_hint}".strip())
+    if line := f"{domain} {get_domain(task.domain).answer_hint}".strip():
+        parts.append(line)
     parts.append(f"Task:\n{task.question.strip()}")
     parts.append("Write the workflow script for this task.")
     return [
@@ -93,8 +121,8 @@ def designer_messages(
     ]
 
 
-def trained_designer_prompt(model_dir: str | None) -> str | None:
-    """The designer prompt style recorded in ``model_dir/PROMPT_FILE``, or None (no folder, no file)."""
+def _prompt_record(model_dir: str | None) -> dict | None:
+    """``model_dir/PROMPT_FILE`` as a dict, or None (no folder, no file)."""
     import json
     import os
 
@@ -104,19 +132,34 @@ def trained_designer_prompt(model_dir: str | None) -> str | None:
     if not os.path.isfile(path):
         return None
     with open(path) as f:
-        style = json.load(f).get("designer_prompt")
+        record = json.load(f)
+    return record if isinstance(record, dict) else None
+
+
+def trained_designer_prompt(model_dir: str | None) -> str | None:
+    """The designer prompt style recorded in ``model_dir/PROMPT_FILE``, or None (no folder, no file)."""
+    style = (_prompt_record(model_dir) or {}).get("designer_prompt")
     return style if style in DESIGNER_PROMPTS else None
 
 
-def write_designer_prompt(model_dir, style: str) -> None:
-    """Record in a model folder which designer prompt style it was trained on."""
+def trained_domain_hint(model_dir: str | None) -> bool | None:
+    """Whether the designer recorded in ``model_dir/PROMPT_FILE`` was trained with the domain sentence; None
+    without the file. A file without the key predates it: every such model was trained with the sentence."""
+    record = _prompt_record(model_dir)
+    if record is None:
+        return None
+    return _on_off(record.get("domain_hint", "on")) != "off"
+
+
+def write_designer_prompt(model_dir, style: str, domain_hint: bool = True) -> None:
+    """Record in a model folder which designer prompt it was trained on: the style and the domain hint."""
     import json
     import os
 
     if style not in DESIGNER_PROMPTS:
         raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPTS}, got {style!r}")
     with open(os.path.join(os.fspath(model_dir), PROMPT_FILE), "w") as f:
-        json.dump({"designer_prompt": style}, f)
+        json.dump({"designer_prompt": style, "domain_hint": "on" if domain_hint else "off"}, f)
         f.write("\n")
 
 
@@ -130,11 +173,31 @@ def prompt_style(messages: Sequence[dict[str, str]]) -> str | None:
     return None
 
 
+def prompt_domain_hint(messages: Sequence[dict[str, str]]) -> bool:
+    """Whether these designer messages carry the domain sentence (a paragraph of the user message before the
+    task that starts like :data:`DOMAIN_LINE`)."""
+    user = next((m.get("content", "") for m in messages if m.get("role") == "user"), "")
+    head = DOMAIN_LINE.split("{")[0]
+    for paragraph in user.split("\n\n"):
+        if paragraph.startswith("Task:\n"):
+            return False
+        if paragraph.startswith(head):
+            return True
+    return False
+
+
 def designer_prompt_of_examples(rows: Sequence[dict]) -> str | None:
     """The one designer prompt style of the designer examples among chat-example ``rows`` (None when there
     are none, or they mix styles or use another prompt)."""
     styles = {prompt_style(r["messages"]) for r in rows if r.get("kind") == "designer"}
     return styles.pop() if len(styles) == 1 else None
+
+
+def domain_hint_of_examples(rows: Sequence[dict]) -> bool | None:
+    """Whether the designer examples among ``rows`` carry the domain sentence: True / False when all agree,
+    None when there are none or they mix."""
+    hints = {prompt_domain_hint(r["messages"]) for r in rows if r.get("kind") == "designer"}
+    return hints.pop() if len(hints) == 1 else None
 
 
 def _model_dir(policy) -> str | None:
@@ -155,6 +218,19 @@ def _model_dir(policy) -> str | None:
     return str(model_id) if model_id else None
 
 
+def _designer_folder(policy=None, model: str | None = None) -> str | None:
+    """The designer model's folder: ``model`` (an alias or folder, resolved with
+    ``metaagent.policy.models.resolve_model``), else the folder ``policy``'s designer model was loaded from."""
+    if model is not None:
+        from metaagent.policy.models import resolve_model
+
+        try:
+            return resolve_model(model)
+        except (FileNotFoundError, OSError):
+            return None
+    return _model_dir(policy) if policy is not None else None
+
+
 def resolve_designer_prompt(style: str, policy=None, *, model: str | None = None) -> str:
     """``style`` itself unless it is ``auto``; then the style the designer model was trained on, else ``full``.
 
@@ -165,14 +241,17 @@ def resolve_designer_prompt(style: str, policy=None, *, model: str | None = None
         if style not in DESIGNER_PROMPTS:
             raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPT_CHOICES}, got {style!r}")
         return style
-    folder = None
-    if model is not None:
-        from metaagent.policy.models import resolve_model
+    return trained_designer_prompt(_designer_folder(policy, model)) or "full"
 
-        try:
-            folder = resolve_model(model)
-        except (FileNotFoundError, OSError):
-            folder = None
-    elif policy is not None:
-        folder = _model_dir(policy)
-    return trained_designer_prompt(folder) or "full"
+
+def resolve_domain_hint(hint: str | bool, policy=None, *, model: str | None = None) -> bool:
+    """Whether the designer prompt shows the domain sentence: ``on`` / ``off`` (or True / False) as given;
+    ``auto``: what the designer model was trained with (:func:`trained_domain_hint`), else ``on``. The model
+    is found as in :func:`resolve_designer_prompt`."""
+    hint = _on_off(hint)
+    if hint != "auto":
+        if hint not in DOMAIN_HINTS:
+            raise ValueError(f"domain_hint must be one of {DOMAIN_HINT_CHOICES}, got {hint!r}")
+        return hint == "on"
+    trained = trained_domain_hint(_designer_folder(policy, model))
+    return True if trained is None else trained

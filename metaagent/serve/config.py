@@ -11,6 +11,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 from metaagent.config import Checked, ConfigError
 from metaagent.policy.factory import MODEL_BACKENDS
 from metaagent.rollout.config import SamplingConfig
+from metaagent.rollout.prompts import DomainHint
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
@@ -86,6 +87,8 @@ class ServeConfig(Checked):
         k_templates: in-context templates shown to the designer.
         designer_prompt: "full", "compact" or "auto" (the style the designer model was trained on; see
             ``metaagent.rollout.prompts``).
+        domain_hint: the designer prompt's "Task domain: <domain>." sentence: "on", "off" or "auto" (what the
+            designer model was trained with, ``metaagent_prompt.json`` in its folder; else on).
         designer_sampling / executor_sampling: defaults a request may override.
         judge_max_tokens: length of the judge's reply when ``select="judge"``.
         record: append every team as a RolloutTree (mode "serve") to this JSONL file.
@@ -124,6 +127,7 @@ class ServeConfig(Checked):
     max_tokens_cap: PositiveInt = 4096
     k_templates: NonNegativeInt = 2
     designer_prompt: Literal["auto", "full", "compact"] = "auto"  # auto: the style the designer model records
+    domain_hint: DomainHint = "auto"  # the "Task domain: <domain>." sentence; auto: what the designer model records
     designer_sampling: SamplingConfig = field(default_factory=_default_designer_sampling)
     executor_sampling: SamplingConfig = field(default_factory=_default_executor_sampling)
     judge_max_tokens: PositiveInt = 256

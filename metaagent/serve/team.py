@@ -290,6 +290,7 @@ def _engine(
         n_executions=spec.n_executions,
         k_templates=c.k_templates,
         designer_prompt=c.designer_prompt,
+        domain_hint=c.domain_hint,
         designer=c.designer_sampling,
         executor=c.executor_sampling,
         frozen_designer=c.frozen_designer,

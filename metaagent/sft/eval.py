@@ -19,7 +19,12 @@ from typing import Any
 
 from metaagent.data.tasks import Task
 from metaagent.policy.base import ChatRequest, Policy, SamplingParams
-from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt, select_templates
+from metaagent.rollout.prompts import (
+    designer_messages,
+    resolve_designer_prompt,
+    resolve_domain_hint,
+    select_templates,
+)
 from metaagent.seeding import derive_seed
 
 
@@ -39,6 +44,7 @@ class ValidRate:
     examples: list[str] = field(default_factory=list, repr=False)
     system_prompts: Counter = field(default_factory=Counter)  # agents' system prompts in the valid designs
     designer_prompt: str = ""  # the prompt style the designs were asked with
+    domain_hint: bool = True  # whether the prompts showed the task's domain ("Task domain: <domain>.")
     samples: list[dict[str, Any]] = field(default_factory=list, repr=False)  # one per design: reply, cut, verdict
 
     @property
@@ -84,10 +90,20 @@ class ValidRate:
             "cut_at_max_tokens": self.cut_at_max_tokens,
             "elapsed_s": round(self.elapsed_s, 1),
             "designer_prompt": self.designer_prompt,
+            "domain_hint": "on" if self.domain_hint else "off",
             "agents": self.agents,
             "unique_prompt_share": round(self.unique_prompt_share, 4),
             "top_structure_share": round(self.top_structure_share, 4),
         }
+
+
+def design_slots(n_tasks: int, designs: int) -> list[tuple[int, int]]:
+    """The (task index b, design index i) of each of ``designs`` requests over ``n_tasks`` tasks, in the order
+    of :func:`designer_requests`: M = ceil(designs / n_tasks) a task, the cut spread over all tasks."""
+    m = math.ceil(designs / n_tasks)
+    slots = [(b, i) for b in range(n_tasks) for i in range(m)]
+    order = sorted(range(len(slots)), key=lambda j: (j % m, j // m))  # spread the cut over all tasks
+    return [slots[j] for j in sorted(order[:designs])]
 
 
 def designer_requests(
@@ -100,22 +116,21 @@ def designer_requests(
     sampling: SamplingParams,
     seed: int = 0,
     style: str = "full",
+    domain_hint: bool = True,
 ) -> list[ChatRequest]:
     """``designs`` designer requests over ``tasks``, in the engine's order (task-major, M = ceil(designs/B)),
     each with the engine's seed for its (seed, step=None, task, b, i)."""
     if not tasks:
         raise ValueError("designer_requests needs at least one task")
-    m = math.ceil(designs / len(tasks))
     requests = []
-    for b, task in enumerate(tasks):
-        for i in range(m):
-            s = derive_seed(seed, None, task.id, b, i, "design")
-            k = k_templates if style == "full" else 0
-            shown = select_templates(templates, task, k, random.Random(s), selection)
-            messages = designer_messages(task, shown, style=style)
-            requests.append(ChatRequest(messages, sampling.replace(seed=s), role="designer"))
-    order = sorted(range(len(requests)), key=lambda j: (j % m, j // m))  # spread the cut over all tasks
-    return [requests[j] for j in sorted(order[:designs])]
+    for b, i in design_slots(len(tasks), designs):
+        task = tasks[b]
+        s = derive_seed(seed, None, task.id, b, i, "design")
+        k = k_templates if style == "full" else 0
+        shown = select_templates(templates, task, k, random.Random(s), selection)
+        messages = designer_messages(task, shown, style=style, domain_hint=domain_hint)
+        requests.append(ChatRequest(messages, sampling.replace(seed=s), role="designer"))
+    return requests
 
 
 def designer_valid_rate(
@@ -130,30 +145,38 @@ def designer_valid_rate(
     templates: Sequence | None = None,
     keep_examples: int = 3,
     designer_prompt: str = "auto",
+    domain_hint: str = "auto",
 ) -> ValidRate:
     """Sample ``designs`` designer replies from ``policy`` and count the valid scripts.
 
     ``designer_prompt`` "auto" uses the style the policy's model was trained on (see
-    :func:`metaagent.rollout.prompts.resolve_designer_prompt`)."""
+    :func:`metaagent.rollout.prompts.resolve_designer_prompt`), ``domain_hint`` "auto" the domain sentence
+    setting it was trained with (:func:`~metaagent.rollout.prompts.resolve_domain_hint`); "on" / "off" force it."""
     from metaagent.workflow import analyze_script, check_script, extract_script, load_templates
 
     bank = list(templates) if templates is not None else load_templates()
     sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature)
     style = resolve_designer_prompt(designer_prompt, policy)
+    hint = resolve_domain_hint(domain_hint, policy)
     requests = designer_requests(
-        tasks, designs, templates=bank, k_templates=k_templates, sampling=sampling, seed=seed, style=style
+        tasks, designs, templates=bank, k_templates=k_templates, sampling=sampling, seed=seed, style=style,
+        domain_hint=hint,
     )
     t0 = time.perf_counter()
     completions = policy.generate(requests)
     result = ValidRate(
-        model=policy.model_id, designs=len(completions), valid=0, no_script=0, designer_prompt=style
+        model=policy.model_id, designs=len(completions), valid=0, no_script=0, designer_prompt=style,
+        domain_hint=hint,
     )
     result.elapsed_s = time.perf_counter() - t0
     tokens = 0
-    for c in completions:
+    task_ids = [tasks[b].id for b, _ in design_slots(len(tasks), designs)]
+    for task_id, c in zip(task_ids, completions, strict=True):
         tokens += len(c.response_ids)
         result.cut_at_max_tokens += int(c.finish_reason == "length")
-        sample: dict[str, Any] = {"text": c.text, "tokens": len(c.response_ids), "finish_reason": c.finish_reason}
+        sample: dict[str, Any] = {
+            "task_id": task_id, "text": c.text, "tokens": len(c.response_ids), "finish_reason": c.finish_reason
+        }
         result.samples.append(sample)
         script = extract_script(c.text)
         if script is None:

@@ -64,7 +64,7 @@ from metaagent.errors import MetaAgentError
 from metaagent.learn.optim import SCHEDULES, OptimizerConfig, autocast, lr_at, make_adamw
 from metaagent.records import DESIGNER
 from metaagent.records import ROLES as KINDS  # an example trains the designer or an executor call
-from metaagent.rollout.prompts import designer_prompt_of_examples, write_designer_prompt
+from metaagent.rollout.prompts import designer_prompt_of_examples, domain_hint_of_examples, write_designer_prompt
 
 __all__ = ["SFTConfig", "SFTError", "SFTTrainer", "epoch_order", "lr_at"]
 
@@ -191,6 +191,8 @@ class SFTTrainer:
         rows = read_chat_jsonl(cfg.data)
         #: the designer prompt style of the designer examples (recorded in the saved model), or None
         self.designer_prompt = designer_prompt_of_examples(rows) if DESIGNER in cfg.kinds else None
+        #: False when no designer example shows the task's domain (recorded beside the style; mixed: True)
+        self.domain_hint = domain_hint_of_examples(rows) is not False
         self.samples = build_sft_samples(
             rows,
             self.tokenizer,
@@ -380,7 +382,7 @@ class SFTTrainer:
         )
         if self.designer_prompt:
             for key in models:
-                write_designer_prompt(path / "models" / key, self.designer_prompt)
+                write_designer_prompt(path / "models" / key, self.designer_prompt, self.domain_hint)
         _link(self.run_dir / "model", path / "models" / POLICY_KEY)
         if self.config.lora_rank > 0:
             _link(self.run_dir / "adapter", path / "models" / ADAPTER_KEY)

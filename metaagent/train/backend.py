@@ -91,8 +91,12 @@ class Backend(Protocol):
         """One optimizer step per physical model with samples (Eq. 2-3); ``pairs`` only with
         ``capabilities.preference_pairs``. Returns ``train/*`` metrics."""
 
-    def save(self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str) -> Path:
-        """Write checkpoint ``next_step`` under ``run_dir`` with the loop's ``state``; its folder."""
+    def save(
+        self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str, domain_hint: bool = True
+    ) -> Path:
+        """Write checkpoint ``next_step`` under ``run_dir`` with the loop's ``state``; its folder. The designer
+        prompt it was trained with (``designer_prompt`` style, ``domain_hint``) goes with the models, where
+        ``auto`` of eval and serve reads it (``metaagent.rollout.prompts.write_designer_prompt``)."""
 
     def close(self) -> None:
         """Release the models (and any workers or cluster the backend started)."""

@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveFloat, Posi
 
 from metaagent.config import Checked, ConfigError, load_config, parse_sections, to_dict
 from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
+from metaagent.credit.normalize import NORMALIZE_MODES
 from metaagent.data.files import SOURCE as FILE_SOURCE
 from metaagent.execution.isolation import ExecutionConfig
 from metaagent.learn.optim import (  # noqa: F401
@@ -218,6 +219,9 @@ class AlgoConfig(Checked):
     # (each design alike whatever its executions: unequal N), "auto" (design when rollout.adaptive_budget is on)
     executor_balance: Literal[EXECUTOR_BALANCES] = "auto"
     norm_by_std: bool = True  # divide advantages by the group's reward std (GRPO); false: mean-centred only
+    # a second scale of the step's trained advantages after the estimator's (metaagent.credit.normalize): none;
+    # batch: one std over every sample; role: each role's own std (Dr. MAS, Feng et al. 2026, arXiv 2602.08847, Eq. 5)
+    normalize: Literal[NORMALIZE_MODES] = "none"
     filter_zero_var: bool = False  # mask groups whose rewards are all equal (advantage 0) out of the loss
     # DAPO's dynamic sampling: redraw tasks until the batch holds enough informative groups
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
@@ -250,7 +254,8 @@ class OptimConfig(LossConfig, OptimizerConfig):
     """The ``optim`` section: the one optimizer config (:class:`~metaagent.learn.optim.OptimizerConfig`:
     AdamW, grad clip, micro-batches, LR schedule) and the one loss config
     (:class:`~metaagent.learn.optim.LossConfig`: PPO-clip / GRPO, paper Eq. 2-3), plus what only RL training
-    needs. Every field is a flat YAML key (``optim.lr``, ``optim.clip_low``, ...)."""
+    needs. Every field is a flat YAML key (``optim.lr``, ``optim.clip_low``, ...) except ``per_role``, each role's
+    own aggregation and entropy bonus (``optim.per_role.designer.loss_agg_mode``)."""
 
     # bf16 autocast of the update's forwards (fp32 master weights): "auto" = where the device has bf16 matrix units
     autocast: Literal["auto", "bfloat16"] | None = "auto"

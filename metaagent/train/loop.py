@@ -234,6 +234,11 @@ class TrainLoop:
                 f"algo.estimator={cfg.algo.estimator} with these options needs a critic per model, which the "
                 f"{name} backend does not train; use trainer.backend=local or verl"
             )
+        if stage is not None and cfg.algo.normalize != "none":
+            raise TrainError(
+                f"algo.normalize={cfg.algo.normalize} scales one advantage per sample, but algo.estimator="
+                f"{cfg.algo.estimator} computes per-token advantages; use algo.normalize=none with it"
+            )
         if stage is not None and not can.token_advantages:
             raise TrainError(
                 f"algo.estimator={cfg.algo.estimator} computes per-token advantages, which the {name} backend "
@@ -376,7 +381,11 @@ class TrainLoop:
     def save(self, next_step: int) -> Path:
         """Checkpoint ``next_step``: the backend's models and optimizers, and the loop's state beside them."""
         return self.backend.save(
-            self.run_dir, next_step, state=self._loop_state(next_step), designer_prompt=self.engine.designer_prompt
+            self.run_dir,
+            next_step,
+            state=self._loop_state(next_step),
+            designer_prompt=self.engine.designer_prompt,
+            domain_hint=self.engine.domain_hint,
         )
 
     # ---- the loop ------------------------------------------------------------------------------------------
@@ -436,10 +445,12 @@ class TrainLoop:
             samples = samples(trees, active, credit)            inactive role: not even built; then the token
                                                                 stage (backend's reference / critic pre-pass)
             checks  = backend.check_samples(trees, samples)
+            normalize(samples, algo.normalize)                  none | batch | role (Dr. MAS): the step's scale
             backend.update(samples, active, pairs)              Eq. 2-3 PPO-clip per model (the backend's part)
             log the metrics of every stage
         """
         from metaagent.credit import assign_credit
+        from metaagent.credit.normalize import normalize_advantages
 
         cfg = self.config
         t_start = time.perf_counter()
@@ -459,6 +470,8 @@ class TrainLoop:
                 w.write(tree)
         samples = self._samples(trees, active, credit.turn_advantages)
         checks = self.backend.check_samples(trees, samples, self.credit_options)
+        # after the check: the backends' estimator cross-check compares the estimator's own advantages
+        normalized = normalize_advantages(samples, cfg.algo.normalize, eps=cfg.algo.eps)
         t_update = time.perf_counter()
         if self._stopper is not None:
             self._stopper.update_started()
@@ -476,6 +489,7 @@ class TrainLoop:
             **sampling_metrics,
             **annotation_metrics,
             **credit.metrics,
+            **normalized,
             **checks,
             **samples.metrics,
             **update_metrics,

@@ -440,3 +440,23 @@ def test_client_disconnect_stops_the_teams_model_calls(make_server, auth, stream
         time.sleep(0.02)
     assert service._in_flight == 0 and checker_calls == []
     assert 'metaagent_serve_executions_total{status="error"} 1' in service.metrics.render()
+
+
+@pytest.mark.parametrize("hint", ["on", "off"])
+def test_the_designer_prompt_shows_the_domain_as_configured(make_server, client_for, hint):
+    """``metaagent-serve --domain-hint`` (issue 62) reaches the designer prompt; auto (the default) follows
+    the designer model, which for a scripted model is on."""
+    from metaagent.cli.serve import build_parser, config_from_args
+
+    assert config_from_args(build_parser().parse_args(["--model", "tiny", "--domain-hint", hint])).domain_hint == hint
+    asked = []
+
+    def designer(request):
+        asked.append(request.messages[-1]["content"])
+        return TEAM_SCRIPT
+
+    server = make_server(designer, domain_hint=hint)
+    r = client_for(server).post("/v1/teams", json={"task": "What is 2 + 3?", "execute": False})
+    assert r.status_code == 200, r.text
+    assert len(asked) == 1 and ("Task domain: math." in asked[0]) is (hint == "on")
+    assert "The final answer must be submitted in \\boxed{}.\n\nTask:\nWhat is 2 + 3?" in asked[0]  # full style

@@ -329,21 +329,24 @@ def test_cli_runs_and_reports(tmp_path, data, capsys):
     assert len(err) == 1 and err[0].startswith("metaagent-sft: --data files not found")
 
 
-def test_model_records_the_designer_prompt_it_was_trained_on(tmp_path, data):
+@pytest.mark.parametrize("hint", [True, False], ids=["domain-hint-on", "domain-hint-off"])
+def test_model_records_the_designer_prompt_it_was_trained_on(tmp_path, data, hint):
     from metaagent.data import Task
     from metaagent.policy.models import PROMPT_FILE
-    from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt
+    from metaagent.rollout.prompts import designer_messages, resolve_designer_prompt, resolve_domain_hint
 
     task = Task(id="t", domain="math", question="What is 1 + 1?", answer="2", source="test")
     reply = {"role": "assistant", "content": "```python\nsubmit(task)\n```"}
     compact = [
-        {"messages": [*designer_messages(task, [], style="compact"), reply], "kind": "designer"}
+        {"messages": [*designer_messages(task, [], style="compact", domain_hint=hint), reply], "kind": "designer"}
     ] * 4
     files = [data[0], write(tmp_path / "compact.jsonl", compact)]
     out = SFTTrainer(config(files, tmp_path / "run", max_steps=1, lora_rank=4)).run()
-    assert json.loads((out / PROMPT_FILE).read_text()) == {"designer_prompt": "compact"}
-    assert json.loads((tmp_path / "run" / "adapter" / PROMPT_FILE).read_text()) == {"designer_prompt": "compact"}
+    record = {"designer_prompt": "compact", "domain_hint": "on" if hint else "off"}
+    assert json.loads((out / PROMPT_FILE).read_text()) == record
+    assert json.loads((tmp_path / "run" / "adapter" / PROMPT_FILE).read_text()) == record
     assert resolve_designer_prompt("auto", model=str(out)) == "compact"
+    assert resolve_domain_hint("auto", model=str(out)) is hint
     other = SFTTrainer(config(data, tmp_path / "other", max_steps=1)).run()  # designer rows of another prompt
     assert not (other / PROMPT_FILE).exists()
     assert resolve_designer_prompt("auto", model=str(other)) == "full"

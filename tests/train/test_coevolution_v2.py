@@ -65,6 +65,25 @@ def test_suite_preset_draws_the_families_in_proportion_and_sets_the_sizes():
     assert (overrides["rollout.m_designs"], overrides["rollout.n_executions"], overrides["data.batch_size"]) == ("4", "2", "4")
 
 
+def test_domain_hint_off_sets_the_override_the_eval_flag_and_folders_of_its_own(tmp_path, monkeypatch):
+    """``--domain-hint off`` (issue 62): rollout.domain_hint=off for training, ``--domain-hint off`` for every
+    held-out evaluation (the start model's too), and ``_nohint`` folders; the default adds none of it."""
+    v2 = load_script()
+    oracle = tmp_path / "matrix.json"
+    oracle.write_text(json.dumps(ORACLE))
+    on, _ = v2.parse(["--oracle", str(oracle)])
+    off, _ = v2.parse(["--oracle", str(oracle), "--domain-hint", "off", "--seed", "1"])
+    assert not any("domain_hint" in o for o in on.train_args) and on.runs == "runs/coevolution_v2"
+    assert "rollout.domain_hint=off" in off.train_args
+    assert (off.runs, off.results) == ("runs/coevolution_v2_seed1_nohint", "benchmarks/results/coevolution_v2_seed1_nohint")
+    calls = []
+    monkeypatch.setattr(v2.v1.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    for args in (on, off):
+        v2.v1.evaluate(args, v2.v1.START, benchmarks=("suite_arith:test",), methods=("auto",), out=tmp_path / "e")
+    assert "--domain-hint" not in calls[0]
+    assert calls[1][calls[1].index("--domain-hint") + 1] == "off"
+
+
 def test_oracle_methods_per_family(tmp_path):
     v2 = load_script()
     data = {

@@ -168,3 +168,27 @@ def test_shipped_gpu_configs_turn_vllm_prefix_caching_on(path):
     off = load(path, "verl.enable_prefix_caching=false")
     plan = resolve_plan(off)
     assert not compose_verl_config(off, plan, plan.models[0]).actor_rollout_ref.rollout.enable_prefix_caching
+
+
+def test_per_role_loss_settings_map_to_each_models_actor_where_one_model_trains_one_role():
+    """issue 62: optim.per_role on verl. Separate weights: each actor gets its role's aggregation and entropy
+    bonus (verl computes the entropies it adds); one shared model: the roles must agree, else one line."""
+    cfg = load(PAPER, *SEPARATE, "optim.per_role.designer.loss_agg_mode=token-sum",
+               "optim.per_role.designer.entropy_coef=0.01")  # fmt: skip
+    plan = resolve_plan(cfg)
+    d = metaagent_settings(cfg, plan, plan.model("designer"))
+    e = metaagent_settings(cfg, plan, plan.model("executor"))
+    ar = "actor_rollout_ref.actor"
+    assert (d[f"{ar}.loss_agg_mode"], d[f"{ar}.entropy_coeff"], d[f"{ar}.calculate_entropy"]) == ("token-sum", 0.01, True)
+    assert (e[f"{ar}.loss_agg_mode"], e[f"{ar}.entropy_coeff"], e[f"{ar}.calculate_entropy"]) == (
+        "seq-mean-token-mean", 0.0, False,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="optim.per_role gives one physical model the loss_agg_modes designer: "
+                       "token-sum, executor: seq-mean-token-mean"):  # fmt: skip
+        resolve_plan(load(PAPER, "optim.per_role.designer.loss_agg_mode=token-sum"))
+    shared = load(PAPER, "optim.entropy_coef=0.01", "optim.per_role.designer.loss_agg_mode=seq-mean-token-mean")
+    s = metaagent_settings(shared, resolve_plan(shared), resolve_plan(shared).models[0])
+    assert s[f"{ar}.entropy_coeff"] == 0.01  # the shared entropy bonus is no longer dropped on verl
+    with pytest.raises(ConfigError, match="schedule.mode=coupled"):
+        resolve_plan(load(PAPER, "optim.entropy_coef=0.01", "schedule.mode=coupled"))
+    assert resolve_plan(load(PAPER, "algo.normalize=role")).models  # done on the samples before the update

@@ -69,7 +69,9 @@ class LocalBackend:
         self.models.weights_changed()
         return state
 
-    def save(self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str) -> Path:
+    def save(
+        self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str, domain_hint: bool = True
+    ) -> Path:
         from metaagent.learn.checkpoint import model_path, save_checkpoint
         from metaagent.rollout.prompts import write_designer_prompt
 
@@ -83,7 +85,7 @@ class LocalBackend:
             critics=self.critics,
         )
         for key in self.models.models:  # a checkpoint keeps the designer prompt its designer was trained with
-            write_designer_prompt(model_path(path, key), designer_prompt)
+            write_designer_prompt(model_path(path, key), designer_prompt, domain_hint)
         return path
 
     # ---- the backend's part of a step ----------------------------------------------------------------------

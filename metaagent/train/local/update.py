@@ -6,7 +6,9 @@
    exactly zero gradient and do not count in the loss normaliser (paper §4.1: "gradients from the inactive
    role are masked");
 2. each role's samples form its own group G^r (Eq. 2): ``L = L_D + L_E``, each aggregated over its own
-   role's batch (in ``coupled`` mode both terms are present; otherwise one);
+   role's batch (in ``coupled`` mode both terms are present; otherwise one), with the role's own loss
+   settings (``loss.for_role(r)``: ``optim.per_role.<role>``'s aggregation and entropy bonus, else the
+   shared ones);
 3. a role's samples are split into micro-batches by a padded-token budget
    (:func:`~metaagent.learn.samples.micro_batches`); each micro-batch: chunked log-probs
    (:mod:`~metaagent.learn.logprobs`), verl's policy loss normalised over the role's *whole* batch
@@ -194,8 +196,9 @@ class PolicyUpdater:
     def _device_batch(self, mb: Sequence[Sample]) -> dict[str, torch.Tensor]:
         return {k: v.to(self.device) for k, v in collate(mb, self.options.pad_id).items()}
 
-    def _logprobs(self, data: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        loss = self.loss
+    def _logprobs(
+        self, data: dict[str, torch.Tensor], loss: LossConfig
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         with_entropy = self.options.compute_entropy or loss.entropy_coef > 0
         if self.options.logprob_impl == "naive":
             logp, entropy = naive_response_logprobs(self.model, data, with_entropy=with_entropy)
@@ -242,18 +245,19 @@ class PolicyUpdater:
                 group = [s for s in samples if s.role == role]  # G^r of Eq. 2
                 if not group:
                     continue
+                loss = self.loss.for_role(role)  # optim.per_role.<role> over the shared settings
                 batch = GlobalBatch(
                     num_tokens=sum(len(s.response_ids) for s in group),
                     num_samples=len(group),
                     loss_scale_factor=(
                         max(len(s.response_ids) for s in group)
-                        if self.loss.loss_agg_mode == "seq-mean-token-sum-norm"
+                        if loss.loss_agg_mode == "seq-mean-token-sum-norm"
                         else None
                     ),
                 )
                 for mb in micro_batches(group, self.optim.micro_batch_tokens):
                     n_micro += 1
-                    m, mb_tokens, padded = self._backward(mb, batch)
+                    m, mb_tokens, padded = self._backward(mb, batch, loss)
                     for k, v in m.items():
                         if k in SUMMED_METRICS:
                             sums[k] += v
@@ -276,24 +280,28 @@ class PolicyUpdater:
         )
         return metrics
 
-    def _backward(self, mb: Sequence[Sample], batch: GlobalBatch) -> tuple[dict[str, float], float, float]:
-        """Loss of one micro-batch (its share of ``batch``'s loss) and ``backward()``, in the model context
-        (checkpointed chunks recompute their forward during ``backward()``)."""
+    def _backward(
+        self, mb: Sequence[Sample], batch: GlobalBatch, config: LossConfig
+    ) -> tuple[dict[str, float], float, float]:
+        """Loss of one micro-batch (its share of ``batch``'s loss, with its role's ``config``) and
+        ``backward()``, in the model context (checkpointed chunks recompute their forward during ``backward()``)."""
         with self._model_context():
-            return self._backward_in_context(mb, batch)
+            return self._backward_in_context(mb, batch, config)
 
-    def _backward_in_context(self, mb: Sequence[Sample], batch: GlobalBatch) -> tuple[dict[str, float], float, float]:
+    def _backward_in_context(
+        self, mb: Sequence[Sample], batch: GlobalBatch, config: LossConfig
+    ) -> tuple[dict[str, float], float, float]:
         data = self._device_batch(mb)
         with self._autocast():
             # the reference first: with ref_context it is the policy's own base with its adapters switched off
-            ref_logp = self._reference_logprobs(data) if self.loss.kl_coef > 0 else None
-            logp, entropy = self._logprobs(data)
+            ref_logp = self._reference_logprobs(data) if config.kl_coef > 0 else None
+            logp, entropy = self._logprobs(data, config)
         loss, m = policy_loss(
             logp,
             data["old_log_probs"],
             data["advantages"],
             data["response_mask"],
-            config=self.loss,
+            config=config,
             batch=batch,
             ref_log_probs=ref_logp,
             entropy=entropy,

@@ -38,7 +38,7 @@ from metaagent.train.roles import executor_policy
 
 from .config import VerlConfig
 from .errors import VerlBackendError
-from .plan import Plan, resolve_plan
+from .plan import Plan, model_loss, resolve_plan
 
 
 class VerlBackend:
@@ -159,9 +159,11 @@ class VerlBackend:
 
         return load_verl_checkpoint(path, groups=self.groups)
 
-    def save(self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str) -> Path:
-        """verl's checkpoint of every group, and the loop's ``state``; the designer prompt is not written into
-        it (the local backend's checkpoints carry it)."""
+    def save(
+        self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str, domain_hint: bool = True
+    ) -> Path:
+        """verl's checkpoint of every group, and the loop's ``state``; the designer prompt (style and domain
+        hint) is not written into it (the local backend's checkpoints carry it)."""
         from .checkpoint import save_verl_checkpoint
 
         return save_verl_checkpoint(
@@ -283,7 +285,7 @@ class VerlBackend:
                 dp_size=group.dp_size,
                 pad_id=group.pad_id,
                 advantage_placement=self.verl.advantage_placement,
-                loss_agg_mode=self.config.optim.loss_agg_mode,
+                loss_agg_mode=model_loss(self.config, self.plan.model(key).roles).loss_agg_mode,
             )
             metrics.update({f"verl/{key}/{k.removeprefix('verl/')}": v for k, v in batch.metrics.items()})
             group.free_rollout_memory()

@@ -20,6 +20,7 @@ from typing import Any
 
 from metaagent.config import ConfigError
 from metaagent.credit import get_token_stage
+from metaagent.learn.optim import LossConfig
 from metaagent.train.config import TrainConfig
 from metaagent.train.roles import model_plan
 from metaagent.train.schedule import DESIGNER, EXECUTOR, StageSchedule
@@ -105,6 +106,34 @@ class Plan:
         raise KeyError(f"no physical model {key!r}; models: {[m.key for m in self.models]}")
 
 
+def model_loss(cfg: TrainConfig, roles: tuple[str, ...]) -> LossConfig:
+    """The loss settings of one physical model that trains ``roles`` (route patterns), as its verl actor takes
+    them: verl's actor has one ``loss_agg_mode`` and one ``entropy_coeff``, so ``optim.per_role`` maps when the
+    roles the model trains agree on them (separate weights: each model trains one role); otherwise one line
+    names the setting and the fix. An entropy bonus on a model that trains both roles in one step (``coupled``)
+    is refused too: verl aggregates it over the joint batch, where the local trainer sums each role's own."""
+    trained = sorted({DESIGNER if r == DESIGNER else EXECUTOR for r in roles})
+    loss = cfg.optim.loss()
+    per_role = {r: loss.for_role(r) for r in trained}
+    for name in ("loss_agg_mode", "entropy_coef"):
+        values = {r: getattr(c, name) for r, c in per_role.items()}
+        if len(set(values.values())) > 1:
+            shown = ", ".join(f"{r}: {v}" for r, v in values.items())
+            raise ConfigError(
+                f"optim.per_role gives one physical model the {name}s {shown}, but its verl actor has one "
+                f"{name}; set them equal, train each role on its own model (policy.weights=separate), or use "
+                "trainer.backend=local"
+            )
+    chosen = per_role[trained[0]] if trained else loss
+    if len(trained) > 1 and chosen.entropy_coef > 0 and cfg.schedule.mode == "coupled":
+        raise ConfigError(
+            "optim.entropy_coef > 0 with schedule.mode=coupled on one shared model: verl aggregates the entropy "
+            "bonus over both roles' samples at once, not per role as Eq. 2's L_D + L_E; use policy.weights=separate, "
+            "a stagewise schedule, or trainer.backend=local"
+        )
+    return chosen
+
+
 def needs_critic(cfg: TrainConfig) -> bool:
     """Whether the estimator's token stage needs a critic's values (UnityMAS-O's ``unity`` in ``mode: gae``):
     then every physical model gets a verl critic worker group beside its actor."""
@@ -166,8 +195,11 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
     executor_tokens = cfg.rollout.executor.max_tokens
     response_length = max(designer_tokens, executor_tokens)
     m = 1 if frozen else cfg.rollout.m_designs
+    models = _model_plans(verl, paths, route, resources)
+    for mp in models:  # optim.per_role: each actor's one aggregation and entropy bonus (refused where they differ)
+        model_loss(cfg, mp.roles)
     return Plan(
-        models=_model_plans(verl, paths, route, resources),
+        models=models,
         designer_key=designer_key,
         route=route,
         executor_keys=executor_keys,

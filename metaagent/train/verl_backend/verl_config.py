@@ -20,7 +20,7 @@ from metaagent.policy.models import ALIASES, resolve_model
 from metaagent.train.config import TrainConfig
 
 from .device import critic_device_settings, device_settings
-from .plan import ModelPlan, Plan
+from .plan import ModelPlan, Plan, model_loss
 
 VERL_CONFIG_NAME = "ppo_trainer"
 
@@ -119,6 +119,7 @@ def _trainer_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan, run_dir: s
 def _actor_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[str, Any]:
     """``actor_rollout_ref``'s model, actor (optimizer, PPO loss, micro-batches, FSDP) and ref keys."""
     v, o, ar = plan.verl, cfg.optim, AR
+    loss = model_loss(cfg, model.roles)  # optim.per_role of the roles this model trains (they agree)
     return {
         f"{ar}.hybrid_engine": model.colocated,
         f"{ar}.model.path": model.path,
@@ -140,16 +141,17 @@ def _actor_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[str,
         f"{ar}.actor.clip_ratio": o.clip_low,
         f"{ar}.actor.clip_ratio_low": o.clip_low,
         f"{ar}.actor.clip_ratio_high": o.clip_high,
-        f"{ar}.actor.loss_agg_mode": o.loss_agg_mode,
+        f"{ar}.actor.loss_agg_mode": loss.loss_agg_mode,
         f"{ar}.actor.policy_loss.loss_mode": o.policy_loss,
         # verl always applies dual clip; an unbounded clip_ratio_c switches it off (optim.dual_clip=false)
         f"{ar}.actor.clip_ratio_c": o.clip_ratio_c if o.dual_clip else 1e30,
         # seq-mean-token-sum-norm divides by a constant; the longest allowed response keeps it fixed
         f"{ar}.actor.loss_scale_factor": o.max_response_tokens
-        if o.loss_agg_mode == "seq-mean-token-sum-norm"
+        if loss.loss_agg_mode == "seq-mean-token-sum-norm"
         else None,
-        f"{ar}.actor.entropy_coeff": 0.0,
-        f"{ar}.actor.calculate_entropy": v.calculate_entropy,
+        f"{ar}.actor.entropy_coeff": loss.entropy_coef,
+        # verl's loss adds the entropy bonus only where it computes the entropies
+        f"{ar}.actor.calculate_entropy": v.calculate_entropy or loss.entropy_coef > 0,
         f"{ar}.actor.use_kl_loss": o.kl_coef > 0,
         f"{ar}.actor.kl_loss_coef": o.kl_coef,
         f"{ar}.actor.kl_loss_type": "low_var_kl",
