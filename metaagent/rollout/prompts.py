@@ -66,14 +66,16 @@ def format_template(t) -> str:
 
 
 def designer_messages(
-    task: Task, examples: Sequence, *, api: str | None = None, style: str = "full"
+    task: Task, examples: Sequence, *, api: str | None = None, style: str = "full", budget: str | None = None
 ) -> list[dict[str, str]]:
     """Chat messages that ask the designer for a workflow script for ``task``.
 
     ``style`` is one of :data:`DESIGNER_PROMPTS`; ``compact`` shows no examples (``examples`` is ignored).
+    ``budget`` (``LOW`` / ``HIGH``, :mod:`metaagent.rollout.budget`) adds its line after the task; None: none.
     """
     if style == "compact":
         user = f"Task domain: {task.domain}.\n\nTask:\n{task.question.strip()}"
+        user = _with_budget(user, budget)
         return [{"role": "system", "content": COMPACT_API}, {"role": "user", "content": user}]
     if style != "full":
         raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPTS}, got {style!r}")
@@ -86,11 +88,19 @@ def designer_messages(
         parts.append("Example workflows:\n\n" + "\n\n".join(format_template(t) for t in examples))
     parts.append(f"Task domain: {task.domain}. {get_domain(task.domain).answer_hint}".strip())
     parts.append(f"Task:\n{task.question.strip()}")
+    parts[-1] = _with_budget(parts[-1], budget)
     parts.append("Write the workflow script for this task.")
     return [
         {"role": "system", "content": DESIGNER_SYSTEM.format(api=api.strip() + "\n")},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
+
+
+def _with_budget(text: str, budget: str | None) -> str:
+    """``text`` followed by the budget tag's line (:func:`metaagent.rollout.budget.budget_line`), or as is."""
+    from .budget import budget_line
+
+    return text if budget is None else f"{text}\n\n{budget_line(budget)}"
 
 
 def trained_designer_prompt(model_dir: str | None) -> str | None:

@@ -169,6 +169,8 @@ def credit_options(cfg: TrainConfig) -> dict[str, Any]:
         "executor_unit": a.executor_unit,
         "executor_balance": cfg.executor_balance(),
     }
+    if a.designer_baseline != "group":  # the default passes today's options unchanged (verl's estimators too)
+        common["designer_baseline"] = a.designer_baseline
     if "role_models" in known and cfg.policy.role_models:
         common["role_models"] = dict(cfg.policy.role_models)  # per-model normalisation
     return {**{k: v for k, v in common.items() if k in known}, **dict(a.options)}
@@ -318,6 +320,7 @@ class TrainLoop:
             record_config=cfg.to_dict(),
             observer=observer or RolloutObserver(),
             turn_scorer=self.coach.score_execution if self.coach is not None else None,
+            controls=cfg.algo.designer_baseline == "control",  # the budget-matched single-agent controls
         )
         self.logger = MetricsLogger(
             self.run_dir,
