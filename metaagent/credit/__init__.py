@@ -6,7 +6,7 @@ Two layers:
   ``hierarchical_advantages(rewards) -> (designer_adv, executor_adv)``;
 - record-level estimators registered by name (:mod:`.registry`, :mod:`.assign`):
   ``assign_credit(trees, estimator="hierarchical", **options) -> CreditResult``;
-- the budget-matched single-agent control of the designer's reward (:mod:`.control`, issue 62:
+- the budget-matched single-agent control of the designer's reward (:mod:`.control`:
   ``hierarchical`` with ``designer_baseline="control"``).
 """
 

@@ -149,7 +149,7 @@ def hierarchical_estimator(
     ``executor_unit="call"`` (default, Eq. 6: a trajectory is one agent call) weighs each execution by its
     number of agent calls in the executor statistics; ``"execution"`` counts each execution once.
     ``executor_balance="design"`` weighs each design of a question alike in its executor group (unequal
-    executions per design under ``rollout.adaptive_budget``). ``designer_baseline="control"`` (issue 62,
+    executions per design under ``rollout.adaptive_budget``). ``designer_baseline="control"`` (
     :mod:`metaagent.credit.control`): the designer group compares ``D_i = Rbar_i - C(k_i)``, each design's
     reward minus the budget-matched single agent's in ``tree.control``; executor advantages are unchanged.
     """

@@ -1,4 +1,4 @@
-"""Budget-matched control credit (issue 62; docs/concepts/credit.md has the equations and a worked example).
+"""Budget-matched control credit (docs/concepts/credit.md has the equations and a worked example).
 
 With ``algo.designer_baseline: control`` each question's tree carries a single-agent control
 (:class:`~metaagent.records.Control`: ``K`` executions of the domain's ``sa`` script, run by the rollout engine)

@@ -196,7 +196,7 @@ def hierarchical_credit(
             of advantage 0; counted in ``filtered_designs`` / ``filtered_executions``.
         calls: optional agent calls per execution (integers >= 0), the shape of ``rewards``.
         executor_balance: "member" (Eq. 6: every member alike) or "design" (every design alike).
-        controls: optional control reward per design (M,), the designer's baseline of issue 62.
+        controls: optional control reward per design (M,), the budget-matched control's.
 
     Returns:
         :class:`MatrixCredit`; ``designer`` has M entries, ``executor`` the shape of ``rewards``.

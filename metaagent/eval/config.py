@@ -111,7 +111,7 @@ class EvalConfig(Checked):
     # designer prompt style; auto: the one the designer model was trained on, else full
     designer_prompt: Literal["auto", "full", "compact"] = "auto"
     timeout_s: PositiveFloat = 120.0  # wall-clock limit of one execution
-    # the designer prompt's budget tag of every task (issue 62: LOW or HIGH); LOW also caps every execution's
+    # the designer prompt's budget tag of every task (LOW or HIGH); LOW also caps every execution's
     # agent calls at --low-max-calls, for every method (metaagent.rollout.budget); null: no tag, no cap
     budget: Literal[BUDGET_TAGS] | None = None
     low_max_calls: PositiveInt = DEFAULT_LOW_MAX_CALLS  # --budget LOW: most agent calls of one execution

@@ -1,4 +1,4 @@
-"""The budget tag (issue 62): one designer serves two budgets, ``LOW`` and ``HIGH``.
+"""The budget tag: one designer serves two budgets, ``LOW`` and ``HIGH``.
 
 The tag is a line of the designer prompt (:func:`budget_line`, shown by
 :func:`metaagent.rollout.prompts.designer_messages`) and a cap on the executions of every design of the
@@ -31,7 +31,7 @@ LOW, HIGH = "LOW", "HIGH"
 #: the budget tags, in one place (configs, prompts, CLI choices)
 BUDGET_TAGS = (LOW, HIGH)
 #: the default cap of a LOW execution's agent calls: the largest whole number of calls per execution that keeps
-#: every LOW task at or below issue 62's goal of 1.5 executor calls per task whatever the designer writes
+#: every LOW task at or below a goal of 1.5 executor calls per task whatever the designer writes
 DEFAULT_LOW_MAX_CALLS = 1
 
 #: the designer prompt's line per tag
@@ -51,7 +51,7 @@ class BudgetConfig(Checked):
     tags: list[Literal[BUDGET_TAGS]] = field(default_factory=list)
     # each tag's probability, in the order of tags (they must sum to 1); [] = every tag alike
     probs: list[Annotated[float, Field(ge=0, le=1)]] = field(default_factory=list)
-    # most agent calls of one execution under LOW; 1: every LOW task stays within 1.5 calls (issue 62's goal)
+    # most agent calls of one execution under LOW (default 1: every LOW task stays within 1.5 calls a task)
     low_max_calls: PositiveInt = DEFAULT_LOW_MAX_CALLS
 
     def __post_init__(self) -> None:

@@ -12,7 +12,7 @@ Training rollouts (``mode="train"``, no adaptive budget) with a continuous-batch
 and a design's N executions start as soon as that design is generated and checked, so the remaining designs
 and the first agent calls decode in one batch. Other rollouts run the stages one after the other.
 
-Two options of issue 62: ``controls`` (``algo.designer_baseline: control``) runs, after a training tree's
+Two options credit one agent at a design's budget: ``controls`` (``algo.designer_baseline: control``) runs, after a training tree's
 executions, its budget-matched single-agent control (:meth:`RolloutEngine.run_controls`, recorded in
 ``RolloutTree.control``, never trained on); the budget tag (``rollout.budget``, or ``budget_tag`` for every
 tree) goes into each designer prompt and caps the agent calls of every execution under ``LOW``
@@ -305,7 +305,7 @@ class RolloutEngine:
         seed: int = 0,
         executor_sampling: SamplingParams | None = None,
     ) -> None:
-        """The budget-matched single-agent control of every tree (issue 62, :mod:`metaagent.credit.control`),
+        """The budget-matched single-agent control of every tree (:mod:`metaagent.credit.control`),
         run after its designs' executions and written to ``tree.control``.
 
         A tree whose designs need the budgets ``k_i`` (agent calls per execution, mean rounded up, at least 1)

@@ -90,7 +90,6 @@ class ServeConfig(Checked):
         designer_sampling / executor_sampling: defaults a request may override.
         judge_max_tokens: length of the judge's reply when ``select="judge"``.
         budget: the budget tag (LOW / HIGH) of every team's designer prompt; LOW also caps agent calls.
-            (Issue 62: a designer trained with ``rollout.budget.tags``; ``metaagent.rollout.budget``.)
         low_max_calls: ``--budget LOW``: most agent calls of one execution (``metaagent.rollout.budget``).
         record: append every team as a RolloutTree (mode "serve") to this JSONL file.
         graceful_timeout_s: how long shutdown waits for requests in flight.

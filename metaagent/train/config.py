@@ -220,7 +220,7 @@ class AlgoConfig(Checked):
     executor_balance: Literal[EXECUTOR_BALANCES] = "auto"
     norm_by_std: bool = True  # divide advantages by the group's reward std (GRPO); false: mean-centred only
     filter_zero_var: bool = False  # mask groups whose rewards are all equal (advantage 0) out of the loss
-    # what a design's reward is measured against (issue 62; docs/concepts/credit.md): "group" (Eq. 5, the
+    # what a design's reward is measured against (docs/concepts/credit.md): "group" (Eq. 5, the
     # question's designs) or "control": each tree also runs one agent at each design's budget (k = its mean agent
     # calls per execution, rounded up; majority vote / first passing the public tests) and the designer's reward
     # is the design's minus the control's (hierarchical estimator; executor advantages unchanged)
