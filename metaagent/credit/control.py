@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from metaagent.records import Control, Design, RolloutTree
-from metaagent.rewards.selection import choose
 
 from .groups import CreditError
 
@@ -65,6 +64,8 @@ def control_value(
             f"a control at budget k={k} needs k executions, the control has {len(marks)}; the rollout engine runs "
             "K = the largest budget of the question's designs (RolloutEngine(controls=True))"
         )
+    from metaagent.rewards.selection import choose  # (imported here: credit stays light to import)
+
     try:
         index, error = choose(rule, marks[:k])
     except ValueError as e:

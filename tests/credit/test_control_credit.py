@@ -167,3 +167,13 @@ def test_controls_survive_the_record_round_trip():
     assert back == tree and back.control.marks == ["41", "42", "42"]
     assert all(t.synthetic for e in back.control.executions for t in e.turns)
     assert control_baselines(back) == control_baselines(tree)
+
+
+def test_dynamic_sampling_judges_the_designer_group_on_d():
+    """Equal design rewards at different budgets: zero variance for Eq. 5, informative against the control."""
+    from metaagent.train.dynamic_sampling import informative_groups
+
+    tree = make_tree([[1.0, 1.0], [1.0, 1.0]], "q", calls=[[1, 1], [3, 3]], roles=("S",))
+    assert informative_groups(tree)["designer"] == 0
+    tree.control = make_control(["1", "2", "2"], [0.0, 1.0, 1.0])  # C(1) = 0, C(3) = 1: D = (1, 0)
+    assert informative_groups(tree)["designer"] == 1
