@@ -323,7 +323,13 @@ class RolloutEngine:
         jobs: list[_Job] = []
         for t, tree in enumerate(trees):
             task = Task.coerce(tree.task)
-            holder = self._frozen_design(solo, task.domain)
+            try:
+                holder = self._frozen_design(solo, task.domain)
+            except ValueError as e:
+                raise ValueError(
+                    f"algo.designer_baseline=control runs one agent per task, but {e}; train this domain with "
+                    "algo.designer_baseline=group"
+                ) from None
             holder.index, holder.source = CONTROL_DESIGN, "control:sa"
             for j in range(control_size(tree.designs)):
                 s = derive_seed(seed, step, task.id, t, "control", j)

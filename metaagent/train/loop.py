@@ -273,6 +273,13 @@ class TrainLoop:
         if not self.train_tasks:
             raise TrainError("data.train yielded no tasks; check the dataset specs in the config")
         mix = batch_mix(cfg, self.train_tasks)
+        if cfg.algo.designer_baseline == "control":
+            solo = sorted({t.domain for t in self.train_tasks if get_domain(t.domain).solo_script is None})
+            if solo:
+                raise TrainError(
+                    f"algo.designer_baseline=control runs one agent per task, but domain(s) {solo} have no "
+                    "single-agent script (Domain.solo_script); use algo.designer_baseline=group"
+                )
         self.isolation = _isolation_for_training(cfg, self.train_tasks)
         self.val_tasks = load_tasks(cfg.data.val)[: cfg.trainer.val_tasks] if cfg.trainer.val_every else []
         self.sampler = MixtureSampler(

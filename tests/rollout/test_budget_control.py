@@ -185,3 +185,14 @@ def test_the_control_is_seeded_like_every_execution(pool):
     assert seeds == [e.seed for e in b.control.executions] and len(set(seeds)) == 3
     assert seeds[0] == derive_seed(1, 0, "m1", 0, "control", 0)
     assert a.control.marks == b.control.marks
+
+
+def test_a_domain_without_a_single_agent_script_says_so(pool):
+    qa = Task(id="q1", domain="qa", question="Who wrote Hamlet?", answer="Shakespeare", source="test")
+    cfg = RolloutConfig(m_designs=1, n_executions=1, k_templates=0)
+    engine = RolloutEngine(
+        ScriptedPolicy(lambda r: f"```python\n{SOLO}\n```"), ScriptedPolicy(lambda r: "<delivery>x</delivery>"),
+        cfg, pool=pool, controls=True,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="designer_baseline=control runs one agent per task, but domain 'qa'"):
+        engine.rollout([qa], step=0, seed=1)
