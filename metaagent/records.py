@@ -345,6 +345,31 @@ class Design(_Record):
 
 
 @dataclass
+class Control(_Record):
+    """The budget-matched single-agent control of one question (``algo.designer_baseline: control``; the
+    equations are in docs/concepts/credit.md): ``K`` executions of the task domain's single-agent script (eval's
+    ``sa``), where ``K`` is the largest budget any design of the tree needs. The control at budget ``k <= K`` is
+    the one execution that ``select`` keeps among the first ``k`` (:func:`metaagent.rewards.selection.choose` of
+    ``marks[:k]``), so every design of the question shares this one run. Every turn of these executions is
+    ``synthetic``: recorded and replayable, never a training sample."""
+
+    script: str  # the single-agent script that ran (Domain.solo_script)
+    select: str  # the selection rule (metaagent.rewards.selection.SELECTION_RULES): majority | public_tests
+    # per execution: its vote key (majority; None: no answer) or whether its program passed the public tests
+    # (public_tests; None: the tests could not be run)
+    marks: list[Any] = field(default_factory=list)
+    executions: list[Execution] = field(default_factory=list)
+    source: str = "control:sa"
+    _nested: ClassVar[dict[str, type]] = {"executions": Execution}
+
+    def __post_init__(self) -> None:
+        if len(self.marks) != len(self.executions):
+            raise SchemaError(
+                f"Control: {len(self.executions)} executions need one selection mark each (got {len(self.marks)})"
+            )
+
+
+@dataclass
 class RolloutTree(_Record):
     """All designs and executions of one task in one rollout, with what is needed to replay it."""
 
@@ -360,7 +385,10 @@ class RolloutTree(_Record):
     created_at: float = field(default_factory=time.time)
     schema_version: int = SCHEMA_VERSION
     config_hash: str = ""
-    _nested: ClassVar[dict[str, type]] = {"designs": Design}
+    # the designer prompt's budget tag (metaagent.rollout.budget.BUDGET_TAGS); None: no tag shown
+    budget: str | None = None
+    control: Control | None = None  # the budget-matched single-agent control (algo.designer_baseline: control)
+    _nested: ClassVar[dict[str, type]] = {"designs": Design, "control": Control}
 
     def __post_init__(self) -> None:
         if not self.config_hash:

@@ -23,6 +23,7 @@ from typing import Any
 from metaagent.records import (
     AgentTurn,
     CheckReport,
+    Control,
     Design,
     DesignerSample,
     Execution,
@@ -202,14 +203,15 @@ def _reward(x: Any) -> RewardRecord | None:
 
 
 def make_tree(
-    rows, task_id: str = "t", *, seed: int = 0, turns: int = 2, roles=("Solver", "Verifier")
+    rows, task_id: str = "t", *, seed: int = 0, turns: int = 2, roles=("Solver", "Verifier"), calls=None
 ) -> RolloutTree:
     """A rollout tree from a reward matrix; designs and agent turns carry random token ids and log-probs.
 
     ``rows[i]`` are the rewards of design i's executions: ``[]`` is an invalid design, a row ``None`` a valid
     design that was never executed; an entry ``None``/``ERR`` is a reward that could not be computed,
     ``MISSING`` an execution without a reward record, ``NO_TURNS`` reward 1.0 without an agent call. Turn
-    ``k`` of an execution is played by ``roles[k % len(roles)]``.
+    ``k`` of an execution is played by ``roles[k % len(roles)]``; every execution has ``turns`` agent turns, or
+    ``calls[i][j]`` when ``calls`` (the shape of ``rows``) is given.
     """
     rng = random.Random(seed)
     designs = []
@@ -232,10 +234,23 @@ def make_tree(
             if x is NO_TURNS:
                 execs.append(Execution(j, "ok", turns=[], reward=RewardRecord(1.0, 1.0, 0.0)))
                 continue
-            agent_turns = [_turn(k, roles[k % len(roles)], rng) for k in range(turns)]
+            n_turns = turns if calls is None else calls[i][j]
+            agent_turns = [_turn(k, roles[k % len(roles)], rng) for k in range(n_turns)]
             execs.append(Execution(j, "ok", turns=agent_turns, reward=_reward(x)))
         designs.append(Design(i, "designer", sample, "print(1)", CheckReport(True), executions=execs))
     return RolloutTree("run", {"id": task_id, "domain": "math"}, seed, {}, {"designer": "m"}, designs=designs)
+
+
+def make_control(marks, rewards, select: str = "majority", seed: int = 0) -> Control:
+    """A budget-matched control (``RolloutTree.control``): one single-agent execution per mark, with one synthetic
+    agent turn each and reward ``rewards[j]`` (``None``/``ERR``: not computable)."""
+    rng = random.Random(seed)
+    executions = []
+    for j, x in enumerate(rewards):
+        turn = _turn(0, "Assistant", rng)
+        turn.synthetic = True
+        executions.append(Execution(j, "ok", answer=f"answer {j}", submitted=True, turns=[turn], reward=_reward(x)))
+    return Control(script="submit(Agent('A', 'x')(task))", select=select, marks=list(marks), executions=executions)
 
 
 def mixed_trees() -> list[RolloutTree]:

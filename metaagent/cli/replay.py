@@ -6,6 +6,7 @@
     metaagent-replay RUN_A --compare RUN_B [--task ID] [--level pattern]
     metaagent-replay RUN --html report.html [--compare RUN_B]
     metaagent-replay RUN --task ID --rerun --model tiny [--design i] [--execution j]
+    metaagent-replay RUN --task ID --control [--rerun --model tiny --execution j]
 
 RUN is a run directory (all ``rollouts/**/*.jsonl``) or one or more rollout record files. Unreadable lines
 (a run still writing, corrupt or newer-schema lines) are listed on stderr and skipped.
@@ -43,6 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sel.add_argument("--design", type=int, metavar="I", help="only this design (index)")
     sel.add_argument("--execution", type=int, metavar="J", help="only this execution (index) of each design")
+    sel.add_argument(
+        "--control",
+        action="store_true",
+        help="the task's budget-matched single-agent control (algo.designer_baseline: control) instead of its "
+        "designs; with --rerun: re-execute the control's execution --execution",
+    )
     sel.add_argument(
         "--kind", metavar="K", help="only records of this kind: train, val, eval, fixed, serve, ..."
     )
@@ -93,6 +100,10 @@ def _check_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         p.error("--model is only used with --rerun")
     if a.rerun and a.compare:
         p.error("--rerun and --compare cannot be combined")
+    if a.control and not a.task:
+        p.error("--control needs --task ID")
+    if a.control and a.design is not None:
+        p.error("--control shows the control, not a design: drop --design")
     if a.html_tasks < 1:
         p.error("--html-tasks must be >= 1")
     if not 0 < a.threshold <= 1:
@@ -172,6 +183,7 @@ def _act(args: argparse.Namespace, run_a: Any, run_b: Any, out: Any, err: Any) -
             backend=args.backend,
             model_key=args.model_key,
             sampling=overrides,
+            control=args.control,
         )
         _dump(res.to_dict()) if args.json else show.print_rerun(res, out, args.full)
         return EXIT_OK
@@ -212,7 +224,9 @@ def _act(args: argparse.Namespace, run_a: Any, run_b: Any, out: Any, err: Any) -
         refs = run_a.select(args.task, step=args.step, kind=args.kind)
         data["trees"] = [r.tree.to_dict() for r in refs]
         if not args.json:
-            show.print_task(refs, out, design=args.design, execution=args.execution, full=args.full)
+            show.print_task(
+                refs, out, design=args.design, execution=args.execution, full=args.full, control=args.control
+            )
     elif not args.stats:
         data["tasks"] = run_a.task_ids()
         if not args.json:

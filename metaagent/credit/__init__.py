@@ -5,7 +5,9 @@ Two layers:
 - pure array math, one question at a time (:mod:`.groups`, :mod:`.matrix`):
   ``hierarchical_advantages(rewards) -> (designer_adv, executor_adv)``;
 - record-level estimators registered by name (:mod:`.registry`, :mod:`.assign`):
-  ``assign_credit(trees, estimator="hierarchical", **options) -> CreditResult``.
+  ``assign_credit(trees, estimator="hierarchical", **options) -> CreditResult``;
+- the budget-matched single-agent control of the designer's reward (:mod:`.control`:
+  ``hierarchical`` with ``designer_baseline="control"``).
 """
 
 from .assign import (
@@ -19,6 +21,7 @@ from .assign import (
     fill_design_rewards,
     reward_matrix,
 )
+from .control import DESIGNER_BASELINES, control_baselines, control_budget, control_size, control_value, design_budget
 from .groups import DEFAULT_EPS, CreditError, GroupResult, group_advantages
 from .matrix import (
     EXECUTOR_GROUPS,
@@ -40,6 +43,7 @@ from . import unity as _unity  # noqa: E402,F401  (registers the "unity" estimat
 __all__ = [
     "COUNTERS",
     "DEFAULT_EPS",
+    "DESIGNER_BASELINES",
     "EXECUTOR_GROUPS",
     "EXECUTOR_UNITS",
     "CreditError",
@@ -52,6 +56,11 @@ __all__ = [
     "assign_credit",
     "check_options",
     "call_matrix",
+    "control_baselines",
+    "control_budget",
+    "control_size",
+    "control_value",
+    "design_budget",
     "design_reward",
     "design_row",
     "estimator_options",

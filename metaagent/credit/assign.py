@@ -16,8 +16,9 @@ import numpy as np
 
 from metaagent.records import Execution, RolloutTree
 
+from .control import DESIGNER_BASELINES, control_baselines
 from .groups import DEFAULT_EPS, CreditError
-from .matrix import EXECUTOR_UNITS, MatrixCredit, Row, design_reward, flat_credit, hierarchical_credit
+from .matrix import D_DECIMALS, EXECUTOR_UNITS, MatrixCredit, Row, design_reward, flat_credit, hierarchical_credit
 from .registry import check_options, get_estimator, register_estimator
 
 #: counters summed over trees into ``credit/<name>`` metrics (always present, 0 when nothing happened)
@@ -54,6 +55,8 @@ class TreeCredit:
     turns: dict[tuple[int, int, int], float] = field(default_factory=dict)
     candidates: dict[tuple[int, int, int, int], float | None] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
+    # designer_baseline=control: each design's (budget k_i, control reward C(k_i)) (metaagent.credit.control)
+    controls: dict[int, tuple[int, float | None]] = field(default_factory=dict)
 
     @classmethod
     def from_matrix(cls, mc: MatrixCredit) -> TreeCredit:
@@ -139,18 +142,25 @@ def hierarchical_estimator(
     filter_zero_var: bool = False,
     executor_unit: str = "call",
     executor_balance: str = "member",
+    designer_baseline: str = "group",
 ) -> list[TreeCredit]:
     """Paper Eq. 4-7 per tree (question); see :func:`metaagent.credit.matrix.hierarchical_credit`.
 
     ``executor_unit="call"`` (default, Eq. 6: a trajectory is one agent call) weighs each execution by its
     number of agent calls in the executor statistics; ``"execution"`` counts each execution once.
     ``executor_balance="design"`` weighs each design of a question alike in its executor group (unequal
-    executions per design under ``rollout.adaptive_budget``).
+    executions per design under ``rollout.adaptive_budget``). ``designer_baseline="control"`` (
+    :mod:`metaagent.credit.control`): the designer group compares ``D_i = Rbar_i - C(k_i)``, each design's
+    reward minus the budget-matched single agent's in ``tree.control``; executor advantages are unchanged.
     """
     if executor_unit not in EXECUTOR_UNITS:
         raise CreditError(f"executor_unit must be one of {EXECUTOR_UNITS}, got {executor_unit!r}")
-    return [
-        TreeCredit.from_matrix(
+    if designer_baseline not in DESIGNER_BASELINES:
+        raise CreditError(f"designer_baseline must be one of {DESIGNER_BASELINES}, got {designer_baseline!r}")
+    out = []
+    for t in trees:
+        controls = control_baselines(t) if designer_baseline == "control" else None
+        credit = TreeCredit.from_matrix(
             hierarchical_credit(
                 reward_matrix(t),
                 eps=eps,
@@ -159,10 +169,14 @@ def hierarchical_estimator(
                 filter_zero_var=filter_zero_var,
                 calls=call_matrix(t) if executor_unit == "call" else None,
                 executor_balance=executor_balance,
+                controls=None if controls is None else [c for _, c in controls],
             )
         )
-        for t in trees
-    ]
+        if controls is not None:
+            credit.controls = dict(enumerate(controls))
+            credit.counts["control_errors"] += 0  # always reported under this baseline
+        out.append(credit)
+    return out
 
 
 @register_estimator("flat")
@@ -224,6 +238,9 @@ def assign_credit(trees: list[RolloutTree], estimator: str = "hierarchical", **o
     Metrics (``credit/...``): every counter in :data:`COUNTERS`, the totals ``groups``,
     ``zero_var_groups``, ``singleton_groups``, and ``count/mean/std/min/max`` of ``designer_adv``,
     ``executor_adv``, ``design_reward`` and ``execution_reward`` (mean/std/min/max only when count > 0).
+    With the control baseline (``designer_baseline="control"``): ``control_reward`` (the mean of the designs'
+    ``C(k_i)``), ``design_minus_control`` (the mean of ``D_i = Rbar_i - C(k_i)``, with its count/std/min/max)
+    and the counter ``control_errors``; 0 when no design has a control reward.
     """
     if not isinstance(trees, Sequence) or any(not isinstance(t, RolloutTree) for t in trees):
         raise CreditError("assign_credit needs a list of RolloutTree records (read them with read_trees)")
@@ -238,6 +255,8 @@ def assign_credit(trees: list[RolloutTree], estimator: str = "hierarchical", **o
     executor_adv: list[float] = []
     design_rewards: list[float] = []
     execution_rewards: list[float] = []
+    control_rewards: list[float] = []
+    design_minus_control: list[float] = []
     for t, (tree, c) in enumerate(zip(trees, credits)):
         if not isinstance(c, TreeCredit):
             raise CreditError(
@@ -253,6 +272,11 @@ def assign_credit(trees: list[RolloutTree], estimator: str = "hierarchical", **o
                 designer_adv.append(d.advantage)
             if d.reward is not None:
                 design_rewards.append(d.reward)
+            control = c.controls.get(i, (0, None))[1]
+            if control is not None:
+                control_rewards.append(control)
+                if d.reward is not None:
+                    design_minus_control.append(round(d.reward - control, D_DECIMALS))
             for j, e in enumerate(d.executions):
                 e.advantage = c.executor.get((i, j))
                 if e.advantage is not None:
@@ -279,4 +303,8 @@ def assign_credit(trees: list[RolloutTree], estimator: str = "hierarchical", **o
     _stats("credit/executor_adv", executor_adv, metrics)
     _stats("credit/design_reward", design_rewards, metrics)
     _stats("credit/execution_reward", execution_rewards, metrics)
+    if any(c.controls for c in credits):  # designer_baseline=control (metaagent.credit.control)
+        metrics["credit/control_reward"] = float(np.mean(control_rewards)) if control_rewards else 0.0
+        metrics["credit/design_minus_control"] = float(np.mean(design_minus_control)) if design_minus_control else 0.0
+        _stats("credit/design_minus_control", design_minus_control, metrics)
     return CreditResult(estimator, list(trees), list(credits), metrics)

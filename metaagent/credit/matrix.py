@@ -23,6 +23,9 @@ from metaagent.records import DESIGNER, EXECUTOR
 
 from .groups import DEFAULT_EPS, CreditError, GroupResult, check_reward, group_advantages
 
+#: D_i = Rbar_i - C_i is rounded to this many decimals, so that float noise does not split designs that tie
+D_DECIMALS = 12
+
 EXECUTOR_GROUPS = ("question", "design")
 #: what one member of an executor group is: an agent call (Eq. 6: a trajectory is one (c_i, o_i) pair) or
 #: a whole execution (each execution counts once, however many calls it made)
@@ -159,11 +162,16 @@ def hierarchical_credit(
     filter_zero_var: bool = False,
     calls: Sequence[Row] | None = None,
     executor_balance: str = "member",
+    controls: Sequence[float | None] | None = None,
 ) -> MatrixCredit:
     """Hierarchical credit (paper Eq. 4-7) of one question's M x N reward matrix.
 
     Designer (Eq. 4-5): ``A^D_i = (Rbar_i - mean_M) / (std_M + eps)`` over the M design rewards
     ``Rbar_i = mean_j R_ij`` (0 for invalid designs; designs without a computable reward are left out).
+    With ``controls`` (shape (M,): the budget-matched control's reward ``C_i`` of each design,
+    :mod:`metaagent.credit.control`) the designer group is over ``D_i = Rbar_i - C_i`` instead (rounded to
+    ``D_DECIMALS``); a design whose ``C_i`` is None is left out of it and counted in ``control_errors``.
+    ``design_rewards`` stay ``Rbar_i``.
 
     Executor (Eq. 6-7): ``A^E_ij = (R_ij - mean) / (std + eps)`` over all computable executions of the
     question (``executor_group="question"``, the paper) or over the N executions of each design
@@ -188,6 +196,7 @@ def hierarchical_credit(
             of advantage 0; counted in ``filtered_designs`` / ``filtered_executions``.
         calls: optional agent calls per execution (integers >= 0), the shape of ``rewards``.
         executor_balance: "member" (Eq. 6: every member alike) or "design" (every design alike).
+        controls: optional control reward per design (M,), the budget-matched control's.
 
     Returns:
         :class:`MatrixCredit`; ``designer`` has M entries, ``executor`` the shape of ``rewards``.
@@ -197,9 +206,10 @@ def hierarchical_credit(
     counts: Counter[str] = Counter()
     design_rewards = _design_rewards(rows, counts)
     designer: list[float | None] = [None] * len(rows)
-    members = [i for i, r in enumerate(design_rewards) if r is not None]
+    scores = _designer_scores(design_rewards, controls, counts)
+    members = [i for i, r in enumerate(scores) if r is not None]
     if members:
-        res = group_advantages([design_rewards[i] for i in members], eps=eps, norm_by_std=norm_by_std)
+        res = group_advantages([scores[i] for i in members], eps=eps, norm_by_std=norm_by_std)
         _count_group(res, DESIGNER, counts)
         for i, a in zip(members, res.advantages):
             if filter_zero_var and res.degenerate:
@@ -228,6 +238,23 @@ def hierarchical_credit(
             else:
                 executor[i][j] = a  # type: ignore[index]
     return MatrixCredit(design_rewards, designer, executor, counts)
+
+
+def _designer_scores(
+    design_rewards: list[float | None], controls: Sequence[float | None] | None, counts: Counter[str]
+) -> list[float | None]:
+    """What the designer group of Eq. 5 compares: ``Rbar_i``, or ``D_i = Rbar_i - C_i`` with ``controls``."""
+    if controls is None:
+        return design_rewards
+    if isinstance(controls, (str, bytes)) or not isinstance(controls, Sequence) or len(controls) != len(design_rewards):
+        raise CreditError(f"controls must hold one control reward per design ({len(design_rewards)}), got {controls!r}")
+    out: list[float | None] = []
+    for i, (r, c) in enumerate(zip(design_rewards, controls)):
+        c = None if c is None else check_reward(c, f"controls[{i}]")
+        if r is not None and c is None:
+            counts["control_errors"] += 1
+        out.append(None if r is None or c is None else round(r - c, D_DECIMALS))
+    return out
 
 
 def _executor_groups(

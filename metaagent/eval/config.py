@@ -10,6 +10,7 @@ from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, from_dict
 from metaagent.policy.factory import MODEL_BACKENDS
+from metaagent.rollout.budget import BUDGET_TAGS, DEFAULT_LOW_MAX_CALLS
 from metaagent.rollout.config import auto_sandbox_workers
 from metaagent.rollout.prompts import DomainHint
 
@@ -33,6 +34,8 @@ IDENTITY_FIELDS = (
     "role_models",
     "swap_roles",
     "rewards",  # each domain's own reward function (--rewards) scores the samples
+    "budget",  # the designer prompt's budget tag and LOW's cap on agent calls
+    "low_max_calls",
 )
 
 
@@ -113,6 +116,10 @@ class EvalConfig(Checked):
     # auto (what the designer checkpoint was trained with, metaagent_prompt.json in its folder; else on)
     domain_hint: DomainHint = "auto"
     timeout_s: PositiveFloat = 120.0  # wall-clock limit of one execution
+    # the designer prompt's budget tag of every task (LOW or HIGH); LOW also caps every execution's
+    # agent calls at --low-max-calls, for every method (metaagent.rollout.budget); null: no tag, no cap
+    budget: Literal[BUDGET_TAGS] | None = None
+    low_max_calls: PositiveInt = DEFAULT_LOW_MAX_CALLS  # --budget LOW: most agent calls of one execution
     # tasks in flight at once (their model calls are batched); auto: enough to keep max_batch_size rows
     # decoding (auto_concurrency: 2 x max_batch_size / n, rounded up)
     concurrency: PositiveInt | Literal["auto"] = "auto"

@@ -35,7 +35,7 @@ from metaagent.data.tasks import Task
 from metaagent.domain import get_domain
 from metaagent.policy.base import SamplingParams
 from metaagent.records import RolloutTree
-from metaagent.rewards.selection import SELECT_MAJORITY, public_tests_pass, selection_rule, vote_key
+from metaagent.rewards.selection import SELECT_MAJORITY, selection_marks
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine, derive_seed
 
 from .errors import EvalError
@@ -194,13 +194,8 @@ def sa_at_k_info(tree: RolloutTree, task: Task, k: int) -> dict[str, Any]:
     and per execution its vote key (``majority``) or whether its program passed the public tests
     (``public_tests``; None: the tests could not be run, an error of that sample, never a fail)."""
     executions = [e for d in tree.designs for e in d.executions]
-    rule = selection_rule(task)
-    out: dict[str, Any] = {"k": k, "select": rule}
-    if rule == SELECT_MAJORITY:
-        out["keys"] = [vote_key(task, e.answer) for e in executions]
-    else:
-        out["public_passed"] = [public_tests_pass(task, e.answer) for e in executions]
-    return out
+    rule, marks = selection_marks(task, [e.answer for e in executions])
+    return {"k": k, "select": rule, "keys" if rule == SELECT_MAJORITY else "public_passed": marks}
 
 
 def rollout_tasks(

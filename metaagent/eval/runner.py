@@ -400,6 +400,7 @@ class Evaluation:
                 temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.executor_max_tokens, stop=[DELIVERY_CLOSE]
             ),
             limits={"timeout_s": cfg.timeout_s},
+            budget={"low_max_calls": cfg.low_max_calls},
             sandbox_workers=cfg.sandbox_workers,
             max_inflight=max(8, cfg.sandbox_workers * 2),
         )
@@ -520,8 +521,12 @@ class Evaluation:
                 config=rcfg,
                 pool=self._pool,
                 run_id=self.run_id,
-                record_config={"eval": self.config.to_dict(), "rollout": {"limits": rcfg.limits}},
+                record_config={
+                    "eval": self.config.to_dict(),
+                    "rollout": {"limits": rcfg.limits, "budget": {"low_max_calls": rcfg.budget.low_max_calls}},
+                },
                 templates=self.templates,
+                budget_tag=self.config.budget,
             )
         return self._engines[key]
 

@@ -355,6 +355,26 @@ def print_design(
         print_execution(e, task, console, full)
 
 
+def print_control(tree: Any, console: Console, *, execution: int | None = None, full: bool = False) -> None:
+    """The tree's budget-matched single-agent control (``RolloutTree.control``): each design's budget k, the
+    control's reward at k and the design's reward minus it (metaagent.credit.control), then the control's
+    executions (synthetic: never trained) with their selection marks."""
+    from .text import control_rows
+
+    control = tree.control
+    console.print(Rule(Text(f"control · {control.source} · {len(control.executions)} executions · select {control.select}")))
+    table = Table(title="budget-matched control per design")
+    for col in ("design", "calls k", "control reward C(k)", "design reward", "design - control"):
+        table.add_column(col)
+    for row in control_rows(tree):
+        table.add_row(*(num(x) for x in row))
+    console.print(table)
+    for e, mark in zip(control.executions, control.marks):
+        if execution is None or e.index == execution:
+            console.print(Text(f"selection mark ({control.select}): {mark!r}", style="cyan"))
+            print_execution(e, tree.task, console, full)
+
+
 def print_task(
     refs: Sequence[TreeRef],
     console: Console,
@@ -362,15 +382,18 @@ def print_task(
     design: int | None = None,
     execution: int | None = None,
     full: bool = False,
+    control: bool = False,
 ) -> None:
-    """Replay of each tree: task, designs (script, structure, diagnostics), executions turn by turn."""
+    """Replay of each tree: task, designs (script, structure, diagnostics), executions turn by turn, and the
+    budget-matched control when the tree has one (``control``: the control alone)."""
     for ref in refs:
         tree = ref.tree
         task = tree.task
         head = Text.assemble(
             ("task ", "bold"),
             (ref.task_id, "bold cyan"),
-            f"  {ref.benchmark} / {task.get('domain', '?')}  step {num(ref.step)}  kind {ref.kind}  seed {tree.seed}\n",
+            f"  {ref.benchmark} / {task.get('domain', '?')}  step {num(ref.step)}  kind {ref.kind}  seed {tree.seed}"
+            + (f"  budget {tree.budget}" if tree.budget else "") + "\n",
             ("models ", "bold"),
             ", ".join(f"{k}={v}" for k, v in tree.models.items()),
             f"  run {tree.run_id}  schema v{tree.schema_version}  from {ref.where}",
@@ -418,8 +441,16 @@ def print_task(
             console.print(
                 Text(f"no design {design}; designs: {[d.index for d in tree.designs]}", style="yellow")
             )
+        if control:
+            if tree.control is None:
+                console.print(Text("this tree has no control (algo.designer_baseline was not control)", style="yellow"))
+            else:
+                print_control(tree, console, execution=execution, full=full)
+            continue
         for d in chosen:
             print_design(d, task, console, execution=execution, full=full)
+        if design is None and tree.control is not None:
+            print_control(tree, console, execution=execution, full=full)
 
 
 # ---- statistics ---------------------------------------------------------------------------------------------

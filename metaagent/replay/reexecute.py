@@ -9,6 +9,10 @@ execution seed). What could not be taken from the record is said in ``RerunResul
   defaults;
 - validation records (kind ``val``) of a config with ``trainer.val_greedy: true`` are re-run greedily,
   which is how the trainer validates.
+
+A tree with a budget tag (``RolloutTree.budget``) is re-run under that budget's cap (``LOW``: the recorded
+``rollout.budget.low_max_calls``). ``control=True`` re-runs an execution of the tree's budget-matched
+single-agent control (``RolloutTree.control``) instead of a design's.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.policy.base import Policy, PolicyError, SamplingParams
-from metaagent.records import Design, Execution, RewardRecord
+from metaagent.records import CheckReport, Design, Execution, RewardRecord
 
 from .errors import ReplayError
 from .run import Run, TreeRef, load_run
@@ -77,6 +81,7 @@ def recorded_settings(
     """Executor sampling, limits and reward config of a record, and notes on what was not recorded."""
     from metaagent.config import ConfigError, from_dict
     from metaagent.rewards import RewardConfig
+    from metaagent.rollout.budget import capped_limits
     from metaagent.rollout.config import RolloutConfig, SamplingConfig
 
     notes: list[str] = []
@@ -92,6 +97,7 @@ def recorded_settings(
             rollout = RolloutConfig(
                 executor=from_dict(SamplingConfig, section.get("executor") or {}, where="rollout.executor"),
                 limits=dict(section.get("limits") or RolloutConfig().limits),
+                budget=dict(section.get("budget") or {}),
             )
         except ConfigError as e:
             raise ReplayError(
@@ -117,7 +123,10 @@ def recorded_settings(
     else:
         reward = RewardConfig()
         notes.append("the record has no reward config: scored with RewardConfig defaults")
-    return params, dict(rollout.limits), reward, notes
+    limits = capped_limits(rollout.limits, ref.tree.budget, rollout.budget.low_max_calls)
+    if limits != dict(rollout.limits):
+        notes.append(f"budget {ref.tree.budget}: at most {limits['max_agent_calls']} agent calls per execution")
+    return params, limits, reward, notes
 
 
 def build_rerun_policy(model: str, backend: str = "hf", model_key: str | None = None) -> Policy:
@@ -162,12 +171,23 @@ def first_difference(a: Execution, b: Execution) -> str | None:
 # ---- re-running --------------------------------------------------------------------------------------------
 
 
-def _pick(run: Run, task: str, design: int, execution: int, step: int | None, kind: str | None):
+def _pick(
+    run: Run, task: str, design: int, execution: int, step: int | None, kind: str | None, control: bool = False
+):
     refs = run.select(task, step=step, kind=kind)
     notes = []
     if len(refs) > 1:
         notes.append(f"{len(refs)} trees match; re-ran the first ({refs[0].where}); narrow with step/kind")
     ref = refs[0]
+    if control:
+        c = ref.tree.control
+        if c is None:
+            raise ReplayError(f"task {task!r} at {ref.where} has no control (algo.designer_baseline was not control)")
+        executions = {e.index: e for e in c.executions}
+        if execution not in executions:
+            raise ReplayError(f"the control of task {task!r} has executions {sorted(executions)}, not {execution}")
+        holder = Design(index=-1, source=c.source, sample=None, script=c.script, check=CheckReport(ok=True))
+        return ref, holder, executions[execution], notes
     designs: dict[int, Design] = {d.index: d for d in ref.tree.designs}
     if design not in designs:
         raise ReplayError(f"task {task!r} at {ref.where} has designs {sorted(designs)}, not {design}")
@@ -198,6 +218,7 @@ def rerun(
     model_key: str | None = None,
     sampling: Mapping[str, Any] | None = None,
     pool: Any = None,
+    control: bool = False,
 ) -> RerunResult:
     """Re-execute design ``design`` of ``task`` with ``policy`` (a Policy, or a model name / HF folder /
     checkpoint / run directory built with ``backend``), with the seed of recorded execution ``execution``.
@@ -205,12 +226,14 @@ def rerun(
     Args:
         sampling: overrides of the recorded executor sampling (e.g. ``{"temperature": 0.0}``).
         pool: a ``metaagent.workflow.SandboxPool`` to run in (a one-worker pool is started otherwise).
+        control: re-run execution ``execution`` of the tree's budget-matched control (``design`` is ignored;
+            ``RerunResult.design`` is -1).
     """
     from metaagent.data.tasks import Task
     from metaagent.workflow import SandboxPool, default_tools
 
     run = load_run(run)
-    ref, d, recorded, notes = _pick(run, task, design, execution, step, kind)
+    ref, d, recorded, notes = _pick(run, task, design, execution, step, kind, control)
     params, limits, reward_config, more = recorded_settings(ref, sampling)
     notes += more
     task_record = Task.coerce(ref.tree.task)
@@ -240,7 +263,7 @@ def rerun(
     return RerunResult(
         where=ref.where,
         task_id=task,
-        design=design,
+        design=d.index if control else design,
         execution=execution,
         model=policy.model_id,
         recorded=recorded,

@@ -350,6 +350,26 @@ def _design(d: Design, task: dict[str, Any], open_first: bool = False) -> str:
     return "".join(out)
 
 
+def _control(tree: Any) -> str:
+    """The budget-matched single-agent control of a tree: per design its budget, the control's reward and the
+    difference (metaagent.credit.control), then the control's executions (synthetic: never trained)."""
+    from .text import control_rows
+
+    c = tree.control
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{num(x)}</td>" for x in row) + "</tr>" for row in control_rows(tree)
+    )
+    out = [
+        f"<h3>control · {_e(c.source)} · {len(c.executions)} executions · select {_e(c.select)}</h3>",
+        "<table><tr><th>design</th><th>calls k</th><th>control reward C(k)</th><th>design reward</th>"
+        f"<th>design - control</th></tr>{rows}</table>",
+    ]
+    for e, mark in zip(c.executions, c.marks):
+        out.append(f'<p class="dim">selection mark ({_e(c.select)}): {_e(repr(mark))}</p>')
+        out.append(_execution(e, tree.task))
+    return "".join(out)
+
+
 def _task(refs: Sequence[TreeRef], open_: bool = False) -> str:
     ref = refs[-1]
     task = ref.tree.task
@@ -370,6 +390,8 @@ def _task(refs: Sequence[TreeRef], open_: bool = False) -> str:
             f"{_e(', '.join(f'{k}={v}' for k, v in r.tree.models.items()))}</p>"
         )
         out += [_design(d, task, open_first=d is shown) for d in r.tree.designs]
+        if r.tree.control is not None:
+            out.append(_control(r.tree))
     out.append("</details>")
     return "".join(out)
 

@@ -76,3 +76,16 @@ def reference_text(task: dict[str, Any]) -> str:
     if isinstance(tests, list):
         return f"{len(tests)} hidden tests"
     return "no reference"
+
+
+def control_rows(tree: Any) -> list[tuple[int, int, float | None, float | None, float | None]]:
+    """Per design of a tree with a control: ``(design index, budget k, control reward C(k), design reward
+    Rbar, Rbar - C(k))`` (:func:`metaagent.credit.control_baselines`; None where a reward could not be
+    computed). The console and HTML replays show these rows."""
+    from metaagent.credit import control_baselines, design_reward, design_row
+
+    out = []
+    for i, (d, (k, c)) in enumerate(zip(tree.designs, control_baselines(tree))):
+        r = design_reward(design_row(tree, i))
+        out.append((d.index, k, c, r, None if r is None or c is None else round(r - c, 12)))
+    return out

@@ -69,6 +69,16 @@ def public_tests_pass(task: Any, answer: str | None) -> bool | None:
         return None
 
 
+def selection_marks(task: Any, answers: Sequence[str | None]) -> tuple[str, list[Any]]:
+    """The selection rule of ``task`` (:func:`selection_rule`) and every sample's mark for :func:`choose`: its
+    vote key (``majority``, :func:`vote_key`) or its public-test verdict (``public_tests``,
+    :func:`public_tests_pass`, which runs each program). Shape: ``answers`` (k,) -> marks (k,)."""
+    rule = selection_rule(task)
+    if rule == SELECT_MAJORITY:
+        return rule, [vote_key(task, a) for a in answers]
+    return rule, [public_tests_pass(task, a) for a in answers]
+
+
 def choose(rule: str, marks: Sequence[Any]) -> tuple[int, str | None]:
     """The sample kept among k (``marks``: their vote keys for ``majority``, their public-test verdicts for
     ``public_tests``) and an error when the choice cannot be made (a public-test run failed before the first

@@ -13,6 +13,7 @@ from metaagent.workflow.protocol import DELIVERY_CLOSE
 
 from .adaptive import AdaptiveBudgetConfig
 from .branching import BranchingConfig
+from .budget import BudgetConfig
 from .prompts import DomainHint
 
 TEMPLATE_SELECTIONS = ("domain", "uniform")
@@ -96,6 +97,8 @@ class RolloutConfig(Checked):
         branching: tree sampling inside executions (AT-GRPO, seed 003); ``k = 1`` is off.
         adaptive_budget: executions in waves; agreeing designs stop, their budget goes to disagreeing ones.
             The batch's M x N budget is kept (``metaagent.rollout.adaptive``); off by default.
+        budget: the designer prompt's budget tag (LOW / HIGH) drawn per training question, and LOW's cap on
+            each execution's agent calls (``metaagent.rollout.budget``); off by default.
     """
 
     m_designs: PositiveInt = 4
@@ -122,8 +125,11 @@ class RolloutConfig(Checked):
     ray_address: str | None = None
     branching: BranchingConfig = field(default_factory=BranchingConfig)
     adaptive_budget: AdaptiveBudgetConfig = field(default_factory=AdaptiveBudgetConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
 
     def __post_init__(self) -> None:
+        if isinstance(self.budget, dict):
+            self.budget = BudgetConfig(**self.budget)
         if isinstance(self.branching, dict):
             self.branching = BranchingConfig(**self.branching)
         if isinstance(self.adaptive_budget, dict):

@@ -12,6 +12,12 @@ Training rollouts (``mode="train"``, no adaptive budget) with a continuous-batch
 and a design's N executions start as soon as that design is generated and checked, so the remaining designs
 and the first agent calls decode in one batch. Other rollouts run the stages one after the other.
 
+Two options credit one agent at a design's budget: ``controls`` (``algo.designer_baseline: control``) runs, after a training tree's
+executions, its budget-matched single-agent control (:meth:`RolloutEngine.run_controls`, recorded in
+``RolloutTree.control``, never trained on); the budget tag (``rollout.budget``, or ``budget_tag`` for every
+tree) goes into each designer prompt and caps the agent calls of every execution under ``LOW``
+(:mod:`metaagent.rollout.budget`).
+
 The engine never trains and never decides who is trained: it produces records. Every random choice is
 derived from (seed, step, task, design, execution), so a rollout is reproducible from its record.
 """
@@ -35,6 +41,7 @@ from metaagent.records import (
     DESIGNER,
     EXECUTOR,
     CheckReport,
+    Control,
     Design,
     DesignerSample,
     Diagnostic,
@@ -43,6 +50,7 @@ from metaagent.records import (
     RolloutTree,
     ScriptError,
 )
+from metaagent.rollout.budget import capped_limits, check_tag, sample_tag
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.prompts import (
     designer_messages,
@@ -55,6 +63,8 @@ from metaagent.seeding import derive_seed
 
 #: the frozen-designer spec whose design is each task domain's single-agent script (``Domain.solo_script``)
 SOLO_DESIGN = "sa"
+#: ``Design.index`` of the control's script while it runs (it is no design of the tree)
+CONTROL_DESIGN = -1
 
 
 @dataclass
@@ -124,6 +134,7 @@ class _Job:
     seed: int
     branch: bool = False  # tree sampling (training rollouts only)
     step: int | None = None
+    budget: str | None = None  # the tree's budget tag: LOW caps the execution's agent calls
 
 
 @dataclass
@@ -138,6 +149,11 @@ class RolloutEngine:
         reward_config: ``metaagent.rewards.RewardConfig``; default when None.
         run_id / record_config: stored in every tree so replay needs nothing else.
         templates: the template bank (default: ``metaagent.workflow.load_templates()``).
+        controls: run each training tree's budget-matched single-agent control (:meth:`run_controls`;
+            ``algo.designer_baseline: control``).
+        budget_tag: the budget tag (``LOW`` / ``HIGH``) of every tree, whatever the mode (``metaagent-eval
+            --budget``, ``metaagent-serve --budget``); None: training rollouts draw one per question from
+            ``config.budget`` (when its tags are on), other rollouts show none.
     """
 
     designer: Policy | None
@@ -153,9 +169,13 @@ class RolloutEngine:
     # per-turn rewards written after each training execution, in its thread (overlapping the other executions),
     # e.g. MAPPA's coach (metaagent.rewards.coach.Coach.score_execution); must not raise for its own failures
     turn_scorer: Callable[[Task, Execution], None] | None = None
+    controls: bool = False
+    budget_tag: str | None = None
 
     def __post_init__(self) -> None:
         from metaagent.workflow import load_templates
+
+        check_tag(self.budget_tag)
 
         if self.templates is None:
             self.templates = load_templates()
@@ -213,10 +233,14 @@ class RolloutEngine:
         m = 1 if frozen else (m_designs or self.config.m_designs)
         n = n_executions or self.config.n_executions
         t0 = time.perf_counter()
+        tags = self.budget_tags(tasks, step=step, seed=seed, mode=mode)
+        controls = self.controls and execute and mode == "train" and not frozen
 
         overlap = self.designer is not None and self.designer.continuous and not self.config.adaptive_budget.enabled
         if not frozen and execute and mode == "train" and overlap:
-            trees = self._rollout_overlapped(tasks, m, n, step, seed, designer_sampling, executor_sampling, t0)
+            trees = self._rollout_overlapped(tasks, m, n, step, seed, designer_sampling, executor_sampling, t0, tags)
+            if controls:
+                self.run_controls(trees, step=step, seed=seed, executor_sampling=executor_sampling)
             for tree in trees:
                 fill_design_rewards(tree)
                 tree.timings["total_s"] = time.perf_counter() - t0
@@ -224,7 +248,7 @@ class RolloutEngine:
         if frozen:
             designs = [[self._frozen_design(frozen, task.domain)] for task in tasks]
         else:
-            designs = self._design(tasks, m, step, seed, designer_sampling)
+            designs = self._design(tasks, m, step, seed, designer_sampling, tags)
         t_design = time.perf_counter() - t0
 
         trees = [
@@ -238,11 +262,14 @@ class RolloutEngine:
                 step=step,
                 mode="fixed" if frozen and mode == "train" else mode,
                 timings={"design_s": t_design},
+                budget=tag,
             )
-            for task, ds in zip(tasks, designs)
+            for task, ds, tag in zip(tasks, designs, tags)
         ]
         if execute:
             self.execute(trees, step=step, seed=seed, mode=mode, n_executions=n, executor_sampling=executor_sampling)
+        if controls:
+            self.run_controls(trees, step=step, seed=seed, executor_sampling=executor_sampling)
         for tree in trees:
             fill_design_rewards(tree)
             tree.timings["total_s"] = time.perf_counter() - t0
@@ -268,6 +295,66 @@ class RolloutEngine:
         for tree in trees:
             fill_design_rewards(tree)
 
+    def budget_tags(self, tasks: Sequence[Task], *, step: int | None, seed: int, mode: str) -> list[str | None]:
+        """Each task's budget tag: ``budget_tag`` for every task when set; else, in a training rollout, drawn
+        from ``config.budget`` per question (:func:`metaagent.rollout.budget.sample_tag`); else None."""
+        if self.budget_tag is not None:
+            return [self.budget_tag] * len(tasks)
+        if mode != "train":
+            return [None] * len(tasks)
+        return [sample_tag(self.config.budget, seed, step, task.id, b) for b, task in enumerate(tasks)]
+
+    def run_controls(
+        self,
+        trees: list[RolloutTree],
+        *,
+        step: int | None = None,
+        seed: int = 0,
+        executor_sampling: SamplingParams | None = None,
+    ) -> None:
+        """The budget-matched single-agent control of every tree (:mod:`metaagent.credit.control`),
+        run after its designs' executions and written to ``tree.control``.
+
+        A tree whose designs need the budgets ``k_i`` (agent calls per execution, mean rounded up, at least 1)
+        gets ``K = max_i k_i`` executions of its domain's single-agent script (eval's ``sa``), seeded by
+        ``derive_seed(seed, step, task, position, "control", j)``, under the tree's budget tag, scored like
+        every execution, and marked for the selection rule (vote keys, or public-test verdicts for code:
+        :func:`metaagent.rewards.selection.selection_marks`). One run serves every budget: the control at ``k``
+        is the choice among its first ``k`` executions. Every turn is marked ``synthetic`` (never trained)."""
+        from metaagent.credit.control import control_size
+        from metaagent.rewards.selection import selection_marks
+
+        t0 = time.perf_counter()
+        solo = FrozenDesign.resolve(SOLO_DESIGN)
+        holders: list[tuple[RolloutTree, Task, Design]] = []
+        jobs: list[_Job] = []
+        for t, tree in enumerate(trees):
+            task = Task.coerce(tree.task)
+            try:
+                holder = self._frozen_design(solo, task.domain)
+            except ValueError as e:
+                raise ValueError(
+                    f"algo.designer_baseline=control runs one agent per task, but {e}; train this domain with "
+                    "algo.designer_baseline=group"
+                ) from None
+            holder.index, holder.source = CONTROL_DESIGN, "control:sa"
+            for j in range(control_size(tree.designs)):
+                s = derive_seed(seed, step, task.id, t, "control", j)
+                jobs.append(_Job(t, holder, task, j, s, step=step, budget=tree.budget))
+            holders.append((tree, task, holder))
+        _WaveRunner(self, trees, executor_sampling, score_turns=False)(jobs)
+        elapsed = time.perf_counter() - t0
+        for tree, task, holder in holders:
+            executions = sorted(holder.executions, key=lambda e: e.index)
+            for e in executions:
+                for turn in e.turns:
+                    turn.synthetic = True  # recorded and replayable, never a training sample
+            rule, marks = selection_marks(task, [e.answer for e in executions])
+            tree.control = Control(
+                script=str(holder.script), select=rule, marks=marks, executions=executions, source=holder.source
+            )
+            tree.timings["control_s"] = elapsed
+
     def close(self) -> None:
         if self._own_pool and self.pool is not None:
             self.pool.close()
@@ -281,9 +368,16 @@ class RolloutEngine:
     # ---- designer stage -----------------------------------------------------------------------------------
 
     def _designer_requests(
-        self, tasks: list[Task], m: int, step: int | None, seed: int, sampling: SamplingParams | None
+        self,
+        tasks: list[Task],
+        m: int,
+        step: int | None,
+        seed: int,
+        sampling: SamplingParams | None,
+        tags: Sequence[str | None] | None = None,
     ) -> tuple[list[ChatRequest], list[list[str]]]:
-        """The B·M designer requests (task-major) and the template names each one shows."""
+        """The B·M designer requests (task-major), each with its task's budget tag, and the template names each
+        one shows."""
         cfg = self.config
         requests, shown = [], []
         style = self.designer_prompt
@@ -295,7 +389,9 @@ class RolloutEngine:
                     cfg.template_selection,
                 )
                 params = (sampling or cfg.designer.params()).replace(seed=s)
-                messages = designer_messages(task, examples, style=style, domain_hint=self.domain_hint)
+                messages = designer_messages(
+                    task, examples, style=style, domain_hint=self.domain_hint, budget=tags[b] if tags else None
+                )
                 requests.append(ChatRequest(messages, params, role=DESIGNER, affinity=team_affinity(step, b)))
                 shown.append([t.name for t in examples])
         return requests, shown
@@ -316,9 +412,15 @@ class RolloutEngine:
         return self._checked_design(index, DESIGNER, sample, c.text)
 
     def _design(
-        self, tasks: list[Task], m: int, step: int | None, seed: int, sampling: SamplingParams | None
+        self,
+        tasks: list[Task],
+        m: int,
+        step: int | None,
+        seed: int,
+        sampling: SamplingParams | None,
+        tags: Sequence[str | None] | None = None,
     ) -> list[list[Design]]:
-        requests, shown = self._designer_requests(tasks, m, step, seed, sampling)
+        requests, shown = self._designer_requests(tasks, m, step, seed, sampling, tags)
         self.observer.designs_started(len(requests))
         t0 = time.perf_counter()
         completions = self.designer.generate(requests)  # type: ignore[union-attr]
@@ -340,16 +442,17 @@ class RolloutEngine:
         designer_sampling: SamplingParams | None,
         executor_sampling: SamplingParams | None,
         t0: float,
+        tags: Sequence[str | None],
     ) -> list[RolloutTree]:
         """A training rollout whose executor stage starts design by design (module docstring): the same
         requests, seeds and records as the staged rollout; only when each execution starts differs."""
-        requests, shown = self._designer_requests(tasks, m, step, seed, designer_sampling)
+        requests, shown = self._designer_requests(tasks, m, step, seed, designer_sampling, tags)
         trees = [
             RolloutTree(
                 run_id=self.run_id, task=task.to_dict(), seed=seed, config=dict(self.record_config),
-                models=self.models(None), designs=[], step=step, mode="train",
+                models=self.models(None), designs=[], step=step, mode="train", budget=tag,
             )  # fmt: skip
-            for task in tasks
+            for task, tag in zip(tasks, tags)
         ]
         slots: list[list[Design | None]] = [[None] * m for _ in tasks]
         run = _WaveRunner(self, trees, executor_sampling, score_turns=True)
@@ -371,7 +474,7 @@ class RolloutEngine:
                     self.observer.executions_started(n)
                     for j in range(n):
                         s = derive_seed(seed, step, tasks[b].id, b, d.index, j, "execute")
-                        job = _Job(b, d, tasks[b], j, s, branch=True, step=step)
+                        job = _Job(b, d, tasks[b], j, s, branch=True, step=step, budget=trees[b].budget)
                         with lock:
                             pending.append(executions.submit(run.run_job, job))
 
@@ -434,7 +537,7 @@ class RolloutEngine:
 
         def job(t: int, d: Design, j: int) -> _Job:
             s = derive_seed(seed, step, tasks[t].id, t, d.index, j, "execute")
-            return _Job(t, d, tasks[t], j, s, branch=branch, step=step)
+            return _Job(t, d, tasks[t], j, s, branch=branch, step=step, budget=trees[t].budget)
 
         valid = [(t, d) for t, tree in enumerate(trees) for d in tree.designs if d.valid]
         ab = self.config.adaptive_budget
@@ -469,7 +572,7 @@ class RolloutEngine:
                 job.design.script,
                 job.task,
                 _TeamPolicy(self.executor, step=job.step, task=job.tree_idx, design=job.design.index),
-                self.config.limits,
+                capped_limits(self.config.limits, job.budget, self.config.budget.low_max_calls),
                 sampling=params,
                 tools=tools,
                 seed=job.seed,

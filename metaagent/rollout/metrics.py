@@ -69,4 +69,38 @@ def rollout_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
     m["rollout/tokens/executor"] = sum(len(turn.response_ids) for turn in turns)
     m["rollout/delivery_rate"] = _mean([1.0 if turn.delivery is not None else 0.0 for turn in turns])
     m.update(shortcut_metrics(e.reward for _, e in executions))
+    m.update(control_metrics(trees))
+    m.update(budget_metrics(trees))
+    return m
+
+
+def control_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
+    """The budget-matched controls' cost (``algo.designer_baseline: control``): ``rollout/control_calls`` (agent
+    calls spent on controls), ``rollout/control_executions`` and ``rollout/control_reward_errors``; {} when no
+    tree has a control."""
+    controls = [t.control for t in trees if t.control is not None]
+    if not controls:
+        return {}
+    executions = [e for c in controls for e in c.executions]
+    return {
+        "rollout/control_calls": float(sum(len(e.turns) for e in executions)),
+        "rollout/control_executions": float(len(executions)),
+        "rollout/control_reward_errors": float(
+            sum(e.reward is None or e.reward.total is None for e in executions)
+        ),
+    }
+
+
+def budget_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
+    """Per budget tag (``rollout.budget``) of the step's trees: ``rollout/budget/<TAG>/tasks``, the mean agent
+    calls per execution of its designs (``calls_per_execution``: the cost a LOW cap bounds) and their mean
+    execution reward (``reward``); {} when no tree has a tag."""
+    m: dict[str, float] = {}
+    for tag in sorted({t.budget for t in trees if t.budget is not None}):
+        tagged = [t for t in trees if t.budget == tag]
+        executions = [e for t in tagged for _, e in t.executions()]
+        scored = [e.reward.total for e in executions if e.reward is not None and e.reward.total is not None]
+        m[f"rollout/budget/{tag}/tasks"] = float(len(tagged))
+        m[f"rollout/budget/{tag}/calls_per_execution"] = _mean([float(len(e.turns)) for e in executions])
+        m[f"rollout/budget/{tag}/reward"] = _mean(scored)  # type: ignore[arg-type]
     return m

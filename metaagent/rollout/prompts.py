@@ -91,16 +91,24 @@ def format_template(t) -> str:
 
 
 def designer_messages(
-    task: Task, examples: Sequence, *, api: str | None = None, style: str = "full", domain_hint: bool = True
+    task: Task,
+    examples: Sequence,
+    *,
+    api: str | None = None,
+    style: str = "full",
+    domain_hint: bool = True,
+    budget: str | None = None,
 ) -> list[dict[str, str]]:
     """Chat messages that ask the designer for a workflow script for ``task``.
 
     ``style`` is one of :data:`DESIGNER_PROMPTS`; ``compact`` shows no examples (``examples`` is ignored).
     ``domain_hint`` False leaves out :data:`DOMAIN_LINE` (the ``full`` style keeps the domain's answer hint).
+    ``budget`` (``LOW`` / ``HIGH``, :mod:`metaagent.rollout.budget`) adds its line after the task; None: none.
     """
     domain = DOMAIN_LINE.format(domain=task.domain) if domain_hint else ""
     if style == "compact":
         user = "\n\n".join(p for p in (domain, f"Task:\n{task.question.strip()}") if p)
+        user = _with_budget(user, budget)
         return [{"role": "system", "content": COMPACT_API}, {"role": "user", "content": user}]
     if style != "full":
         raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPTS}, got {style!r}")
@@ -114,11 +122,19 @@ def designer_messages(
     if line := f"{domain} {get_domain(task.domain).answer_hint}".strip():
         parts.append(line)
     parts.append(f"Task:\n{task.question.strip()}")
+    parts[-1] = _with_budget(parts[-1], budget)
     parts.append("Write the workflow script for this task.")
     return [
         {"role": "system", "content": DESIGNER_SYSTEM.format(api=api.strip() + "\n")},
         {"role": "user", "content": "\n\n".join(parts)},
     ]
+
+
+def _with_budget(text: str, budget: str | None) -> str:
+    """``text`` followed by the budget tag's line (:func:`metaagent.rollout.budget.budget_line`), or as is."""
+    from .budget import budget_line
+
+    return text if budget is None else f"{text}\n\n{budget_line(budget)}"
 
 
 def _prompt_record(model_dir: str | None) -> dict | None:

@@ -10,6 +10,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 
 from metaagent.config import Checked, ConfigError
 from metaagent.policy.factory import MODEL_BACKENDS
+from metaagent.rollout.budget import BUDGET_TAGS, DEFAULT_LOW_MAX_CALLS
 from metaagent.rollout.config import SamplingConfig
 from metaagent.rollout.prompts import DomainHint
 from metaagent.workflow.protocol import DELIVERY_CLOSE
@@ -91,6 +92,8 @@ class ServeConfig(Checked):
             designer model was trained with, ``metaagent_prompt.json`` in its folder; else on).
         designer_sampling / executor_sampling: defaults a request may override.
         judge_max_tokens: length of the judge's reply when ``select="judge"``.
+        budget: the budget tag (LOW / HIGH) of every team's designer prompt; LOW also caps agent calls.
+        low_max_calls: ``--budget LOW``: most agent calls of one execution (``metaagent.rollout.budget``).
         record: append every team as a RolloutTree (mode "serve") to this JSONL file.
         graceful_timeout_s: how long shutdown waits for requests in flight.
     """
@@ -131,6 +134,8 @@ class ServeConfig(Checked):
     designer_sampling: SamplingConfig = field(default_factory=_default_designer_sampling)
     executor_sampling: SamplingConfig = field(default_factory=_default_executor_sampling)
     judge_max_tokens: PositiveInt = 256
+    budget: Literal[BUDGET_TAGS] | None = None
+    low_max_calls: PositiveInt = DEFAULT_LOW_MAX_CALLS
     record: str | None = None
     graceful_timeout_s: PositiveFloat = 30.0
     # kernel isolation of model-written code (auto: the strongest available; none warns)

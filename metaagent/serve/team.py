@@ -295,6 +295,7 @@ def _engine(
         executor=c.executor_sampling,
         frozen_designer=c.frozen_designer,
         limits=c.limits(),
+        budget={"low_max_calls": c.low_max_calls},
         sandbox_workers=c.sandbox_workers,
         max_inflight=spec.n_designs * spec.n_executions,
     )
@@ -309,6 +310,7 @@ def _engine(
         templates=ctx.templates,
         observer=observer,
         budget=budget,
+        budget_tag=c.budget,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError, load_config, parse_sections, to_dict
+from metaagent.credit.control import DESIGNER_BASELINES
 from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
 from metaagent.credit.normalize import NORMALIZE_MODES
 from metaagent.data.files import SOURCE as FILE_SOURCE
@@ -223,6 +224,11 @@ class AlgoConfig(Checked):
     # batch: one std over every sample; role: each role's own std (Dr. MAS, Feng et al. 2026, arXiv 2602.08847, Eq. 5)
     normalize: Literal[NORMALIZE_MODES] = "none"
     filter_zero_var: bool = False  # mask groups whose rewards are all equal (advantage 0) out of the loss
+    # what a design's reward is measured against (docs/concepts/credit.md): "group" (Eq. 5, the
+    # question's designs) or "control": each tree also runs one agent at each design's budget (k = its mean agent
+    # calls per execution, rounded up; majority vote / first passing the public tests) and the designer's reward
+    # is the design's minus the control's (hierarchical estimator; executor advantages unchanged)
+    designer_baseline: Literal[DESIGNER_BASELINES] = "group"
     # DAPO's dynamic sampling: redraw tasks until the batch holds enough informative groups
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     overlong: OverlongConfig = field(default_factory=OverlongConfig)  # DAPO's overlong filter and soft penalty
@@ -233,6 +239,13 @@ class AlgoConfig(Checked):
 
         if self.estimator not in list_estimators():
             raise ConfigError(f"algo.estimator must be one of {list_estimators()}, got {self.estimator!r}")
+        from metaagent.credit import estimator_options
+
+        if self.designer_baseline != "group" and "designer_baseline" not in estimator_options(self.estimator):
+            raise ConfigError(
+                f"algo.designer_baseline={self.designer_baseline} is an option of the hierarchical estimator; "
+                f"algo.estimator={self.estimator} does not take it (use algo.estimator=hierarchical)"
+            )
         try:
             check_options(self.estimator, dict(self.options))
         except CreditError as e:
@@ -391,6 +404,11 @@ class TrainConfig:
             raise ConfigError(
                 "algo.estimator=mappa trains on coach scores: set coach.backend (openai, hf or rule; see "
                 "configs/mappa_mathchat.yaml and configs/mappa_tiny.yaml)"
+            )
+        if self.algo.designer_baseline == "control" and self.rollout.frozen_designer:
+            raise ConfigError(
+                "algo.designer_baseline=control credits the designer against one agent, but rollout.frozen_designer "
+                "leaves no designer to credit; drop one of them"
             )
         if self.rollout.frozen_designer and self.schedule.mode in ("designer_only",):
             raise ConfigError(

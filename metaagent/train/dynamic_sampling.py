@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from metaagent.credit import call_matrix, hierarchical_credit, reward_matrix
+from metaagent.credit import call_matrix, control_baselines, hierarchical_credit, reward_matrix
 from metaagent.records import DESIGNER, EXECUTOR, RolloutTree
 
 PREFIX = "rollout/dynamic_sampling/"
@@ -34,9 +34,11 @@ PREFIX = "rollout/dynamic_sampling/"
 def informative_groups(
     tree: RolloutTree, *, executor_group: str = "question", executor_unit: str = "call"
 ) -> dict[str, int]:
-    """Groups of each role in ``tree`` with >= 2 members and unequal rewards."""
+    """Groups of each role in ``tree`` with >= 2 members and unequal rewards (a tree with a budget-matched
+    control, ``algo.designer_baseline: control``: the designer group's rewards are ``D_i = Rbar_i - C(k_i)``)."""
     calls = call_matrix(tree) if executor_unit == "call" else None
-    c = hierarchical_credit(reward_matrix(tree), executor_group=executor_group, calls=calls).counts
+    controls = None if tree.control is None else [c for _, c in control_baselines(tree)]
+    c = hierarchical_credit(reward_matrix(tree), executor_group=executor_group, calls=calls, controls=controls).counts
     return {
         role: c[f"{role}_groups"] - c[f"{role}_zero_var_groups"] - c[f"{role}_singleton_groups"]
         for role in (DESIGNER, EXECUTOR)

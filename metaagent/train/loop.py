@@ -169,6 +169,8 @@ def credit_options(cfg: TrainConfig) -> dict[str, Any]:
         "executor_unit": a.executor_unit,
         "executor_balance": cfg.executor_balance(),
     }
+    if a.designer_baseline != "group":  # the default passes today's options unchanged (verl's estimators too)
+        common["designer_baseline"] = a.designer_baseline
     if "role_models" in known and cfg.policy.role_models:
         common["role_models"] = dict(cfg.policy.role_models)  # per-model normalisation
     return {**{k: v for k, v in common.items() if k in known}, **dict(a.options)}
@@ -276,6 +278,13 @@ class TrainLoop:
         if not self.train_tasks:
             raise TrainError("data.train yielded no tasks; check the dataset specs in the config")
         mix = batch_mix(cfg, self.train_tasks)
+        if cfg.algo.designer_baseline == "control":
+            solo = sorted({t.domain for t in self.train_tasks if get_domain(t.domain).solo_script is None})
+            if solo:
+                raise TrainError(
+                    f"algo.designer_baseline=control runs one agent per task, but domain(s) {solo} have no "
+                    "single-agent script (Domain.solo_script); use algo.designer_baseline=group"
+                )
         self.isolation = _isolation_for_training(cfg, self.train_tasks)
         self.val_tasks = load_tasks(cfg.data.val)[: cfg.trainer.val_tasks] if cfg.trainer.val_every else []
         self.sampler = MixtureSampler(
@@ -323,6 +332,7 @@ class TrainLoop:
             record_config=cfg.to_dict(),
             observer=observer or RolloutObserver(),
             turn_scorer=self.coach.score_execution if self.coach is not None else None,
+            controls=cfg.algo.designer_baseline == "control",  # the budget-matched single-agent controls
         )
         self.logger = MetricsLogger(
             self.run_dir,

@@ -178,8 +178,8 @@ class VerlBackend:
         from .advantage import check_sample_advantages, member_advantages
         from .plan import VERL_ESTIMATORS
 
-        if self.config.algo.estimator not in VERL_ESTIMATORS:
-            return {"credit/verl_check_skipped": 1.0}
+        if self.config.algo.estimator not in VERL_ESTIMATORS or self.config.algo.designer_baseline != "group":
+            return {"credit/verl_check_skipped": 1.0}  # (verl's estimators know no control baseline)
         member = member_advantages(trees, self.config.algo.estimator, **options)
         return {
             "credit/verl_check_skipped": 0.0,
