@@ -220,7 +220,7 @@ def test_an_answer_that_cannot_be_parsed_has_mask_0_and_earns_no_local_reward(na
     step list or a move list gets m = 0, so only the team term is left (0 for an unchanged, unsolved state).
     Without the mask an unparseable Sudoku reply earned s_legal of the unchanged board (0.55), a Sokoban
     planner s_dlk (0.45) and every tool the potential it did not lower (0.5-0.6) plus s_exec."""
-    from metaagent.envs import LAMBDAS
+    from metaagent.envs import lambda_of
 
     env = make_env({"name": name, "seed": 2, "size": 4 if name == "sudoku" else 5})
     c = env.components(UNPARSEABLE, kind, executed=True)
@@ -230,7 +230,8 @@ def test_an_answer_that_cannot_be_parsed_has_mask_0_and_earns_no_local_reward(na
     answer = "##### [[1, 1, 1]]" if name == "sudoku" else "##### [U]"
     c = env.components(answer, kind, executed=True)
     assert c["m"] == 1.0 and c["s_fmt"] == 1.0
-    assert mix_reward(c, "lambda", name) == pytest.approx(LAMBDAS[name] * c["team"] + (1 - LAMBDAS[name]) * c["loc"])
+    lam = lambda_of(name)
+    assert mix_reward(c, "lambda", name) == pytest.approx(lam * c["team"] + (1 - lam) * c["loc"])
 
 
 def test_the_turn_reward_of_an_unparseable_sudoku_reply_is_0():
