@@ -107,7 +107,7 @@ class Domain:
     tool_names: tuple[str, ...] = ()
     #: serve's ``majority``: the voting key of an answer (answers with equal keys are one group)
     answer_key: Callable[[str], str] = text_key
-    #: eval reports maj@k (majority vote over the normalised final answers) for this domain
+    #: eval reports maj@k for this domain: the majority vote over the samples' ``answer_key``
     votes: bool = False
     #: the designer prompt's sentence on the final answer ("Task domain: math. <hint>")
     answer_hint: str = ""
@@ -121,6 +121,10 @@ class Domain:
     runs_code: bool = False
     #: the final answer is a ``\boxed{}`` value checked against a gold ``answer`` (distillation's boxed examples)
     boxed_answer: bool = False
+    #: the domain's own settings: a ``Checked`` dataclass (one comment a field) whose fields are its section
+    #: ``reward.domains.<name>`` of the reward config; its scorer reads ``config.domain_settings(name)``
+    #: (e.g. math's ``MathSettings``: ``reward.domains.math.final_form``). None: no settings of its own
+    settings: type | None = None
     #: a task file's row fields for this domain (docs/guide/own-tasks.md: ``{"question", "answer"}`` for an
     #: answer domain) -> where each goes in the Task: ``answer``, ``tests`` or ``metadata.<key>``; the first
     #: is the reference a row must carry (:mod:`metaagent.data.files`)
