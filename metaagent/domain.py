@@ -11,6 +11,8 @@ name, the way a plugin is found: a lower room never imports it) and the modules 
 variable :data:`PLUGINS_ENV` (comma-separated, e.g. ``METAAGENT_DOMAINS=mypkg.arith``), whose import registers
 more. To add a domain: write a module that calls ``register_domain(Domain(name=..., ...))`` and import it before
 the tasks are built, or name it in ``METAAGENT_DOMAINS`` so every command (``train-metaagent``, ...) loads it.
+The module also owns the domain's data (``metaagent.data.register_source``: a source is looked up after the
+plugins are loaded) and its settings (``Domain.settings``: the config section ``reward.domains.<name>``).
 
 A domain's R_correct can also be a plain Python function ``reward(task, answer) -> float`` in [0, 1]
 (TRL-style), registered for it in :data:`REWARDS` (:func:`register_reward`, or a ``module:function`` spec in
