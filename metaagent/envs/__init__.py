@@ -1,4 +1,5 @@
-"""Host-side planning environments of the ``plan`` task domain (AT-GRPO, seed 003, App. A.1.3-A.1.5).
+"""Host-side planning environments of the ``plan`` task domain (AT-GRPO, seed 003, App. A.1.3-A.1.5): Sokoban,
+Sudoku and plan-path, registered by name (``register_env``), seen by scripts only through the ``env_*`` tools.
 
 Environments live on the host, never in the sandbox: a script sees them only through the tools
 ``env_observe()`` and ``env_step(answer)`` (:mod:`metaagent.workflow.tools`). Each is rebuilt from
