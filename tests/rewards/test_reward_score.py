@@ -132,7 +132,8 @@ def test_code_all_pass_and_pass_rate_variant():
     assert good.details["code"]["passed"] == 2
     half = score_execution(CODE, execution(HALF_PROGRAM))
     assert half.correct == 0.0 and half.details["code"]["status"] == "wrong_answer"
-    rate = score_execution(CODE, execution(HALF_PROGRAM), RewardConfig(code_correct="pass_rate"))
+    pass_rate = RewardConfig(domains={"code": {"correct": "pass_rate"}})
+    rate = score_execution(CODE, execution(HALF_PROGRAM), pass_rate)
     assert rate.correct == 0.5 and rate.details["code"]["passed"] == 1
 
 
@@ -143,7 +144,7 @@ def test_code_without_program_is_zero():
 
 def test_code_timeout_is_a_zero_not_an_error():
     loop = "```python\nwhile True:\n    pass\n```"
-    record = score_execution(CODE, execution(loop), RewardConfig(time_limit_s=0.5))
+    record = score_execution(CODE, execution(loop), RewardConfig(domains={"code": {"time_limit_s": 0.5}}))
     assert record.error is None and record.correct == 0.0 and record.details["code"]["status"] == "timeout"
 
 
@@ -171,7 +172,8 @@ def test_checker_timeout_is_an_error_record(monkeypatch):
     monkeypatch.setattr(math_module, "_verify", lambda *a: {"ok": False, "timeout": True, "error": "too slow"})
     monkeypatch.setattr(math_module, "_GOLD_VERIFIES", {})
     symbolic = Task(id="m9", domain="math", question="Simplify sqrt(50).", answer="5\\sqrt{2}", source="test")
-    record = score_execution(symbolic, execution("\\boxed{\\sqrt{2} \\cdot 5}"), RewardConfig(domains={"math": {"timeout_s": 1.0}}))
+    quick = RewardConfig(domains={"math": {"timeout_s": 1.0}})
+    record = score_execution(symbolic, execution("\\boxed{\\sqrt{2} \\cdot 5}"), quick)
     assert record.total is None and record.correct is None
     assert "timeout" in record.error and record.details["error_kind"] == "math_timeout"
     assert record.format == 1.0  # the parts that could be computed are kept
@@ -212,9 +214,9 @@ def _broken_python_limits(original):
     ("kwargs", "message"),
     [
         ({"lam": -1}, "lam"),
-        ({"code_correct": "most"}, "code_correct"),
-        ({"time_limit_s": 0}, "time_limit_s"),
-        ({"memory_mb": 8}, "memory_mb"),
+        ({"domains": {"code": {"correct": "most"}}}, r"reward\.domains\.code\.correct"),
+        ({"domains": {"code": {"time_limit_s": 0}}}, r"reward\.domains\.code\.time_limit_s"),
+        ({"domains": {"code": {"memory_mb": 8}}}, r"reward\.domains\.code\.memory_mb"),
         ({"domains": {"math": {"rel_tol": 0}}}, r"reward\.domains\.math\.rel_tol"),
         ({"domains": {"math": {"answer_fallbacks": ["(unclosed"]}}}, "not a valid regex"),
         ({"domains": {"math": {"answer_fallbacks": [r"answer: (\d+)"]}}}, "named group"),
@@ -267,7 +269,7 @@ def test_score_executions_keeps_order_and_runs_concurrently():
     slow = "```python\nimport time\ntime.sleep(2.5)\na, b = map(int, input().split())\nprint(a + b)\n```"
     pairs = [(CODE, execution(slow)) for _ in range(4)] + [(MATH, execution("\\boxed{4}"))]
     start = time.monotonic()
-    records = score_executions(pairs, RewardConfig(code_workers=2), max_workers=4)
+    records = score_executions(pairs, RewardConfig(domains={"code": {"workers": 2}}), max_workers=4)
     elapsed = time.monotonic() - start
     assert [r.correct for r in records] == [1.0, 1.0, 1.0, 1.0, 0.0]
     # one at a time, the four programs sleep 10 s at least, however fast the machine; two workers need ~5 s,
