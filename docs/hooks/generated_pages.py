@@ -2,7 +2,8 @@
 
 - ``reference/configuration.md``: every config field of every command, from the same source as each command's
   ``--help`` (the command's own argparse parser, built by ``metaagent.cli.<command>.build_parser``, and the
-  field walk of :mod:`metaagent.cli.flags` that generates those flags);
+  field walk of :mod:`metaagent.cli.flags` that generates those flags), and each built-in domain's own
+  settings (``reward.domains.<domain>``, from its ``Domain.settings`` class);
 - ``results/**.png``: the committed benchmark curves under ``benchmarks/results/``, served from where they are
   committed (nothing is copied into ``docs/``);
 - ``layout.md``'s rooms: each row marked ``{{ docstring }}`` gets the first paragraph of the docstring of each
@@ -19,6 +20,8 @@ import ast
 import importlib
 import re
 import sys
+import types
+import typing
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
@@ -94,12 +97,40 @@ def config_tables() -> str:
                 title = f"`{head}`" if head != "top level" else head
                 out += [f"### {command} · {title}", "", *blocks]
         out.append("")
+    out += domain_settings_tables()
     return "\n".join(out) + "\n"
+
+
+def domain_settings_tables() -> list[str]:
+    """The section ``reward.domains.<domain>`` of each built-in domain with settings (``Domain.settings``), one
+    definition block per field, as above."""
+    from metaagent.cli.flags import _type_name, _walk
+    from metaagent.domain import domains
+
+    out = [
+        "## Domain settings",
+        "",
+        "Each domain's own settings are its section `reward.domains.<domain>` of the reward config (training's",
+        "`reward` section; `--reward.domains '{math: {final_form: lenient}}'` or",
+        "`reward.domains.math.final_form=lenient`), from the domain's `Domain.settings` class. A plugin domain",
+        "(`METAAGENT_DOMAINS`) adds its own the same way.",
+        "",
+    ]
+    for name, domain in sorted(domains().items()):
+        if domain.settings is None:
+            continue
+        cls = domain.settings
+        out += [f"### `reward.domains.{name}`", "", f"`{cls.__module__}.{cls.__name__}`.", ""]
+        for field, _f, tp, help_text, default in _walk(cls):
+            choices = typing.get_args(tp) if typing.get_origin(tp) is typing.Literal else None
+            action = types.SimpleNamespace(choices=choices, option_strings=[])
+            out += _field_block(f"reward.domains.{name}.{field}", action, _type_name(tp), help_text, default)
+    return out
 
 
 def _field_block(name: str, action, type_name: str, help_text: str, default) -> list[str]:
     """One field as a definition block: ``name`` as the term; flag, type, allowed values and default on the
-    first line of the definition, the meaning below it."""
+    first line of the definition, the meaning below it (no action: set by override or YAML only)."""
     allowed = ""
     match = _RANGE.search(help_text)
     if match:
@@ -108,7 +139,7 @@ def _field_block(name: str, action, type_name: str, help_text: str, default) -> 
         allowed = ", ".join(f"`{c}`" for c in action.choices)
     elif allowed:
         allowed = _code(allowed)
-    flags = ", ".join(f"`{f}`" for f in action.option_strings) if action is not None else "override only"
+    flags = ", ".join(f"`{f}`" for f in action.option_strings) if action and action.option_strings else "override only"
     facts = [f"flag {flags}", f"type {_code(type_name.replace('LITERAL', 'CHOICE'))}"]
     facts += [f"allowed {allowed}"] if allowed else []
     facts.append(f"default {_code(default)}")
