@@ -5,6 +5,9 @@ the source's own schema; without ``path`` a placed copy ``<benchmark dir>/<sourc
 ``.json`` / ``.parquet``; directories: :func:`benchmark_dirs`) is read, else the hub is asked (which needs
 network access; the error says to pass a local file when it is not there). ``DatasetSpec("bundled")`` is
 the offline set shipped in the package. Field mapping per source: :mod:`metaagent.data.mappers`.
+
+The built-in sources are registered here in the table of :mod:`metaagent.data.sources`; a domain registers its
+own there (``register_source``), and every name is looked up in that table.
 """
 
 from __future__ import annotations
@@ -147,6 +150,7 @@ for _source in (
     ),
 ):  # fmt: skip
     register_source(_source)
+del _source
 
 
 @dataclass(frozen=True)
