@@ -81,12 +81,11 @@ def _paid(name: str) -> Callable[[list], bool]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--final-form", choices=("strict", "lenient"), default=None, help="reward.math_final_form")
+    parser.add_argument("--final-form", choices=("strict", "lenient"), default=None, help="reward.domains.math.final_form")
     parser.add_argument("--limit", type=int, default=None, help="only the first N bundled math tasks")
     args = parser.parse_args()
-    config = RewardConfig(math_timeout_s=2.0)
-    if args.final_form is not None:
-        config = RewardConfig(math_timeout_s=2.0, math_final_form=args.final_form)
+    math = {"timeout_s": 2.0} | ({"final_form": args.final_form} if args.final_form is not None else {})
+    config = RewardConfig(domains={"math": math})
     tasks = load_bundled(domain="math")[: args.limit]
     paid: dict[str, int] = {}
     asked: dict[str, int] = {}
@@ -100,8 +99,8 @@ def main() -> None:
                 slowest[name] = max(slowest.get(name, 0.0), time.monotonic() - start)
             asked[name] = asked.get(name, 0) + 1
             paid[name] = paid.get(name, 0) + int(_paid(name)(records))
-    mode = getattr(config, "math_final_form", "(no final-form rule)")
-    print(f"reward config: math_final_form={mode}; {len(tasks)} bundled math tasks\n")
+    mode = config.domain_settings("math").final_form
+    print(f"reward config: reward.domains.math.final_form={mode}; {len(tasks)} bundled math tasks\n")
     print("| shortcut class | tasks where it pays | share | slowest score (s) |")
     print("|---|---:|---:|---:|")
     for name in sorted(asked):

@@ -108,9 +108,11 @@ class Checked:
     """Base of config dataclasses: fields are validated against their annotations on construction
     (:func:`check_fields`). A subclass with cross-field rules calls ``super().__post_init__()`` first; one
     whose users know its fields as command-line flags sets ``field_label`` (field name -> the text errors
-    name it by)."""
+    name it by); one whose keys moved sets ``moved_keys`` (old key -> its new dotted place), so a config with
+    an old key gets one line naming the new place."""
 
     field_label: typing.ClassVar[Any] = None
+    moved_keys: typing.ClassVar[dict[str, str]] = {}
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -123,6 +125,10 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     hints = _field_types(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
+    moved = [k for k in unknown if k in getattr(cls, "moved_keys", {})]
+    if moved:  # a key the class gave a new place (e.g. a domain's own settings)
+        prefix = where + "." if where else ""
+        raise ConfigError(f"{prefix}{moved[0]} is now {cls.moved_keys[moved[0]]}; rename it there")
     if unknown:
         close = {k: difflib.get_close_matches(str(k), list(fields), n=1) for k in unknown}
         hints_text = "".join(f" (did you mean {(where + '.' if where else '') + c[0]}?)" for c in close.values() if c)
@@ -133,8 +139,8 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
     try:
         return cls(**kwargs)
-    except ConfigError as e:
-        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
+    except ConfigError as e:  # a message that names a key of this section already needs no prefix
+        raise ConfigError(f"{where}: {e}" if where and f"{where}." not in str(e) else str(e)) from None
     except MetaAgentError:  # a domain error of the class (e.g. EvalError): already one clear line
         raise
     except (TypeError, ValueError) as e:

@@ -11,6 +11,8 @@ name, the way a plugin is found: a lower room never imports it) and the modules 
 variable :data:`PLUGINS_ENV` (comma-separated, e.g. ``METAAGENT_DOMAINS=mypkg.arith``), whose import registers
 more. To add a domain: write a module that calls ``register_domain(Domain(name=..., ...))`` and import it before
 the tasks are built, or name it in ``METAAGENT_DOMAINS`` so every command (``train-metaagent``, ...) loads it.
+The module also owns the domain's data (``metaagent.data.register_source``: a source is looked up after the
+plugins are loaded) and its settings (``Domain.settings``: the config section ``reward.domains.<name>``).
 
 A domain's R_correct can also be a plain Python function ``reward(task, answer) -> float`` in [0, 1]
 (TRL-style), registered for it in :data:`REWARDS` (:func:`register_reward`, or a ``module:function`` spec in
@@ -107,7 +109,7 @@ class Domain:
     tool_names: tuple[str, ...] = ()
     #: serve's ``majority``: the voting key of an answer (answers with equal keys are one group)
     answer_key: Callable[[str], str] = text_key
-    #: eval reports maj@k (majority vote over the normalised final answers) for this domain
+    #: eval reports maj@k for this domain: the majority vote over the samples' ``answer_key``
     votes: bool = False
     #: the designer prompt's sentence on the final answer ("Task domain: math. <hint>"); kept with
     #: ``rollout.domain_hint: off`` (only "Task domain: math." goes), so it must not name the domain
@@ -122,6 +124,10 @@ class Domain:
     runs_code: bool = False
     #: the final answer is a ``\boxed{}`` value checked against a gold ``answer`` (distillation's boxed examples)
     boxed_answer: bool = False
+    #: the domain's own settings: a ``Checked`` dataclass (one comment a field) whose fields are its section
+    #: ``reward.domains.<name>`` of the reward config; its scorer reads ``config.domain_settings(name)``
+    #: (e.g. math's ``MathSettings``: ``reward.domains.math.final_form``). None: no settings of its own
+    settings: type | None = None
     #: a task file's row fields for this domain (docs/guide/own-tasks.md: ``{"question", "answer"}`` for an
     #: answer domain) -> where each goes in the Task: ``answer``, ``tests`` or ``metadata.<key>``; the first
     #: is the reference a row must carry (:mod:`metaagent.data.files`)

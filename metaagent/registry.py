@@ -30,7 +30,8 @@ class Registry(Generic[F]):
         def decorator(fn: F) -> F:
             old = self._table.get(name)
             if old is not None and old is not fn:
-                raise self.error(f"{self.kind} {name!r} is already registered ({old.__module__}.{old.__name__})")
+                what = getattr(old, "__qualname__", None) or type(old).__name__  # a function, a class or a record
+                raise self.error(f"{self.kind} {name!r} is already registered ({old.__module__}.{what})")
             self._table[name] = fn
             return fn
 

@@ -503,3 +503,29 @@ def sample_tasks(n_math: int, n_code: int) -> list:
         for i, (fn, q) in enumerate(CODE_QUESTIONS)
     ]
     return math[:n_math] + code[:n_code]
+
+
+DOMAINS_DIR = Path(__file__).resolve().parent / "domains"  # the example plugin domain (arith_domain.py + its data)
+
+
+def load_plugin_domain(monkeypatch, module: str = "arith_domain"):
+    """Load the plugin domain ``module`` (tests/domains/) the way a user does (``METAAGENT_DOMAINS``) and return
+    a function that unloads it again: its domain, its sources and the rewards registered meanwhile are gone."""
+    import sys
+
+    import metaagent.domain as registry
+    from metaagent.data.sources import SOURCES
+
+    registry.domains()  # the built-ins first, so the restored registry keeps them (imported once)
+    saved = dict(registry._DOMAINS), set(registry._loaded), dict(SOURCES._table), dict(registry.REWARDS._table)
+    monkeypatch.syspath_prepend(str(DOMAINS_DIR))
+    monkeypatch.setenv(registry.PLUGINS_ENV, module)
+    sys.modules.pop(module, None)
+
+    def unload() -> None:
+        for table, old in zip((registry._DOMAINS, registry._loaded, SOURCES._table, registry.REWARDS._table), saved):
+            table.clear()
+            table.update(old)
+        sys.modules.pop(module, None)
+
+    return unload

@@ -101,6 +101,34 @@ def test_the_benchmark_curves_are_served_from_the_committed_results(site):
     assert "avg@3" in html  # the evaluation table is inlined from benchmarks/results/eval_embedded/table.md
 
 
+@needs_mkdocs
+def test_the_layout_rows_are_the_package_docstrings_and_a_package_without_one_fails_the_build(tmp_path):
+    from mkdocs.exceptions import PluginError
+
+    sys.path.insert(0, str(DOCS / "hooks"))
+    try:
+        import generated_pages
+    finally:
+        sys.path.remove(str(DOCS / "hooks"))
+    page = generated_pages.layout_markdown((DOCS / "layout.md").read_text(encoding="utf-8"))
+    assert generated_pages.DOC_MARK not in page
+    for init in sorted((ROOT / "metaagent").glob("*/__init__.py")):  # every room's row carries its docstring
+        assert generated_pages._summary(generated_pages._docstring(init)).removesuffix(".") in page, init
+    package = tmp_path / "metaagent"
+    (package / "a").mkdir(parents=True)
+    (package / "__init__.py").write_text('"""The package."""\n')
+    (package / "a" / "__init__.py").write_text("x = 1\n")
+    row = "| | `metaagent/a/` | {{ docstring }} |"
+    with pytest.raises(PluginError, match=r"package\(s\) without a docstring: metaagent/a;"):
+        generated_pages.layout_markdown(row, package)
+    (package / "a" / "__init__.py").write_text('"""Room a: what it holds."""\n')
+    assert generated_pages.layout_markdown(row, package) == "| | `metaagent/a/` | Room a: what it holds. |\n"
+    (package / "b").mkdir()
+    (package / "b" / "__init__.py").write_text('"""Room b."""\n')
+    with pytest.raises(PluginError, match=r"no row names the package\(s\) or module\(s\) \['b'\]"):
+        generated_pages.layout_markdown(row, package)
+
+
 def test_the_pages_speak_of_the_project_not_its_history():
     problems = []
     for page in sorted(DOCS.rglob("*.md")):

@@ -105,6 +105,16 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return sorted(upward)
 
 
+def test_every_package_has_a_docstring():
+    """Each package says what it holds (docs/layout.md's rows are made of these docstrings)."""
+    missing = [
+        str(p.parent.relative_to(PACKAGE.parent))
+        for p in sorted(PACKAGE.rglob("__init__.py"))
+        if not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()
+    ]
+    assert missing == [], f"packages without a docstring: {missing}"
+
+
 def test_imports_only_go_downward():
     upward = upward_imports(import_graph())
     assert not upward, "imports that do not go downward:\n" + "\n".join(sorted(upward))

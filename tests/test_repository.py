@@ -114,3 +114,15 @@ def test_the_benchmarks_readme_has_a_row_per_benchmark_script_and_its_links_exis
     links = re.findall(r"\]\((results/[^)]+)\)", text)
     broken = [link for link in links if not (readme.parent / link).exists()]
     assert links and not broken, f"benchmarks/README.md links to missing results: {broken}"
+
+
+def test_the_scripts_readme_has_a_row_per_script():
+    readme = ROOT / "scripts" / "README.md"
+    if not readme.is_file():
+        pytest.skip("no scripts/ here (an installed package): the scripts ship with a checkout only")
+    text = readme.read_text(encoding="utf-8")
+    rows = [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`([^`]+)`", row)}
+    scripts = sorted(p.name for p in (ROOT / "scripts").glob("*") if p.suffix in (".py", ".sh"))
+    missing = [name for name in scripts if name not in named]
+    assert scripts and not missing, f"scripts/README.md has no row for {missing}: add one (what it is for)"

@@ -1,11 +1,18 @@
-"""Credit assignment over rollout records (paper §3.2): designer and executor advantages.
+"""Credit assignment over rollout records (paper §3.2): designer and executor advantages, six estimators by name.
 
 Two layers:
 
 - pure array math, one question at a time (:mod:`.groups`, :mod:`.matrix`):
   ``hierarchical_advantages(rewards) -> (designer_adv, executor_adv)``;
 - record-level estimators registered by name (:mod:`.registry`, :mod:`.assign`):
-  ``assign_credit(trees, estimator="hierarchical", **options) -> CreditResult``;
+  ``assign_credit(trees, estimator="hierarchical", **options) -> CreditResult``. The estimators:
+  ``hierarchical`` and ``flat`` (Eq. 4-7, :mod:`.assign`; also registered in verl's estimator registry),
+  ``at_grpo`` (AT-GRPO, seed 003: per (environment, agent, turn) groups, :mod:`.at_grpo`), ``mappa`` (MAPPA,
+  seed 000: per-action coach rewards and a token stage, :mod:`.mappa`), ``unity`` (UnityMAS-O, seed 001:
+  per-model advantages, :mod:`.unity`) and ``eval_aligned`` (seed 002: Shapley and first-error credit,
+  :mod:`.eval_aligned`).
+- the step's second scale of the advantages (:mod:`.normalize`: ``algo.normalize`` none / batch / role,
+  Dr. MAS);
 - the budget-matched single-agent control of the designer's reward (:mod:`.control`:
   ``hierarchical`` with ``designer_baseline="control"``).
 """

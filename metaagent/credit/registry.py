@@ -6,7 +6,7 @@ Every estimator has one signature, over the rollout records only::
 
 It must not modify the trees: :func:`metaagent.credit.assign_credit` writes the advantages and computes
 the metrics. Taking all trees of the batch (not one) leaves room for batch-level baselines; returning
-:class:`~metaagent.credit.records.TreeCredit` (designer, executor and optional per-turn advantages) leaves
+:class:`~metaagent.credit.assign.TreeCredit` (designer, executor and optional per-turn advantages) leaves
 room for per-(agent, turn) groups (AT-GRPO), judge process rewards (MAPPA) and Shapley credit.
 """
 

@@ -1,9 +1,12 @@
-"""Task records, dataset loaders, the mixture sampler and the bundled offline task set."""
+"""Task records, dataset loaders, the table of data sources (a domain registers its own: ``register_source``),
+the mixture sampler and the bundled offline task set."""
 
 from .bundled import code_references, load_bundled
 from .errors import DataError
-from .loaders import SOURCES, DatasetSpec, load_tasks
+from .files import task_file_source
+from .loaders import DatasetSpec, load_tasks
 from .mixture import MixtureSampler
+from .sources import SOURCES, Source, get_source, register_source
 from .tasks import Task, TaskError
 
 __all__ = [
@@ -11,8 +14,12 @@ __all__ = [
     "DataError",
     "DatasetSpec",
     "MixtureSampler",
+    "Source",
     "Task",
     "TaskError",
+    "get_source",
+    "register_source",
+    "task_file_source",
     "code_references",
     "load_bundled",
     "load_tasks",

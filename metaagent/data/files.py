@@ -25,6 +25,7 @@ from metaagent.execution.code_tests import normalize_tests
 from metaagent.execution.errors import TestsFormatError
 
 from .errors import DataError
+from .sources import Source
 from .tasks import Task, TaskError
 
 if TYPE_CHECKING:
@@ -72,14 +73,18 @@ def read_rows(path: str | Path) -> Iterator[Row]:
         raise DataError(f"{path}: the file is empty; write one task a line, e.g. {EXAMPLE}")
 
 
-def read_tasks(spec: DatasetSpec) -> Iterator[Task]:
-    """The tasks of the file ``spec.path``, in file order; rows naming another split than ``spec.split`` are
-    left out, and a repeated ``id`` is an error naming both lines."""
-    if spec.path is None:
+def read_tasks(
+    spec: DatasetSpec, *, path: str | Path | None = None, domain: str | None = None, label: str = SOURCE
+) -> Iterator[Task]:
+    """The tasks of the file ``spec.path`` (or ``path``: a source's own file), in file order; rows naming
+    another split than ``spec.split`` are left out, and a repeated ``id`` is an error naming both lines.
+    ``domain`` is the domain of rows without one when the spec names none, ``label`` their ``source``."""
+    path = spec.path if path is None else path
+    if path is None:
         raise DataError(f"source {SOURCE!r} reads a task file: give its path, e.g. data.train=[tasks.jsonl]")
     seen: dict[str, int] = {}
-    for row in read_rows(spec.path):
-        task = row_task(row, spec)
+    for row in read_rows(path):
+        task = row_task(row, spec, domain=domain, label=label)
         if spec.split and task.split != spec.split:
             continue
         if task.id in seen:
@@ -91,18 +96,30 @@ def read_tasks(spec: DatasetSpec) -> Iterator[Task]:
         yield task
 
 
+def task_file_source(name: str, path: str | Path, *, domain: str, note: str = "") -> Source:
+    """A data source ``name`` reading the task file ``path`` (this module's format, rows of ``domain`` unless
+    they name one), e.g. a plugin domain's own tasks shipped beside its module:
+    ``register_source(task_file_source("arith", Path(__file__).with_name("arith_tasks.jsonl"), domain="arith"))``.
+    ``DatasetSpec(name, split="test")`` keeps the rows of split ``test`` and those without a split."""
+    path = Path(path)
+    return Source(
+        name, domain, None, "all", as_task, note=note or f"the task file {path.name}",
+        rows=lambda spec: read_tasks(spec, path=path, domain=domain, label=name),
+    )  # fmt: skip
+
+
 def as_task(task: Task, index: int, spec: DatasetSpec) -> Task:
     """The ``file`` source's mapper: :func:`read_tasks` already built the task."""
     return task
 
 
-def row_task(row: Row, spec: DatasetSpec) -> Task:
+def row_task(row: Row, spec: DatasetSpec, *, domain: str | None = None, label: str = SOURCE) -> Task:
     """The task of one row; a row that does not fit is one line naming file, line and field."""
     file, number, data = row
     where = f"{file} line {number}"
     if not isinstance(data, Mapping):
         raise DataError(f"{where}: a task is a JSON object, got {type(data).__name__}; e.g. {EXAMPLE}")
-    name = data.get("domain", spec.domain or DEFAULT_DOMAIN)
+    name = data.get("domain", spec.domain or domain or DEFAULT_DOMAIN)
     try:
         domain = get_domain(name)
     except DomainError as e:
@@ -114,7 +131,7 @@ def row_task(row: Row, spec: DatasetSpec) -> Task:
             f"{where}: unknown field {unknown[0]!r} for a {name} task; allowed: "
             f"{', '.join((*COMMON_FIELDS, *targets))}"
         )
-    fields = _common_fields(where, data, Path(file).stem, number, spec)
+    fields = _common_fields(where, data, Path(file).stem, number, spec, label)
     for key, target in targets.items():
         if key in data:
             _place(fields, target, _value(where, key, data[key]))
@@ -131,7 +148,9 @@ def row_task(row: Row, spec: DatasetSpec) -> Task:
         raise DataError(f"{where}: field {field!r}: {reason}{example}") from None
 
 
-def _common_fields(where: str, data: Mapping[str, Any], stem: str, number: int, spec: DatasetSpec) -> dict:
+def _common_fields(
+    where: str, data: Mapping[str, Any], stem: str, number: int, spec: DatasetSpec, label: str
+) -> dict:
     question = data.get("question")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: field 'question' must be a non-empty string, got {question!r}")
@@ -142,11 +161,11 @@ def _common_fields(where: str, data: Mapping[str, Any], stem: str, number: int, 
     if not isinstance(task_id, (str, int)) or isinstance(task_id, bool) or not str(task_id):
         raise DataError(f"{where}: field 'id' must be a non-empty string or an integer, got {task_id!r}")
     split = data.get("split", spec.split or "train")
-    for key, value in (("split", split), ("source", data.get("source", SOURCE))):
+    for key, value in (("split", split), ("source", data.get("source", label))):
         if not isinstance(value, str) or not value:
             raise DataError(f"{where}: field {key!r} must be a non-empty string, got {value!r}")
     return {
-        "id": str(task_id), "question": question, "split": split, "source": data.get("source", SOURCE),
+        "id": str(task_id), "question": question, "split": split, "source": data.get("source", label),
         "metadata": dict(metadata),
     }  # fmt: skip
 

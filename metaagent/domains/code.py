@@ -1,5 +1,6 @@
 """Code: hidden ``tests``; the last fenced program of the answer runs on them (all must pass, or the pass rate
-with ``reward.code_correct=pass_rate``); serve votes on the program text.
+with ``reward.domains.code.correct=pass_rate``) under the domain's settings (``reward.domains.code``:
+:class:`CodeSettings`, the test limits included); serve votes on the program text.
 
 Serve's guess (documented in the API): a text without a stated domain is ``code`` when it contains a fenced code
 block, or any of :data:`CODE_CUES` (case-insensitive, on word boundaries); everything else is ``math``, the
@@ -11,15 +12,22 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
+from pydantic import Field, PositiveFloat, PositiveInt
+
+from metaagent.config import Checked
 from metaagent.data.tasks import Task
 from metaagent.domain import Domain, Verdict, register_domain
-from metaagent.execution.code import extract_program, run_code_tests
+from metaagent.execution.code import DEFAULT_WORKERS, extract_program, run_code_tests
 from metaagent.records import Execution
 from metaagent.rewards.errors import ExecutionError, RewardError, TestsFormatError
 from metaagent.rewards.provenance import answer_from_agents
-from metaagent.rewards.score import RewardConfig, code_limits
+from metaagent.rewards.score import RewardConfig
+
+CODE_CORRECTNESS = ("all_pass", "pass_rate")
 
 #: sandbox counters of a tested program that mean it tried to decide its own verdict (shortcut forged_verdict)
 FORGERY_COUNTERS = ("sandbox/forged_result", "sandbox/non_plain_value")
@@ -48,6 +56,52 @@ TEMPLATE_TWINS = (
 )
 
 
+@dataclass(frozen=True)
+class CodeSettings(Checked):
+    """The code domain's settings, ``reward.domains.code`` (e.g. ``reward.domains.code.correct=pass_rate``)."""
+
+    correct: Literal[CODE_CORRECTNESS] = "all_pass"  # "all_pass" (paper App. B) or "pass_rate"
+    time_limit_s: PositiveFloat = 4.0  # per code test, CPU seconds, for tasks that carry no limit of their own
+    # per code test, address space, for tasks that carry no limit of their own (Python needs ~30 MB)
+    memory_mb: Annotated[int, Field(ge=64)] = 1024
+    # tasks with their own limits (CodeContests: metadata time_limit_s / memory_limit_bytes): the test gets
+    # max(time_limit_floor_s, limit x time_limit_multiplier) CPU seconds and max(memory_floor_mb, limit) MB
+    time_limit_multiplier: PositiveFloat = 1.0
+    time_limit_floor_s: PositiveFloat = 1.0  # least CPU seconds per test of a task with its own time limit
+    memory_floor_mb: Annotated[int, Field(ge=64)] = 256  # least MB per test of a task with its own memory limit
+    # the most a task's own limits may grant (None: no cap, the task data is trusted, e.g. CodeContests in
+    # training); metaagent-serve sets both to time_limit_s / memory_mb: a client cannot raise its limits
+    max_time_limit_s: PositiveFloat | None = None  # most CPU s a task's own time limit may grant (None: no cap)
+    max_memory_mb: Annotated[int, Field(ge=64)] | None = None  # most MB a task's own memory limit may grant
+    workers: PositiveInt = DEFAULT_WORKERS  # code tests of one program run in parallel
+    stop_on_failure: bool = True  # all_pass only: skip remaining tests after the first failure
+    site_packages: bool = False  # let tested programs import installed packages (slower start)
+
+
+def code_limits(task: Task, settings: CodeSettings) -> tuple[float, int]:
+    """(CPU seconds, memory MB) of each code test of ``task``: the task's own limits (CodeContests'
+    ``time_limit_s`` / ``memory_limit_bytes`` metadata) scaled by the settings' multiplier and raised to their
+    floors, else the flat ``time_limit_s`` / ``memory_mb``; then capped at ``max_time_limit_s`` /
+    ``max_memory_mb`` where set:
+
+        time_s    = min(max_time_limit_s, max(time_limit_floor_s, own_time_s * time_limit_multiplier))
+        memory_mb = min(max_memory_mb, max(memory_floor_mb, own_memory_bytes >> 20))
+    """
+    meta = task.metadata if isinstance(task.metadata, Mapping) else {}
+    time_s, memory_mb = settings.time_limit_s, settings.memory_mb
+    own_time = meta.get("time_limit_s")
+    if isinstance(own_time, (int, float)) and own_time > 0:
+        time_s = max(settings.time_limit_floor_s, float(own_time) * settings.time_limit_multiplier)
+    own_memory = meta.get("memory_limit_bytes")
+    if isinstance(own_memory, int) and own_memory > 0:
+        memory_mb = max(settings.memory_floor_mb, own_memory >> 20)
+    if settings.max_time_limit_s is not None:
+        time_s = min(time_s, settings.max_time_limit_s)
+    if settings.max_memory_mb is not None:
+        memory_mb = min(memory_mb, settings.max_memory_mb)
+    return time_s, memory_mb
+
+
 def looks_like(text: str) -> bool:
     """A fenced code block or a :data:`CODE_CUES` phrase (module docstring)."""
     return "```" in text or _CUE_RE.search(text) is not None
@@ -59,8 +113,9 @@ def score(task: Task, execution: Execution, cfg: RewardConfig) -> Verdict:
         return Verdict(0.0, {"code": {"status": "no_program"}})
     if not answer_from_agents("code", program, execution, task.question):  # the script wrote it: not run
         return Verdict(0.0, {"code": {"status": "not_from_agents"}}, ("answer_not_from_agents",))
-    pass_rate = cfg.code_correct == "pass_rate"
-    time_s, memory_mb = code_limits(task, cfg)
+    settings: CodeSettings = cfg.domain_settings("code")
+    pass_rate = settings.correct == "pass_rate"
+    time_s, memory_mb = code_limits(task, settings)
     details: dict[str, Any] = {"code_limits": {"time_limit_s": time_s, "memory_mb": memory_mb}}
     try:
         result = run_code_tests(
@@ -69,9 +124,9 @@ def score(task: Task, execution: Execution, cfg: RewardConfig) -> Verdict:
             fn_name=task.metadata.get("fn_name"),
             time_limit_s=time_s,
             memory_mb=memory_mb,
-            workers=cfg.code_workers,
-            stop_on_failure=cfg.stop_on_failure and not pass_rate,
-            site_packages=cfg.site_packages,
+            workers=settings.workers,
+            stop_on_failure=settings.stop_on_failure and not pass_rate,
+            site_packages=settings.site_packages,
         )
     except TestsFormatError as e:
         return Verdict(None, details, (), "tests_format", f"task {task.id!r} has malformed tests: {e}")
@@ -114,6 +169,7 @@ CODE = register_domain(
         "submit(solver(task))\n",
         template_twins=TEMPLATE_TWINS,
         runs_code=True,
+        settings=CodeSettings,
         row_fields=ROW_FIELDS,
         served=True,
         looks_like=looks_like,

@@ -1,4 +1,11 @@
-"""The environment interface, answer parsing and the env factory (one place for each)."""
+"""The environment interface, answer parsing and the table of environments (one place for each).
+
+An environment is a :class:`PlanEnv` subclass registered under its ``name`` with :func:`register_env`
+(``@register_env`` on the class); every list of environment names (the ``plan`` data sources, the factory's
+error, the appendix's lambdas) is derived from :data:`ENVS`. The built-ins register themselves in their own
+modules (:mod:`.planpath`, :mod:`.sudoku`, :mod:`.sokoban`); a plugin domain's module (``METAAGENT_DOMAINS``)
+registers its own the same way, and its data source with ``metaagent.data.plan.plan_source(name)``.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from metaagent.errors import MetaAgentError
+from metaagent.registry import Registry
 
-ENV_NAMES = ("planpath", "sudoku", "sokoban")
 MOVES = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 FINAL_MARK = "#####"
 #: the two agent kinds of the planning workflows; an agent whose role name contains "tool" is a Tool agent
@@ -64,7 +71,7 @@ def parse_json(text: str) -> Any:
 
 
 class PlanEnv:
-    """One environment instance. Subclasses implement the game; the interface is:
+    """One environment instance. Subclasses implement the game and set the class facts below; the interface is:
 
     ``observe() -> str``; ``step(answer) -> str`` applies an answer (a turn) and says the outcome;
     ``components(answer, kind, executed)`` -> the appendix's reward terms of applying ``answer`` now
@@ -72,7 +79,12 @@ class PlanEnv:
     ``m``; ``success``; ``turn`` (turns applied so far).
     """
 
-    name = ""
+    name = ""  # the environment's name: ``task.metadata["env"]["name"]``, its data source's name
+    #: the task text's rules, ``{size}`` and ``{box}`` (the square root of size) filled in (metaagent.data.plan)
+    rules = ""
+    default_size = 0  # the board size of a spec without ``size``
+    #: lambda of the appendix's mixing preset (``r = lambda r_team + (1 - lambda) m r_loc``, App. A.1.3-A.1.5)
+    lam: float | None = None
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self.spec = dict(spec)
@@ -129,3 +141,21 @@ class PlanEnv:
         if shaped is not None:
             out["shaped"] = shaped
         return out
+
+
+ENVS: Registry[type[PlanEnv]] = Registry("planning environment", EnvError)  # name -> its PlanEnv subclass
+
+
+def register_env(cls: type[PlanEnv]) -> type[PlanEnv]:
+    """Register the :class:`PlanEnv` subclass ``cls`` under ``cls.name`` (a class decorator); it needs its
+    ``rules`` and a ``default_size`` (the task text is built from them)."""
+    if not (isinstance(cls, type) and issubclass(cls, PlanEnv)) or not cls.name:
+        raise EnvError(f"register_env takes a PlanEnv subclass with a name, got {cls!r}")
+    if not cls.rules or cls.default_size < 1:
+        raise EnvError(f"environment {cls.name!r} needs its task text's rules and a default_size >= 1")
+    return ENVS.register(cls.name)(cls)
+
+
+def env_names() -> tuple[str, ...]:
+    """The registered environments' names, sorted."""
+    return tuple(ENVS.names())

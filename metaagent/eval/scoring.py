@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from statistics import fmean
 from typing import Any
 
-from metaagent.domain import domains
+from metaagent.domain import Domain, domains
 from metaagent.records import EXECUTION_STATUSES, Design, Execution, RolloutTree
 from metaagent.rewards.selection import SELECT_MAJORITY, choose
 from metaagent.rewards.shortcuts import SHORTCUT_CLASSES, shortcuts_of
@@ -30,7 +30,7 @@ class Sample:
     """One (design, execution) outcome of a task."""
 
     correct: float | None  # None: the reward could not be computed
-    answer: str | None  # normalised final answer (math: the extracted prediction), for maj@k
+    answer: str | None  # the answer's voting key (its domain's ``answer_key``), for maj@k
     status: str  # execution status, or INVALID_DESIGN
     tokens: int  # generated tokens (designer share + the execution's agent turns)
     prompt_tokens: int
@@ -46,12 +46,13 @@ def _shortcuts(e: Execution) -> tuple[str, ...] | None:
     return tuple(shortcuts_of(e.reward))
 
 
-def _answer(e: Execution) -> str | None:
-    math = (e.reward.details or {}).get("math") if e.reward is not None else None
-    if isinstance(math, dict):
-        pred = math.get("pred")
-        return None if pred is None else str(pred).strip()
-    return None
+def _answer(e: Execution, domain: Domain | None) -> str | None:
+    """A sample's vote for maj@k: its domain's voting key of the submitted answer (``Domain.answer_key``, the key
+    serve's majority and ``sa@k`` vote on; math: the extracted final answer, normalised); None without an
+    answer (never a vote) or for a domain not registered here."""
+    if domain is None or not e.answer or not e.answer.strip():
+        return None
+    return domain.answer_key(e.answer)
 
 
 def _design_tokens(d: Design) -> tuple[int, int]:
@@ -64,6 +65,7 @@ def samples_of(tree: RolloutTree) -> list[Sample]:
     """The samples of a tree in order: each execution of a valid design, and each invalid design (a
     correctness-0 sample without execution). A design's own tokens go to its first sample."""
     out: list[Sample] = []
+    domain = domains().get(str(tree.task.get("domain")))
     for d in tree.designs:
         gen, prompt = _design_tokens(d)
         if not d.valid:
@@ -75,7 +77,7 @@ def samples_of(tree: RolloutTree) -> list[Sample]:
             out.append(
                 Sample(
                     correct=float(r.correct or 0.0) if scored else None,  # type: ignore[union-attr]
-                    answer=_answer(e),
+                    answer=_answer(e, domain),
                     status=e.status,
                     tokens=sum(len(t.response_ids) for t in e.turns) + (gen if i == 0 else 0),
                     prompt_tokens=sum(len(t.prompt_ids) for t in e.turns) + (prompt if i == 0 else 0),
@@ -177,7 +179,8 @@ def _count_shortcuts(samples: Sequence[Sample]) -> dict[str, int] | None:
 
 
 def votes(domain: str) -> bool:
-    """maj@k is reported for ``domain`` (its ``Domain.votes``: math); False for an unregistered one."""
+    """maj@k is reported for ``domain`` (its ``Domain.votes``: math, or a plugin's that votes); False for an
+    unregistered one."""
     found = domains().get(domain)
     return found is not None and found.votes
 

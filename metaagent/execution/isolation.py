@@ -91,8 +91,8 @@ class ExecutionConfig:
     (an error when it is not available). ``scratch_mb``: size of each test program's temporary directory
     when it is a tmpfs (mount namespaces available); writing more fails with ENOSPC. ``packages``: the
     installed packages (top-level import names) a test program may import when site packages are on
-    (``reward.site_packages``); nothing else in site-packages is readable. ``memory_cgroup``: ``auto``
-    puts every test program in its own memory cgroup (limit: its memory + its scratch size, tmpfs and
+    (``reward.domains.code.site_packages``); nothing else in site-packages is readable. ``memory_cgroup``:
+    ``auto`` puts every test program in its own memory cgroup (limit: its memory + its scratch size, tmpfs and
     kernel memory included) where cgroups are writable, ``none`` never does. ``max_tasks``: the tasks
     (threads, each a host PID) a test program may hold at once, enforced by the pids controller of its
     cgroup where there is one (:mod:`.cgroup`).
@@ -100,7 +100,8 @@ class ExecutionConfig:
 
     isolation: str = "auto"  # kernel isolation of model-written code: auto | landlock | namespaces | none
     scratch_mb: int = 64  # size of each test program's temporary directory (a tmpfs) in MB
-    packages: tuple[str, ...] = ()  # importable installed packages under reward.site_packages, e.g. [numpy]
+    # importable installed packages under reward.domains.code.site_packages, e.g. [numpy]
+    packages: tuple[str, ...] = ()
     memory_cgroup: str = "auto"  # per-program memory cgroup: auto (where writable) | none
     max_tasks: int = 128  # threads a test program may hold at once (pids cgroup)
 

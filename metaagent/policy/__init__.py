@@ -1,4 +1,6 @@
-"""The policy layer: every designer and executor call reaches a model through :class:`Policy`.
+"""The policy layer: every designer and executor call reaches a model through :class:`Policy`: model aliases
+and their cache, chat rendering, the transformers decode loop with exact log-probs, request batching, the
+OpenAI-compatible and vLLM backends, per-agent routing, and the one builder of served models.
 
 Backends: :class:`HFPolicy` (local transformers), :class:`VLLMPolicy` (vLLM engine, GPU),
 :class:`OpenAIPolicy` (OpenAI-compatible server), :class:`ScriptedPolicy` (tests). :class:`BatchingPolicy`

@@ -1,5 +1,7 @@
 """Replay and analysis of recorded rollouts (paper §4.4, App. C and E): what the designer built, how the
-executors behaved, and how two checkpoints differ. The ``metaagent-replay`` command is a thin layer over::
+executors behaved, and how two checkpoints differ; ``metaagent-replay`` is a thin layer over this API.
+
+In Python::
 
     from metaagent.replay import load_run, stats, compare, render_html, rerun
 

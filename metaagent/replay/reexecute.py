@@ -81,6 +81,7 @@ def recorded_settings(
     """Executor sampling, limits and reward config of a record, and notes on what was not recorded."""
     from metaagent.config import ConfigError, from_dict
     from metaagent.rewards import RewardConfig
+    from metaagent.rewards.score import upgrade_reward_section
     from metaagent.rollout.budget import capped_limits
     from metaagent.rollout.config import RolloutConfig, SamplingConfig
 
@@ -117,7 +118,7 @@ def recorded_settings(
     reward_section = config.get("reward")
     if isinstance(reward_section, Mapping):
         try:
-            reward = RewardConfig(**reward_section)
+            reward = RewardConfig(**upgrade_reward_section(reward_section))
         except (TypeError, ValueError) as e:
             raise ReplayError(f"the record's reward config cannot be used: {e}") from None
     else:

@@ -18,7 +18,7 @@ How equivalence is decided, in order:
    percentages, thousands separators, degrees, units, currency and LaTeX spacing normalised away): under
    ``final_form="strict"`` the answer must be a number too (an expression such as ``\sqrt{1225}`` or an
    unreduced ``70/2`` is incorrect). That rule is an explicit option for *rewards* (the math domain's scorer
-   passes ``reward.math_final_form``, default strict: an unevaluated literal copied from the task must not
+   passes ``reward.domains.math.final_form``, default strict: an unevaluated literal copied from the task must not
    pay); the library functions :func:`check_math` and :func:`math_equal` default to ``"lenient"``, so a
    library user keeps math-verify's symbolic equivalence (``\pi`` = ``3.14159265358979``, ``\binom{5}{2}`` =
    ``10``, ``5!`` = ``120``, ``\log_2 8`` = ``3``). Numbers are compared exactly when the reference is an integer or
@@ -296,7 +296,7 @@ def check_math(
             return result(
                 "incorrect",
                 "final_form",
-                "the reference is a number and the answer is not one (reward.math_final_form=strict)",
+                "the reference is a number and the answer is not one (reward.domains.math.final_form=strict)",
                 lenient[3] or would_pay,
             )
     if {_squash(a) for a in gold_alts} & {_squash(a) for a in pred_alts}:

@@ -5,70 +5,72 @@ in {0, 1} for math (the gold answer, :mod:`.math`) and code (every hidden test m
 variant uses the fraction of passed tests instead), the best token F1 against the gold answers for QA
 (UnityMAS-O, :mod:`.qa`), in [0, 1]. ``R_format`` is in [0, 1] (:mod:`.format`).
 
+A domain's own settings are its section of the reward config, ``reward.domains.<domain>`` (the fields of its
+``Domain.settings`` class, e.g. the math domain's ``reward.domains.math.final_form``), read by its scorer as
+:meth:`RewardConfig.domain_settings`; the settings here are the ones every domain shares (lam, the format
+rules: which fenced languages count as a program, how unsubmitted and refused answers are formatted).
+
 Every component is kept in the :class:`~metaagent.records.RewardRecord`, not only the sum. A
 reward that could not be computed (checker timeout, runner failure, missing or malformed reference) is a
 record with ``total=None`` and ``error`` set, counted by :func:`reward_metrics`; a wrong or missing
 answer is a computed 0.
 
-The rollout engine calls :func:`score_execution` (one execution), :func:`score_executions` (many, on a
-bounded thread pool: math checks and code tests run in their own processes, the threads only wait) or
-:func:`score_tree` (fills ``execution.reward`` for a whole rollout tree).
+The rollout engine calls :func:`score_execution` on each execution as it finishes (on the engine's own
+threads, or on the Ray sandbox actors where the execution ran), as replay does on a re-run. For scoring
+outside a rollout, :func:`score_executions` scores many pairs on a bounded thread pool (math checks and code
+tests run in their own processes, the threads only wait) and :func:`score_tree` fills ``execution.reward``
+for a whole rollout tree.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat
 
-from metaagent.config import Checked, ConfigError
-from metaagent.domain import get_domain
-from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES, DEFAULT_WORKERS
+from metaagent.config import Checked, ConfigError, from_dict
+from metaagent.domain import DomainError, get_domain
+from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES
 from metaagent.records import Execution, RewardRecord, RolloutTree
 
 from ..data.tasks import Task
 from .format import empty_deliveries, format_components
-from .math import DEFAULT_FALLBACKS, DEFAULT_REL_TOL, DEFAULT_TIMEOUT_S, FINAL_FORMS
 from .shortcuts import REFUSED_ANSWER_CLASSES, shortcut_metrics
 
-CODE_CORRECTNESS = ("all_pass", "pass_rate")
 UNSUBMITTED_FORMAT = ("zero", "delivery")
 SHORTCUT_FORMAT = ("zero", "keep")
 
 
+#: flat reward keys that became a domain's own settings (``reward.<old>`` -> ``reward.domains.<domain>.<key>``)
+MOVED_KEYS = {
+    "math_rel_tol": ("math", "rel_tol"),
+    "math_timeout_s": ("math", "timeout_s"),
+    "math_final_form": ("math", "final_form"),
+    "answer_fallbacks": ("math", "answer_fallbacks"),
+    "code_correct": ("code", "correct"),
+    **{k: ("code", k) for k in ("time_limit_s", "memory_mb", "time_limit_multiplier", "time_limit_floor_s",
+                               "memory_floor_mb", "max_time_limit_s", "max_memory_mb")},
+    "code_workers": ("code", "workers"),
+    "stop_on_failure": ("code", "stop_on_failure"),
+    "site_packages": ("code", "site_packages"),
+}
+
+
 @dataclass(frozen=True)
 class RewardConfig(Checked):
-    """How executions are scored. Defaults follow the paper (lam = 0.4, all tests must pass)."""
+    """How executions are scored: what every domain shares (Eq. 10's lam, the format rules) and each domain's own
+    settings (``domains``). Defaults follow the paper (lam = 0.4; code: all tests must pass)."""
+
+    moved_keys: ClassVar[dict[str, str]] = {
+        old: f"reward.domains.{domain}.{key}" for old, (domain, key) in MOVED_KEYS.items()
+    }
 
     lam: NonNegativeFloat = 0.4  # weight of R_format (paper: 0.4)
-    code_correct: Literal[CODE_CORRECTNESS] = "all_pass"  # "all_pass" (paper App. B) or "pass_rate"
-    time_limit_s: PositiveFloat = 4.0  # per code test, CPU seconds, for tasks that carry no limit of their own
-    # per code test, address space, for tasks that carry no limit of their own (Python needs ~30 MB)
-    memory_mb: Annotated[int, Field(ge=64)] = 1024
-    # tasks with their own limits (CodeContests: metadata time_limit_s / memory_limit_bytes): the test gets
-    # max(time_limit_floor_s, limit x time_limit_multiplier) CPU seconds and max(memory_floor_mb, limit) MB
-    time_limit_multiplier: PositiveFloat = 1.0
-    time_limit_floor_s: PositiveFloat = 1.0  # least CPU seconds per test of a task with its own time limit
-    memory_floor_mb: Annotated[int, Field(ge=64)] = 256  # least MB per test of a task with its own memory limit
-    # the most a task's own limits may grant (None: no cap, the task data is trusted, e.g. CodeContests in
-    # training); metaagent-serve sets both to time_limit_s / memory_mb: a client cannot raise its limits
-    max_time_limit_s: PositiveFloat | None = None  # most CPU s a task's own time limit may grant (None: no cap)
-    max_memory_mb: Annotated[int, Field(ge=64)] | None = None  # most MB a task's own memory limit may grant
-    code_workers: PositiveInt = DEFAULT_WORKERS  # code tests of one program run in parallel
-    stop_on_failure: bool = True  # all_pass only: skip remaining tests after the first failure
-    site_packages: bool = False  # let tested programs import installed packages (slower start)
-    math_rel_tol: Annotated[float, Field(gt=0, lt=1)] = DEFAULT_REL_TOL  # relative tolerance of numeric answers
-    math_timeout_s: PositiveFloat = DEFAULT_TIMEOUT_S  # CPU seconds one math check (symbolic equality) may take
-    # an answer to a plain-number reference must be a number ("strict") or may be any symbolically equal
-    # expression ("lenient"); a copy of the question's expression is incorrect in both (rewards/shortcuts.py)
-    math_final_form: Literal[FINAL_FORMS] = "strict"
-    answer_fallbacks: tuple[str, ...] = DEFAULT_FALLBACKS  # regexes with a named group (?P<answer>...)
     fence_languages: Annotated[tuple[str, ...], Field(min_length=1)] = DEFAULT_FENCE_LANGUAGES  # ("python", "py", "")
     # R_format of an execution that never submitted: "zero" (no final solution, no format reward) or
     # "delivery" (keep the delivery share of its turns: half of delivery_format). R_correct is 0 either way.
@@ -77,20 +79,24 @@ class RewardConfig(Checked):
     # the question, an expression for a number, ...): "zero" (it pays nothing) or "keep" (the format share any
     # wrong answer gets, the paper's Eq. 10 as written)
     shortcut_format: Literal[SHORTCUT_FORMAT] = "zero"
+    # each domain's own settings: reward.domains.<domain>.<key>, the fields of its Domain.settings class over
+    # their defaults (e.g. reward.domains.math.final_form=lenient; docs: Configuration reference, domain settings)
+    domains: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()  # types and ranges (YAML and JSON lists become tuples: hashable, immutable)
-        for pattern in self.answer_fallbacks:
-            try:
-                compiled = re.compile(pattern)
-            except re.error as e:
-                raise ConfigError(
-                    f"RewardConfig.answer_fallbacks: {pattern!r} is not a valid regex: {e}"
-                ) from None
-            if "answer" not in compiled.groupindex:
-                raise ConfigError(
-                    f"RewardConfig.answer_fallbacks: {pattern!r} needs a named group (?P<answer>...) for the answer"
-                )
+        built = {name: _settings(name, section) for name, section in self.domains.items()}
+        # the config keeps plain mappings (YAML-able records); the built settings are kept beside them
+        object.__setattr__(self, "domains", {n: dataclasses.asdict(v) for n, v in built.items()})
+        object.__setattr__(self, "_built", built)
+
+    def domain_settings(self, domain: str) -> Any:
+        """The settings of ``domain`` (an instance of its ``Domain.settings`` class: ``reward.domains.<domain>``
+        over the class's defaults); None for a domain without settings of its own."""
+        if domain in self._built:
+            return self._built[domain]
+        cls = get_domain(domain).settings
+        return None if cls is None else cls()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RewardConfig:
@@ -101,28 +107,28 @@ class RewardConfig(Checked):
         return cls(**dict(data))
 
 
-def code_limits(task: Task, config: RewardConfig) -> tuple[float, int]:
-    """(CPU seconds, memory MB) of each code test of ``task``: the task's own limits (CodeContests'
-    ``time_limit_s`` / ``memory_limit_bytes`` metadata) scaled by the config's multiplier and raised to its
-    floors, else the config's flat ``time_limit_s`` / ``memory_mb``; then capped at ``max_time_limit_s`` /
-    ``max_memory_mb`` where set:
+def upgrade_reward_section(section: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded ``reward`` section (a run's ``config.yaml``, a record's config) with the keys of
+    :data:`MOVED_KEYS` moved into their domain's settings, so records written before the move still load."""
+    out = dict(section)
+    domains = {k: dict(v) for k, v in (out.pop("domains", None) or {}).items()}
+    for old, (domain, key) in MOVED_KEYS.items():
+        if old in out:
+            domains.setdefault(domain, {}).setdefault(key, out.pop(old))
+    return out | ({"domains": domains} if domains else {})
 
-        time_s    = min(max_time_limit_s, max(time_limit_floor_s, own_time_s * time_limit_multiplier))
-        memory_mb = min(max_memory_mb, max(memory_floor_mb, own_memory_bytes >> 20))
-    """
-    meta = task.metadata if isinstance(task.metadata, Mapping) else {}
-    time_s, memory_mb = config.time_limit_s, config.memory_mb
-    own_time = meta.get("time_limit_s")
-    if isinstance(own_time, (int, float)) and own_time > 0:
-        time_s = max(config.time_limit_floor_s, float(own_time) * config.time_limit_multiplier)
-    own_memory = meta.get("memory_limit_bytes")
-    if isinstance(own_memory, int) and own_memory > 0:
-        memory_mb = max(config.memory_floor_mb, own_memory >> 20)
-    if config.max_time_limit_s is not None:
-        time_s = min(time_s, config.max_time_limit_s)
-    if config.max_memory_mb is not None:
-        memory_mb = min(memory_mb, config.max_memory_mb)
-    return time_s, memory_mb
+
+def _settings(name: str, section: Any) -> Any:
+    """The ``Domain.settings`` instance of ``reward.domains.<name>`` (a mapping, or an instance already)."""
+    try:
+        cls = get_domain(name).settings
+    except DomainError as e:
+        raise ConfigError(f"reward.domains: {e}") from None
+    if cls is None:
+        raise ConfigError(f"reward.domains.{name}: the {name} domain has no settings of its own; remove the section")
+    if isinstance(section, cls):
+        return section
+    return from_dict(cls, section, where=f"reward.domains.{name}")
 
 
 def _error_record(kind: str, message: str, fmt: dict[str, float], details: dict[str, Any]) -> RewardRecord:

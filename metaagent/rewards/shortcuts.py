@@ -11,7 +11,8 @@ class                       rule (where)
 ``unbounded``               a prediction that is not a finite number, or is astronomically large, equals no
                             finite reference (:mod:`.math`, ``_math_worker``)
 ``non_final_form``          the reference is a plain number and the answer is still an expression: incorrect
-                            under ``reward.math_final_form: strict`` (counted when lenient mode would pay it)
+                            under ``reward.domains.math.final_form: strict`` (counted when lenient mode would
+                            pay it)
 ``question_copy``           the answer re-states the question's own expression: incorrect in both modes
 ``inexact_number``          an integer or fraction reference is compared exactly: ``35.00001`` is not ``35``
 ``verifier_timeout``        the prediction made the verifier run past its deadline (or out of memory or

@@ -190,8 +190,9 @@ class ServeConfig(Checked):
         server's defaults allow."""
         from metaagent.rewards import RewardConfig
 
-        base = RewardConfig()
-        return RewardConfig(max_time_limit_s=base.time_limit_s, max_memory_mb=base.memory_mb)
+        code = RewardConfig().domain_settings("code")  # the code domain's own settings (reward.domains.code)
+        caps = {"max_time_limit_s": code.time_limit_s, "max_memory_mb": code.memory_mb}
+        return RewardConfig(domains={"code": caps})
 
     def public(self) -> dict[str, Any]:
         """The config without secrets, for records and logs."""

@@ -5,11 +5,9 @@ loaded domain out stops the run before it starts, one line naming the domain."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
-from builders import forced_generate
+from builders import forced_generate, load_plugin_domain
 
 import metaagent.domain as registry
 
@@ -27,17 +25,9 @@ ROWS = [
 @pytest.fixture
 def arith(monkeypatch):
     """The one-file example domain ``arith`` (tests/domains/arith_domain.py) loaded as a plugin, then gone."""
-    registry.domains()  # the built-ins first, so the restored registry keeps them (imported once)
-    saved, loaded = dict(registry._DOMAINS), set(registry._loaded)
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "domains"))
-    monkeypatch.setenv(registry.PLUGINS_ENV, "arith_domain")
-    sys.modules.pop("arith_domain", None)
+    unload = load_plugin_domain(monkeypatch)
     yield registry.get_domain("arith")
-    registry._DOMAINS.clear()
-    registry._DOMAINS.update(saved)
-    registry._loaded.clear()
-    registry._loaded.update(loaded)
-    sys.modules.pop("arith_domain", None)
+    unload()
 
 
 def reply(request) -> str:

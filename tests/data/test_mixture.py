@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from builders import load_plugin_domain
 
+import metaagent.domain as registry
 from metaagent.data import MixtureSampler, Task
 
 
@@ -120,22 +122,9 @@ def test_works_with_the_bundled_set():
 @pytest.fixture
 def arith(monkeypatch):
     """The one-file example domain ``arith`` (tests/domains/arith_domain.py) loaded as a plugin, then gone."""
-    import sys
-    from pathlib import Path
-
-    import metaagent.domain as registry
-
-    registry.domains()  # the built-ins first, so the restored registry keeps them (imported once)
-    saved, loaded = dict(registry._DOMAINS), set(registry._loaded)
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "domains"))
-    monkeypatch.setenv(registry.PLUGINS_ENV, "arith_domain")
-    sys.modules.pop("arith_domain", None)
+    unload = load_plugin_domain(monkeypatch)
     yield registry.get_domain("arith")
-    registry._DOMAINS.clear()
-    registry._DOMAINS.update(saved)
-    registry._loaded.clear()
-    registry._loaded.update(loaded)
-    sys.modules.pop("arith_domain", None)
+    unload()
 
 
 def three_domains(n: int = 4) -> list[Task]:

@@ -22,10 +22,15 @@ FENCE = re.compile(r'^```(\w+)(?: title="([^"]+)")?\n(.*?)^```', re.MULTILINE | 
 SCRIPT = 'solver = Agent("Solver", "Solve it.")\nsubmit(solver(task))\n'
 
 
-def guide_blocks() -> tuple[dict[str, str], list[str]]:
-    """The guide's titled code blocks (file name -> text) and the lines of its ``bash`` blocks."""
+DOMAIN_SECTION = "## A domain of your own"  # its commands run in tests/domains/test_arith_domain.py
+
+
+def guide_blocks(section: str = "tasks") -> tuple[dict[str, str], list[str]]:
+    """The titled code blocks (file name -> text) and the lines of the ``bash`` blocks of the guide's own-tasks
+    part (``section="tasks"``) or of its last section, a domain of your own (``"domain"``)."""
+    tasks, _, domain = GUIDE.read_text(encoding="utf-8").partition(DOMAIN_SECTION)
     files, commands = {}, []
-    for language, title, body in FENCE.findall(GUIDE.read_text(encoding="utf-8")):
+    for language, title, body in FENCE.findall(tasks if section == "tasks" else domain):
         if title:
             files[title] = body
         elif language == "bash":

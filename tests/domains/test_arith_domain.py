@@ -1,35 +1,34 @@
-"""A domain is one file (arith_domain.py): once loaded, tasks of it are built, scored, and trained on through
-the CLI, and nothing in the package names it. An unknown domain is one error naming the registered ones."""
+"""A domain is one file plus its data (arith_domain.py, arith_tasks.jsonl): once loaded, its tasks come from its
+own source, are scored under its own setting (``reward.domains.arith.tolerance``), trained on through
+``train-metaagent`` and evaluated with maj@k on its own voting key through ``metaagent-eval``; nothing in the
+package names it. An unknown domain is one error naming the registered ones."""
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
+from pathlib import Path
 
 import pytest
+from builders import forced_generate, load_plugin_domain, make_tree
 
 import metaagent.domain as registry
-from metaagent.data import Task, TaskError
+from metaagent.data import DataError, DatasetSpec, Task, TaskError, load_tasks
 from metaagent.domain import DomainError, domain_names, get_domain, register_domain
 from metaagent.records import AgentTurn, Execution
-from metaagent.rewards import score_execution, solution_format
+from metaagent.rewards import RewardConfig, score_execution, solution_format
 
-QUESTIONS = {"What is 2 + 3?": "5", "What is 3 + 4?": "7"}
+SCRIPT = 'solver = Agent("Solver", "Solve it.")\nsubmit(solver(task))\n'
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "own-tasks.md"  # its last section: this domain
 
 
 @pytest.fixture
 def plugin(monkeypatch):
     """``arith`` loaded the way a user loads it (METAAGENT_DOMAINS), and unregistered afterwards."""
-    import sys
-
-    saved, loaded = dict(registry._DOMAINS), set(registry._loaded)
-    monkeypatch.setenv(registry.PLUGINS_ENV, "arith_domain")
-    sys.modules.pop("arith_domain", None)
+    unload = load_plugin_domain(monkeypatch)
     yield get_domain("arith")
-    registry._DOMAINS.clear()
-    registry._DOMAINS.update(saved)
-    registry._loaded.clear()
-    registry._loaded.update(loaded)
-    sys.modules.pop("arith_domain", None)
+    unload()
 
 
 def _execution(answer: str) -> Execution:
@@ -45,6 +44,8 @@ def test_unknown_domain_names_the_registered_ones_and_how_to_add_one():
         Task(id="t", domain="arith", question="What is 2 + 3?", answer="5")
     with pytest.raises(DomainError, match="unknown domain 'poetry'"):
         solution_format("poetry", "x")
+    with pytest.raises(DataError, match=r"unknown dataset source 'arith'; known: \['aime24'"):
+        DatasetSpec("arith")
 
 
 def test_a_loaded_domain_builds_scores_and_formats_its_tasks(plugin):
@@ -53,49 +54,92 @@ def test_a_loaded_domain_builds_scores_and_formats_its_tasks(plugin):
     with pytest.raises(TaskError, match="a arith task needs its gold answer"):
         Task(id="u", domain="arith", question="What is 2 + 3?", answer="five")
     right, wrong = score_execution(task, _execution("It is 5")), score_execution(task, _execution("It is 6"))
-    assert right.correct == 1.0 and right.details["arith"] == {"pred": 5, "gold": "5"}
+    assert right.correct == 1.0 and right.details["arith"] == {"pred": 5, "gold": "5", "tolerance": 0}
     assert wrong.correct == 0.0 and wrong.components["solution_format"] == 1.0
     assert score_execution(task, _execution("no idea")).components["solution_format"] == 0.0
     with pytest.raises(DomainError, match="already registered"):
         register_domain(registry.Domain(name="arith", reference="x", has_reference=bool, score=None, solution_format=None))
 
 
-def _reply(request) -> str:
-    """The designer writes a one-agent script; the agent answers 2 + 3 right and 3 + 4 wrong (off by one)."""
-    from warm_tiny import SCRIPT
+def test_its_setting_is_its_own_config_section(plugin):
+    """``reward.domains.arith.tolerance`` reaches the arith scorer; a key it does not have is refused by name."""
+    task = Task(id="t", domain="arith", question="What is 2 + 3?", answer="5")
+    lenient = RewardConfig(domains={"arith": {"tolerance": 1}})
+    assert score_execution(task, _execution("6"), lenient).correct == 1.0
+    assert score_execution(task, _execution("7"), lenient).correct == 0.0
+    assert score_execution(task, _execution("6")).correct == 0.0  # default: exact
+    with pytest.raises(ValueError, match=r"unknown key\(s\) reward\.domains\.arith\.tol\b.*tolerance"):
+        RewardConfig.from_dict({"domains": {"arith": {"tol": 1}}})
+    with pytest.raises(ValueError, match=r"reward\.domains\.arith\.tolerance = -1"):
+        RewardConfig(domains={"arith": {"tolerance": -1}})
 
+
+def test_its_data_source_reads_the_file_beside_it(plugin):
+    train, test = load_tasks("arith:train"), load_tasks(DatasetSpec("arith", split="test"))
+    assert [t.question for t in train] == ["What is 2 + 3?", "What is 3 + 4?"]
+    assert [t.answer for t in test] == ["8", "7"]
+    assert {(t.domain, t.source) for t in train + test} == {("arith", "arith")}
+
+
+def test_maj_at_k_votes_on_the_domains_answer_key(plugin):
+    """Two of three samples say 6 in different words: the vote on arith's key (the last integer) picks 6, so maj@3
+    is 1 although avg@3 is 2/3; a vote on the raw text would see three answers and take the first, a wrong 7."""
+    from metaagent.eval.scoring import score_task
+
+    tree = make_tree([[0.0, 1.0, 1.0]], task_id="a")
+    tree.task = {"id": "a", "domain": "arith", "question": "What is 3 + 3?", "answer": "6"}
+    for e, answer in zip(tree.designs[0].executions, ("7", "It is 6.", "6")):
+        e.answer = answer
+    score = score_task(tree, [3])
+    assert score.avg[3] == pytest.approx(2 / 3) and score.maj[3] == 1.0
+
+
+def _reply(request) -> str:
+    """The designer writes a one-agent script; the agent answers a + b + (a mod 2): 2 + 3 and 4 + 4 right, 3 + 4
+    and 5 + 2 off by one."""
     if request.role == "designer":
         return f"```python\n{SCRIPT}```"
-    text = request.messages[-1]["content"]
-    a, b = map(int, text.split("What is ")[1].rstrip("?").split(" + "))
-    return f"<delivery>{a + b + (a % 2)}</delivery>"
+    text = " ".join(str(m["content"]) for m in request.messages)
+    a, b = map(int, re.findall(r"What is (\d+) \+ (\d+)\?", text)[-1])
+    return f"<delivery>It is {a + b + a % 2}.</delivery>"
+
+
+def _run(command: str) -> None:
+    """A console command run in this process (train-metaagent, metaagent-eval), as a user types it."""
+    from metaagent.cli import eval as eval_cli
+    from metaagent.cli import train as train_cli
+
+    name, *argv = shlex.split(command)
+    main = {"train-metaagent": train_cli.main, "metaagent-eval": eval_cli.main}[name]
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    assert code in (0, None), f"{command} exited with {code}"
 
 
 @pytest.mark.slow
-def test_the_domain_trains_one_step_through_the_cli(plugin, tmp_path, monkeypatch):
-    """``train-metaagent --config tiny`` on a local jsonl of arith tasks: one step, rewards by the arith scorer
-    (one task always right, one always wrong: mean correctness exactly 0.5)."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
-    from builders import forced_generate
-
-    from metaagent.cli.train import main
+def test_the_domain_trains_one_step_and_evaluates_with_maj_at_k_through_the_cli(plugin, tmp_path, monkeypatch):
+    """The guide's commands as written (docs/guide/own-tasks.md, a domain of your own): ``train-metaagent`` on the
+    domain's own source with its setting (tolerance 1: the off-by-one answers count, mean correctness exactly 1),
+    then ``metaagent-eval`` on its test split with the default setting (exact: one task right, one wrong):
+    avg@2 = maj@2 = 0.5, maj@2 voted on arith's key (a vote on no key would give 0)."""
     from metaagent.learn.metrics import read_metrics
     from metaagent.policy.hf import HFPolicy
 
+    _, _, section = GUIDE.read_text(encoding="utf-8").partition("## A domain of your own")
+    blocks = re.findall(r"^```bash\n(.*?)^```", section, re.MULTILINE | re.DOTALL)
+    export, train, evaluate = [line for block in blocks for line in block.splitlines() if line.strip()]
+    assert export == "export METAAGENT_DOMAINS=arith_domain PYTHONPATH=tests/domains"  # what the fixture does
     monkeypatch.setattr(HFPolicy, "_generate", forced_generate(_reply))
-    tasks = tmp_path / "arith.jsonl"
-    rows = [{"id": f"arith-{i}", "domain": "arith", "question": q, "answer": a, "source": "arith", "split": "train"}
-            for i, (q, a) in enumerate(QUESTIONS.items())]
-    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = tmp_path / "run"
-    with pytest.raises(SystemExit) as done:
-        main(["--config", "tiny", f"data.train=[{{source: bundled, path: '{tasks}'}}]", "data.val=[]",
-              "trainer.steps=1", "trainer.save_every=0", f"trainer.out={out}", "rollout.sandbox_workers=2"])  # fmt: skip
-    assert done.value.code in (0, None)
-    rows = [r for r in read_metrics(out / "metrics.jsonl")[0] if r["step"] >= 0]
-    assert len(rows) == 1
-    assert rows[0]["rollout/correct"] == pytest.approx(0.5)
-    assert rows[0]["rollout/reward_errors"] == 0
+    monkeypatch.chdir(tmp_path)
+    _run(train)
+    rows = [r for r in read_metrics(tmp_path / "runs" / "arith" / "metrics.jsonl")[0] if r["step"] >= 0]
+    assert len(rows) == 1 and rows[0]["data/drawn/arith"] == 2
+    assert rows[0]["rollout/correct"] == 1.0 and rows[0]["rollout/reward_errors"] == 0
+
+    _run(evaluate)
+    results = json.loads((tmp_path / "eval_arith" / "results.json").read_text())
+    entry = results["cells"]["tiny"]["benchmarks"]["arith:test"]["sa"]
+    assert entry["tasks"] == 2 and entry["complete"]
+    assert entry["metrics"]["avg@2"]["mean"] == 0.5 and entry["metrics"]["maj@2"]["mean"] == 0.5

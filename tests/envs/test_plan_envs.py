@@ -220,7 +220,7 @@ def test_an_answer_that_cannot_be_parsed_has_mask_0_and_earns_no_local_reward(na
     step list or a move list gets m = 0, so only the team term is left (0 for an unchanged, unsolved state).
     Without the mask an unparseable Sudoku reply earned s_legal of the unchanged board (0.55), a Sokoban
     planner s_dlk (0.45) and every tool the potential it did not lower (0.5-0.6) plus s_exec."""
-    from metaagent.envs import LAMBDAS
+    from metaagent.envs import lambda_of
 
     env = make_env({"name": name, "seed": 2, "size": 4 if name == "sudoku" else 5})
     c = env.components(UNPARSEABLE, kind, executed=True)
@@ -230,7 +230,8 @@ def test_an_answer_that_cannot_be_parsed_has_mask_0_and_earns_no_local_reward(na
     answer = "##### [[1, 1, 1]]" if name == "sudoku" else "##### [U]"
     c = env.components(answer, kind, executed=True)
     assert c["m"] == 1.0 and c["s_fmt"] == 1.0
-    assert mix_reward(c, "lambda", name) == pytest.approx(LAMBDAS[name] * c["team"] + (1 - LAMBDAS[name]) * c["loc"])
+    lam = lambda_of(name)
+    assert mix_reward(c, "lambda", name) == pytest.approx(lam * c["team"] + (1 - lam) * c["loc"])
 
 
 def test_the_turn_reward_of_an_unparseable_sudoku_reply_is_0():
@@ -243,3 +244,64 @@ def test_the_turn_reward_of_an_unparseable_sudoku_reply_is_0():
         r = get_turn_reward(preset)({}, [], turn, env=env)
         assert r.total == 0.0, (preset, r)
         assert r.components["m"] == 0.0
+
+
+# ---- the table of environments: every name list derives from it ------------------------------------------
+
+
+def test_the_name_lists_derive_from_the_registered_environments():
+    from metaagent.data.sources import SOURCES
+    from metaagent.envs import ENVS, env_names, lambda_of
+
+    assert env_names() == ("planpath", "sokoban", "sudoku")
+    assert {n: SOURCES.get(n).domain for n in env_names()} == dict.fromkeys(env_names(), "plan")
+    assert [lambda_of(n) for n in env_names()] == [0.5, 0.4, 0.6] and lambda_of("math") == 0.7
+    with pytest.raises(EnvError, match=r"no lambda for task 'chess'; known: \['math', 'planpath'"):
+        lambda_of("chess")
+    with pytest.raises(EnvError, match="already registered"):
+        ENVS.register("planpath")(Sudoku)
+
+
+def test_an_environment_registered_later_is_made_loaded_and_listed():
+    """A plugin's environment: ``@register_env`` on its class and ``register_source(plan_source(name))`` give
+    its tasks (the task text from its ``rules``), ``make_env`` and the lists; nothing else names it."""
+    from metaagent.data import load_tasks, register_source
+    from metaagent.data.plan import plan_source
+    from metaagent.data.sources import SOURCES
+    from metaagent.envs import ENVS, PlanEnv, env_names, register_env
+
+    class Counter(PlanEnv):
+        name = "counter"
+        rules = "Count up to {size}. Answer with the next number."
+        default_size = 3
+        lam = 0.5
+
+        def __init__(self, spec):
+            super().__init__(spec)
+            self.size, self.value = int(spec.get("size", self.default_size)), int(spec["seed"]) % 2
+
+        @property
+        def success(self):
+            return self.value >= self.size
+
+        def observe(self):
+            return f"value {self.value} of {self.size}"
+
+        def apply(self, answer):
+            self.value += 1
+            return {}
+
+    with pytest.raises(EnvError, match="needs its task text's rules"):
+        register_env(type("Bare", (PlanEnv,), {"name": "bare"}))
+    try:
+        register_env(Counter)
+        register_source(plan_source("counter"))
+        assert "counter" in env_names() and make_env({"name": "counter", "seed": 1}).observe() == "value 1 of 3"
+        tasks = load_tasks({"source": "counter", "split": "test", "limit": 2})
+        assert [t.domain for t in tasks] == ["plan", "plan"]
+        assert tasks[0].question.startswith("Count up to 3. Answer with the next number.\n\nInitial state:\nvalue")
+    finally:
+        ENVS._table.pop("counter", None)
+        SOURCES._table.pop("counter", None)
+    with pytest.raises(EnvError, match=r"name one of \('planpath', 'sokoban', 'sudoku'\)"):
+        make_env({"name": "counter", "seed": 1})

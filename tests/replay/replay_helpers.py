@@ -64,7 +64,7 @@ def tiny_config(run_dir: Path) -> TrainConfig:
             sandbox_workers=2,
             max_inflight=4,
         ),
-        reward={"code_workers": 1, "time_limit_s": 2.0},
+        reward={"domains": {"code": {"workers": 1, "time_limit_s": 2.0}}},
         schedule=ScheduleConfig(mode="stagewise", stage_len=STAGE_LEN),
         trainer=TrainerConfig(steps=STEPS, out=str(run_dir), tensorboard=False),
     )

@@ -82,7 +82,7 @@ NOT_EQUIVALENT = [
 NO_ANSWER = [(None, "5"), ("", "5"), ("   ", "5")]
 
 # the reference is a plain number and the answer an expression equal to it: correct only when the user asks for
-# symbolic equivalence (reward.math_final_form=lenient); strict (the default) wants a number
+# symbolic equivalence (reward.domains.math.final_form=lenient); strict (the default) wants a number
 LENIENT_ONLY = [
     ("\\frac{10}{4}", "\\frac{5}{2}"),
     ("\\sqrt{2}", "1.4142136"),

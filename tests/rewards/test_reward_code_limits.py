@@ -1,5 +1,5 @@
 """Code tests use the task's own limits (issue #15 item 5): a CodeContests task's time and memory limits
-reach the code runner (scaled by ``time_limit_multiplier``, raised to the floors), and the time limit is
+reach the code runner (scaled by ``reward.domains.code.time_limit_multiplier``, raised to the floors), and the time limit is
 CPU time, so a program is judged by the CPU it used, not by how busy the machine was."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from metaagent.data.tasks import Task
 from metaagent.records import AgentTurn, Execution
 from metaagent.rewards import RewardConfig, score_execution
 from metaagent.domains import code as score_module  # the code domain runs the tests
-from metaagent.rewards.score import code_limits
+from metaagent.domains.code import CodeSettings, code_limits
 
 ROW = {
     "name": "1_A. Sum",
@@ -46,11 +46,11 @@ def answer(program: str) -> Execution:
 
 def test_a_code_contests_task_with_a_2s_limit_gets_2s(task, monkeypatch):
     assert task.metadata["time_limit_s"] == 2.0 and task.metadata["memory_limit_bytes"] == 512 << 20
-    assert code_limits(task, RewardConfig()) == (2.0, 512)
-    assert code_limits(task, RewardConfig(time_limit_multiplier=1.5)) == (3.0, 512)
-    assert code_limits(task, RewardConfig(time_limit_floor_s=5.0, memory_floor_mb=1024)) == (5.0, 1024)
+    assert code_limits(task, CodeSettings()) == (2.0, 512)
+    assert code_limits(task, CodeSettings(time_limit_multiplier=1.5)) == (3.0, 512)
+    assert code_limits(task, CodeSettings(time_limit_floor_s=5.0, memory_floor_mb=1024)) == (5.0, 1024)
     untimed = Task(id="t", domain="code", question="q", tests=task.tests)
-    assert code_limits(untimed, RewardConfig(time_limit_s=4.0, memory_mb=768)) == (4.0, 768)
+    assert code_limits(untimed, CodeSettings(time_limit_s=4.0, memory_mb=768)) == (4.0, 768)
 
     seen = {}
     real = score_module.run_code_tests
@@ -69,19 +69,20 @@ def test_a_code_contests_task_with_a_2s_limit_gets_2s(task, monkeypatch):
 def test_the_limit_is_cpu_time_of_the_task(task):
     # 1 s of CPU fits the task's limit (2 s, x4 here: the wall clock, 3x the limit, then allows 24 s, so a
     # machine loaded to a tenth of a core for this program does not fail it) ...
-    scaled = RewardConfig(time_limit_s=0.5, time_limit_multiplier=4.0)
+    scaled = RewardConfig(domains={"code": {"time_limit_s": 0.5, "time_limit_multiplier": 4.0}})
     assert score_execution(task, answer(BURN), scaled).correct == 1.0
     # ... and not a flat 0.5 s limit (a task without its own limit): CPU or, on a busy machine, wall clock
     untimed = Task(id="t", domain="code", question="q", tests=task.tests)
-    record = score_execution(untimed, answer(BURN), RewardConfig(time_limit_s=0.5, time_limit_floor_s=0.5))
+    flat = RewardConfig(domains={"code": {"time_limit_s": 0.5, "time_limit_floor_s": 0.5}})
+    record = score_execution(untimed, answer(BURN), flat)
     assert record.correct == 0.0 and record.details["code"]["first_failure"]["status"] == "timeout"
 
 
 def test_limit_options_are_validated():
-    with pytest.raises(ValueError, match="time_limit_multiplier"):
-        RewardConfig(time_limit_multiplier=0)
+    with pytest.raises(ValueError, match=r"reward\.domains\.code\.time_limit_multiplier"):
+        RewardConfig(domains={"code": {"time_limit_multiplier": 0}})
     with pytest.raises(ValueError, match="memory_floor_mb"):
-        RewardConfig(memory_floor_mb=10)
+        CodeSettings(memory_floor_mb=10)
 
 
 def test_time_spent_waiting_is_not_counted_against_the_limit():
@@ -100,12 +101,12 @@ def test_a_tasks_own_limits_are_capped_where_the_config_sets_a_cap(task):
     # serve's config caps what a client's task may ask for at the server's flat limits (issue 64)
     greedy = Task(id="g", domain="code", question="q", tests=task.tests,
                   metadata={"time_limit_s": 40.0, "memory_limit_bytes": 8 << 30})  # fmt: skip
-    assert code_limits(greedy, RewardConfig()) == (40.0, 8192)  # training data is trusted: no cap
-    capped = RewardConfig(max_time_limit_s=4.0, max_memory_mb=1024)
+    assert code_limits(greedy, CodeSettings()) == (40.0, 8192)  # training data is trusted: no cap
+    capped = CodeSettings(max_time_limit_s=4.0, max_memory_mb=1024)
     assert code_limits(greedy, capped) == (4.0, 1024)
     assert code_limits(task, capped) == (2.0, 512)  # limits below the caps stay the task's
-    assert code_limits(greedy, RewardConfig(time_limit_multiplier=3.0, max_time_limit_s=4.0))[0] == 4.0
+    assert code_limits(greedy, CodeSettings(time_limit_multiplier=3.0, max_time_limit_s=4.0))[0] == 4.0
     from metaagent.serve import ServeConfig
 
-    served = ServeConfig(model="scripted").reward_config()
+    served = ServeConfig(model="scripted").reward_config().domain_settings("code")
     assert (served.max_time_limit_s, served.max_memory_mb) == (served.time_limit_s, served.memory_mb)

@@ -24,7 +24,7 @@ from metaagent.rollout.metrics import rollout_metrics
 from metaagent.workflow import SandboxPool
 
 TASK = Task(id="m35", domain="math", question="What is 16 + 19?", answer="35", source="test")
-STRICT, LENIENT = RewardConfig(), RewardConfig(math_final_form="lenient")
+STRICT, LENIENT = RewardConfig(), RewardConfig(domains={"math": {"final_form": "lenient"}})
 HUGE_POWER = "2^{2^{2^{2^{2^{2^{2}}}}}}"
 
 UNBOUNDED = ["\\infty", "-\\infty", "1e999", "10^{1000}", "nan", "\\aleph_0", "9" * 400]
@@ -83,7 +83,7 @@ def test_an_expression_for_a_number_is_incorrect_in_strict_mode(expression):
 
 
 def test_strict_is_the_default_and_lenient_keeps_symbolic_equivalence():
-    assert RewardConfig().math_final_form == "strict"
+    assert RewardConfig().domain_settings("math").final_form == "strict"
     assert scored("\\boxed{\\sqrt{1225}}", LENIENT).correct == 1.0
     assert "non_final_form" in scored("\\boxed{\\sqrt{1225}}").details["shortcuts"]  # what lenient would pay
 
@@ -130,7 +130,7 @@ def test_integer_references_are_compared_exactly(near, config):
 
 @pytest.mark.parametrize("answer", STALLING)
 def test_a_stalling_answer_is_incorrect_never_dropped(answer):
-    for config in (RewardConfig(math_timeout_s=1.0), RewardConfig(math_timeout_s=1.0, math_final_form="lenient")):
+    for config in (RewardConfig(domains={"math": {"timeout_s": 1.0}}), RewardConfig(domains={"math": {"timeout_s": 1.0, "final_form": "lenient"}})):
         record = scored(f"\\boxed{{{answer}}}", config)
         assert record.error is None and record.total is not None and record.correct == 0.0, record
 
@@ -237,7 +237,7 @@ def test_shortcut_replies_in_a_workflow_pay_nothing_and_are_counted(pool, reply,
 
 
 def test_a_stalling_reply_in_a_workflow_is_incorrect(pool):
-    config = RewardConfig(math_timeout_s=1.0, math_final_form="lenient")
+    config = RewardConfig(domains={"math": {"timeout_s": 1.0, "final_form": "lenient"}})
     executions, metrics = run_team(pool, f"<delivery>\\boxed{{{HUGE_POWER}}}</delivery>", config=config)
     assert all(e.reward.error is None and e.reward.correct == 0.0 for e in executions)
     assert metrics["rollout/reward_errors"] == 0 and metrics["reward/shortcut/verifier_timeout"] == 2.0

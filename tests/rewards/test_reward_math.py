@@ -214,23 +214,23 @@ def test_the_strict_rule_is_explicit_and_refuses_expressions_for_a_number(pred, 
 
 
 def test_the_reward_refuses_unevaluated_literals_and_question_copies():
-    # the math domain's scorer passes reward.math_final_form (strict by default) and the task's question
+    # the math domain's scorer passes reward.domains.math.final_form (strict by default) and the task's question
     from metaagent.records import AgentTurn, Execution
     from metaagent.rewards import RewardConfig, score_execution
 
     task = {"id": "t", "domain": "math", "question": "What is 16 + 19?", "answer": "35"}
 
-    def scored(answer: str, **config) -> tuple[float, list[str]]:
+    def scored(answer: str, **math) -> tuple[float, list[str]]:
         turn = AgentTurn(0, "Solver", "s", [], answer, None, [], [], None, "stop", "m")
         record = score_execution(task, Execution(index=0, status="ok", answer=answer, submitted=True,
-                                                 turns=[turn]), RewardConfig(**config))  # fmt: skip
+                                                 turns=[turn]), RewardConfig(domains={"math": math}))  # fmt: skip
         return record.correct, record.details["shortcuts"]
 
     assert scored("\\boxed{35}") == (1.0, [])
     assert scored("\\boxed{\\sqrt{1225}}") == (0.0, ["non_final_form"])
     assert scored("\\boxed{16 + 19}") == (0.0, ["question_copy"])
-    assert scored("\\boxed{16 + 19}", math_final_form="lenient") == (0.0, ["question_copy"])
-    assert scored("\\boxed{\\sqrt{1225}}", math_final_form="lenient") == (1.0, [])
+    assert scored("\\boxed{16 + 19}", final_form="lenient") == (0.0, ["question_copy"])
+    assert scored("\\boxed{\\sqrt{1225}}", final_form="lenient") == (1.0, [])
     # the library function on the same pair: symbolic unless asked otherwise
     assert math_equal("\\sqrt{1225}", "35") is True
     assert math_equal("16 + 19", "35", question="What is 16 + 19?") is False

@@ -132,7 +132,8 @@ def test_code_all_pass_and_pass_rate_variant():
     assert good.details["code"]["passed"] == 2
     half = score_execution(CODE, execution(HALF_PROGRAM))
     assert half.correct == 0.0 and half.details["code"]["status"] == "wrong_answer"
-    rate = score_execution(CODE, execution(HALF_PROGRAM), RewardConfig(code_correct="pass_rate"))
+    pass_rate = RewardConfig(domains={"code": {"correct": "pass_rate"}})
+    rate = score_execution(CODE, execution(HALF_PROGRAM), pass_rate)
     assert rate.correct == 0.5 and rate.details["code"]["passed"] == 1
 
 
@@ -143,7 +144,7 @@ def test_code_without_program_is_zero():
 
 def test_code_timeout_is_a_zero_not_an_error():
     loop = "```python\nwhile True:\n    pass\n```"
-    record = score_execution(CODE, execution(loop), RewardConfig(time_limit_s=0.5))
+    record = score_execution(CODE, execution(loop), RewardConfig(domains={"code": {"time_limit_s": 0.5}}))
     assert record.error is None and record.correct == 0.0 and record.details["code"]["status"] == "timeout"
 
 
@@ -171,7 +172,8 @@ def test_checker_timeout_is_an_error_record(monkeypatch):
     monkeypatch.setattr(math_module, "_verify", lambda *a: {"ok": False, "timeout": True, "error": "too slow"})
     monkeypatch.setattr(math_module, "_GOLD_VERIFIES", {})
     symbolic = Task(id="m9", domain="math", question="Simplify sqrt(50).", answer="5\\sqrt{2}", source="test")
-    record = score_execution(symbolic, execution("\\boxed{\\sqrt{2} \\cdot 5}"), RewardConfig(math_timeout_s=1.0))
+    quick = RewardConfig(domains={"math": {"timeout_s": 1.0}})
+    record = score_execution(symbolic, execution("\\boxed{\\sqrt{2} \\cdot 5}"), quick)
     assert record.total is None and record.correct is None
     assert "timeout" in record.error and record.details["error_kind"] == "math_timeout"
     assert record.format == 1.0  # the parts that could be computed are kept
@@ -212,17 +214,40 @@ def _broken_python_limits(original):
     ("kwargs", "message"),
     [
         ({"lam": -1}, "lam"),
-        ({"code_correct": "most"}, "code_correct"),
-        ({"time_limit_s": 0}, "time_limit_s"),
-        ({"memory_mb": 8}, "memory_mb"),
-        ({"math_rel_tol": 0}, "math_rel_tol"),
-        ({"answer_fallbacks": ["(unclosed"]}, "not a valid regex"),
-        ({"answer_fallbacks": [r"answer: (\d+)"]}, "named group"),
+        ({"domains": {"code": {"correct": "most"}}}, r"reward\.domains\.code\.correct"),
+        ({"domains": {"code": {"time_limit_s": 0}}}, r"reward\.domains\.code\.time_limit_s"),
+        ({"domains": {"code": {"memory_mb": 8}}}, r"reward\.domains\.code\.memory_mb"),
+        ({"domains": {"math": {"rel_tol": 0}}}, r"reward\.domains\.math\.rel_tol"),
+        ({"domains": {"math": {"answer_fallbacks": ["(unclosed"]}}}, "not a valid regex"),
+        ({"domains": {"math": {"answer_fallbacks": [r"answer: (\d+)"]}}}, "named group"),
+        ({"domains": {"math": {"tolerance": 1}}}, r"unknown key\(s\) reward\.domains\.math\.tolerance"),
+        ({"domains": {"poetry": {}}}, r"reward\.domains: unknown domain 'poetry'"),
+        ({"domains": {"qa": {"x": 1}}}, "the qa domain has no settings of its own"),
     ],
 )
 def test_config_validation_names_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RewardConfig(**kwargs)
+
+
+def test_a_domain_reads_its_own_settings_and_old_records_upgrade():
+    """``reward.domains.math`` is the math domain's own section: its scorer reads it, the other domains' are
+    untouched, and a recorded section with the old flat keys (``math_final_form``) loads as the new one."""
+    from metaagent.domains.math import MathSettings
+    from metaagent.rewards.score import upgrade_reward_section
+
+    lenient = RewardConfig(domains={"math": {"final_form": "lenient"}})
+    assert lenient.domain_settings("math") == MathSettings(final_form="lenient")
+    assert lenient.domains["math"]["rel_tol"] == MathSettings().rel_tol  # recorded in full
+    assert RewardConfig().domain_settings("math") == MathSettings() and lenient.domain_settings("qa") is None
+    task = {"id": "t", "domain": "math", "question": "What is 35?", "answer": "35"}
+    answer = "\\boxed{\\sqrt{1225}}"
+    assert score_execution(task, execution(answer)).correct == 0.0
+    assert score_execution(task, execution(answer), lenient).correct == 1.0
+    old = {"lam": 0.4, "math_final_form": "lenient", "math_timeout_s": 2.0}
+    assert RewardConfig(**upgrade_reward_section(old)).domain_settings("math") == MathSettings(
+        final_form="lenient", timeout_s=2.0
+    )
 
 
 def test_score_executions_names_a_bad_worker_count():
@@ -244,7 +269,7 @@ def test_score_executions_keeps_order_and_runs_concurrently():
     slow = "```python\nimport time\ntime.sleep(2.5)\na, b = map(int, input().split())\nprint(a + b)\n```"
     pairs = [(CODE, execution(slow)) for _ in range(4)] + [(MATH, execution("\\boxed{4}"))]
     start = time.monotonic()
-    records = score_executions(pairs, RewardConfig(code_workers=2), max_workers=4)
+    records = score_executions(pairs, RewardConfig(domains={"code": {"workers": 2}}), max_workers=4)
     elapsed = time.monotonic() - start
     assert [r.correct for r in records] == [1.0, 1.0, 1.0, 1.0, 0.0]
     # one at a time, the four programs sleep 10 s at least, however fast the machine; two workers need ~5 s,

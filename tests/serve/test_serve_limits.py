@@ -46,7 +46,7 @@ GREEDY = {"time_limit_s": 40.0, "memory_limit_bytes": 8 << 30}
 def test_a_clients_task_limits_are_capped_at_the_servers_reward_config(make_server, client_for):
     from metaagent.rewards import RewardConfig
 
-    base = RewardConfig()
+    base = RewardConfig().domain_settings("code")  # the code domain's own limits (reward.domains.code)
     client = client_for(_server(make_server, ECHO))
     reward = _scored(client, STDIO, GREEDY)
     assert reward["correct"] == 1.0

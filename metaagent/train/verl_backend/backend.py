@@ -5,9 +5,12 @@ One step (:meth:`metaagent.train.loop.TrainLoop.train_step`; only the backend's 
     active  = schedule.active_roles(t)                       Eq. 9
     tasks   = sampler.next_batch()
     trees   = engine.rollout(tasks)                          agent + designer calls -> verl's vLLM servers
-    credit  = assign_credit(trees, "hierarchical")           Eq. 4-7, records + credit/* metrics
+    credit  = assign_credit(trees, algo.estimator)           any registered estimator (default hierarchical,
+                                                             Eq. 4-7), records + credit/* metrics
     samples = build_samples(trees, active_roles=active)      inactive role: not built, not in any batch
     check   = member_advantages(trees) == sample advantages  the same credit through verl's estimator registry
+                                                             (hierarchical, flat; other estimators:
+                                                             credit/verl_check_skipped = 1)
     GAE (unity mode gae): values = critic_values(samples)   verl's critic worker group of each model (the token
                           advantages = whiten(gae(r, V))    stage's pre-pass), then metaagent's one GAE formula
     per physical model with samples:
