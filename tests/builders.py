@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from metaagent.records import (
     AgentTurn,
     CheckReport,
@@ -529,3 +531,27 @@ def load_plugin_domain(monkeypatch, module: str = "arith_domain"):
         sys.modules.pop(module, None)
 
     return unload
+
+
+# ---- fixtures of the model-and-sample tests (tests/train/, tests/learn/: their conftest.py imports these) ---------
+
+
+@pytest.fixture
+def model():
+    """A fresh tiny random Llama."""
+    return tiny_llama()
+
+
+@pytest.fixture
+def make_model():
+    return tiny_llama
+
+
+@pytest.fixture
+def make_samples():
+    return random_samples
+
+
+@pytest.fixture
+def make_token_tree():
+    return make_tree
