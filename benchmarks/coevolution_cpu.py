@@ -188,6 +188,8 @@ def evaluate(
         "--continuous", "--no-html", *extra, *(("--report-only",) if refresh else ()),  # concurrency, workers: auto
         # coevolution_v2 --domain-hint off (issue 62): the start model too is asked without the domain sentence
         *(("--domain-hint", "off") if getattr(args, "domain_hint", "on") == "off" else ()),
+        # benchmarks/designer_choice.py: a run's own metaagent-eval flags (its budget arm: --budget HIGH)
+        *getattr(args, "eval_flags", ()),
     ]  # fmt: skip
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
