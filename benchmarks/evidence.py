@@ -699,9 +699,9 @@ def checkpoint_hashes(args: argparse.Namespace) -> dict:
                 continue
             cache = folder / "final_hash.json"
             known = json.loads(cache.read_text()) if cache.is_file() else {}
-            if known.get("path") != str(model):
+            if known.get("path") != os.path.relpath(model, args.runs):
                 known = {
-                    "path": str(model),
+                    "path": os.path.relpath(model, args.runs),  # under --runs: no machine path committed
                     "step": v1.checkpoint_step(folder),
                     "sha256": content_hash(model),
                 }
@@ -714,7 +714,8 @@ def copy_records(args: argparse.Namespace, results: Path) -> None:
     """The held-out evaluations travel with the report, compressed (``records/start``, ``records/seed<S>/
     heldout_<mode>``): the suite's whole folders (metaagent-replay opens them), and of the external benchmarks
     only results.json and table.md (their rollouts quote the benchmark's questions, data that is placed, never
-    committed); never a checkpoint."""
+    committed); never a checkpoint. ``--scale session`` keeps of the suite's rollouts the teams' (``auto``)
+    only: three seeds of everything would pass the committed results' 10 MB budget."""
     import lzma
 
     def summaries(src: Path, dst: Path) -> None:
@@ -730,8 +731,13 @@ def copy_records(args: argparse.Namespace, results: Path) -> None:
     for seed in args.seeds:
         for mode in (START, *args.modes):
             held = Path(args.runs) / f"seed{seed}" / f"heldout_{mode}"
+            dst = results / "records" / f"seed{seed}" / held.name / "evals"
             if (held / "evals").is_dir():
-                v1.copy_compressed(held / "evals", results / "records" / f"seed{seed}" / held.name / "evals")
+                v1.copy_compressed(held / "evals", dst)
+                if args.scale == "session":  # the teams' records only (results' 10 MB budget)
+                    for f in dst.rglob("*.jsonl.xz"):
+                        if f.name != "auto.jsonl.xz":
+                            f.unlink()
             summaries(held / "external", results / "records" / f"seed{seed}" / held.name / "external")
 
 
