@@ -20,6 +20,7 @@ from typing import Any
 
 from metaagent.config import ConfigError
 from metaagent.credit import get_token_stage
+from metaagent.learn.optim import POLICY_LOSSES
 from metaagent.train.config import TrainConfig
 from metaagent.train.roles import model_plan
 from metaagent.train.schedule import DESIGNER, EXECUTOR, StageSchedule
@@ -196,7 +197,8 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
 
 
 def _check_supported(cfg: TrainConfig) -> None:
-    """The local-backend-only options: a reset optimizer at stage switches, DPO, a token stage needing refs."""
+    """The local-backend-only options: a reset optimizer at stage switches, DPO, a plugin policy loss, a token
+    stage needing refs."""
     if cfg.optim.stage_switch != "keep":
         raise ConfigError(
             "optim.stage_switch=reset is not supported by the verl backend yet (the optimizer state lives in the "
@@ -204,6 +206,11 @@ def _check_supported(cfg: TrainConfig) -> None:
         )
     if cfg.optim.dpo:
         raise ConfigError("optim.dpo (the DPO loss on preference pairs) runs on the local backend only for now")
+    if cfg.optim.policy_loss not in POLICY_LOSSES:
+        raise ConfigError(
+            f"optim.policy_loss={cfg.optim.policy_loss} is a plugin of metaagent's policy-loss registry, which the "
+            f"local backend computes with; verl computes its own ({', '.join(POLICY_LOSSES)}): use --backend local"
+        )
     _check_token_stage(cfg)
 
 
