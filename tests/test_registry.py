@@ -4,9 +4,9 @@ loaded from an installed distribution's entry points on the first lookup of thei
 from __future__ import annotations
 
 import sys
-import textwrap
 
 import pytest
+from builders import install_fake_distribution
 
 from metaagent.registry import Registry
 
@@ -18,19 +18,6 @@ class Boom(Exception):
 def isolate(monkeypatch, registry: Registry) -> None:
     """What a test loads into one of the project's registries is gone after it."""
     monkeypatch.setattr(registry, "_table", dict(registry._table))
-
-
-def install_fake_distribution(root, monkeypatch, *, group: str, entries: dict[str, str], module: str, code: str):
-    """A distribution on ``sys.path`` as pip would leave it (a ``*.dist-info`` with ``entry_points.txt``) and the
-    module its entry points name; nothing of it is imported here."""
-    dist = root / "fake_plugin-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-plugin\nVersion: 1.0\n")
-    lines = "\n".join(f"{name} = {target}" for name, target in entries.items())
-    (dist / "entry_points.txt").write_text(f"[{group}]\n{lines}\n")
-    (root / f"{module}.py").write_text(textwrap.dedent(code))
-    monkeypatch.syspath_prepend(str(root))
-    monkeypatch.delitem(sys.modules, module, raising=False)
 
 
 def test_register_get_names_and_refusals():

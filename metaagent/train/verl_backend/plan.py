@@ -21,12 +21,12 @@ from typing import Any
 from metaagent.config import ConfigError
 from metaagent.credit import get_token_stage
 from metaagent.learn.optim import POLICY_LOSSES
+from metaagent.train.backend_sections import ModelResources, VerlConfig
 from metaagent.train.config import TrainConfig
 from metaagent.train.roles import model_plan
 from metaagent.train.schedule import DESIGNER, EXECUTOR, StageSchedule
 from metaagent.workflow.limits import Limits
 
-from .config import ModelResources, VerlConfig
 
 #: the verl advantage-estimator name of each metaagent credit estimator (registered in .advantage)
 VERL_ESTIMATORS = {"hierarchical": "metaagent_hierarchical", "flat": "metaagent_flat"}
@@ -135,7 +135,7 @@ def _resources(cfg: TrainConfig, verl: VerlConfig, keys: list[str]) -> dict[str,
                 f"{source} gives {len(keys)} physical models {keys}; say how to place them in verl.models, e.g. "
                 + "{"
                 + ", ".join(f"{k}: {{gpus: 2, rollout_gpus: 2}}" for k in keys)
-                + "} (at most one model may be colocated, see metaagent.train.verl_backend.config)"
+                + "} (at most one model may be colocated, see metaagent.train.backend_sections)"
             )
         return {keys[0]: ModelResources(gpus=verl.total_gpus, rollout_gpus=0)}
     unknown = sorted(set(verl.models) - set(keys))
@@ -172,7 +172,7 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
         designer_key=designer_key,
         route=route,
         executor_keys=executor_keys,
-        schedule=StageSchedule(cfg.schedule.mode, cfg.schedule.stage_len),
+        schedule=cfg.schedule.build(),
         steps=cfg.trainer.steps,
         batch_size=cfg.data.batch_size,
         m_designs=m,
