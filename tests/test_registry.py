@@ -121,7 +121,9 @@ submit(solver(task))
 
 
 def test_a_plugin_template_bank_joins_the_default_bank(tmp_path, monkeypatch):
-    from metaagent.workflow.templates import TemplateError, load_templates
+    from metaagent.workflow.templates import TEMPLATE_BANKS, TemplateError, load_templates
+
+    isolate(monkeypatch, TEMPLATE_BANKS)
 
     bank = tmp_path / "bank"
     bank.mkdir()

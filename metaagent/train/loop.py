@@ -179,9 +179,15 @@ class TrainLoop:
     """
 
     config: TrainConfig
+    run: RunDirectory
     engine: RolloutEngine
     logger: MetricsLogger
     _stopper: _Stopper | None = None  # the stop-signal handler while train() runs
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory's folder (``config.trainer.out``)."""
+        return self.run.path
 
     def __init__(
         self,
@@ -250,7 +256,6 @@ class TrainLoop:
         check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
         use_rewards(cfg.data.rewards)  # data.rewards: each domain's reward(task, answer), before any scoring
         self.run = RunDirectory(cfg.trainer.out)
-        self.run_dir = self.run.path
         self.run.prepare(resume)
         self.schedule = cfg.schedule.build()
         self.train_tasks = load_tasks(cfg.data.train)
