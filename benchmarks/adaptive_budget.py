@@ -169,7 +169,6 @@ def main() -> None:
     from metaagent.rollout.adaptive import adaptive_metrics
     from metaagent.seeding import derive_seed
     from metaagent.train.config import TrainConfig
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     if args.threads:
@@ -196,7 +195,7 @@ def main() -> None:
         flush=True,
     )
     rows: list[dict] = []
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         engine = trainer.engine
         for step in range(args.steps):
             tasks = trainer.sampler.next_batch()

@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "train"))
 from test_eval_aligned_run import SCRIPT, TASKS, warm_team  # noqa: E402
 
 from metaagent.train.config import TrainConfig  # noqa: E402
-from metaagent.train.local import LocalBackend
 from metaagent.train.loop import TrainLoop  # noqa: E402
 
 KEYS = ("success_episodes", "failure_episodes", "coalition_runs", "prefix_runs", "correction_runs", "runs",
@@ -42,7 +41,7 @@ def run(root: Path, model: str, prefix_judge: str, steps: int) -> list[dict]:
         f"trainer.steps={steps}", "trainer.save_every=0", "trainer.tensorboard=false", "trainer.show_samples=false",
         f"trainer.out={root / ('run_' + prefix_judge.replace(':', '_'))}",
     ])  # fmt: skip
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         return [r.metrics for r in trainer.train()]
 
 

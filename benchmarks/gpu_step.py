@@ -76,11 +76,10 @@ def raw_generate(model, pairs: list[tuple[list[int], list[int]]], *, batch_size:
 def step_vs_raw(cfg) -> dict:
     """Run ``TrainLoop.train_step(0)`` of ``cfg``, then the raw generate of its tokens; the numbers as a dict."""
     from metaagent.policy.models import load_model_and_tokenizer
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     device = cfg.policy.device
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         synchronize(device)
         result = trainer.train_step(0)
         synchronize(device)

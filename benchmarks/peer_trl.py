@@ -109,7 +109,6 @@ def run_metaagent(args) -> dict:
     """One metaagent training step of the work; its timings and the agent prompts it sent."""
     from metaagent.policy import ChatRequest, SamplingParams
     from metaagent.train.config import TrainConfig
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     base = TrainConfig.load("default", [])
@@ -118,7 +117,7 @@ def run_metaagent(args) -> dict:
                  f"policy.model={args.model}", f"rollout.executor.max_tokens={args.max_new}",
                  f"trainer.out={tempfile.mkdtemp(prefix='peer-trl-')}"]  # fmt: skip
     cfg = TrainConfig.load("default", overrides)
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         warm = [ChatRequest([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=2, seed=0))]
         in_thread(lambda: trainer.backend.models.executor().generate(warm))  # one-off set-up, as TRL's warm-up
         update, spent = trainer.backend.update, {}

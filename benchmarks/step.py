@@ -182,11 +182,10 @@ def designer_comparison(cfg, tasks, repeats: int = 3) -> None:
 
 
 def step_vs_limit(cfg) -> None:
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     captured: dict = {}
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         update = trainer.backend.update
 
         def spy(samples, step, active, pairs=()):
@@ -328,11 +327,10 @@ def run_decode(cfg, variant: str, rows_list: list[int], max_tokens: int) -> dict
 
 def run_steps(cfg, steps: int) -> dict:
     """In a variant's subprocess: ``steps`` training steps after a warm-up generate (module docstring)."""
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     out = []
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         warm_up(trainer.backend.models.designer)
         for step in range(steps):
             load = os.getloadavg()[0]

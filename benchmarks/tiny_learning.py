@@ -75,14 +75,13 @@ def measure(run: str, seed: int, steps: int, root: Path) -> dict:
     from warm_tiny import warm_tiny
 
     from metaagent.eval.metrics import slope_ci
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     kinds = {"executor": ("designer", "executor"), "designer": ("designer_mixed", "executor_tagged")}[run]
     warm = {"designer": warm_tiny(root / kinds[0], kinds[0]), "executor": warm_tiny(root / kinds[1], kinds[1])}
     t0 = time.perf_counter()
     cfg = config(run, root / f"{run}-{seed}" / "run", warm, seed, steps)
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         results = trainer.train()
     out: dict = {"run": run, "seed": seed, "steps": steps, "seconds": round(time.perf_counter() - t0, 1)}
     # what precision "auto" resolved to on this machine (bf16 rollout copy, autocast and TIS where supported)

@@ -104,6 +104,28 @@ def check_fields(obj: Any, error: type[Exception] | None = None) -> None:
             object.__setattr__(obj, f.name, out)
 
 
+@dataclasses.dataclass(frozen=True)
+class NameOf:
+    """``Annotated`` metadata of a field that holds a registered name (:func:`registered_name`): ``names()``
+    lists the allowed ones when a value is checked (plugins installed since count) and for ``--help``."""
+
+    names: typing.Callable[[], Sequence[str]]
+    kind: str
+
+    def __call__(self, value: str) -> str:
+        known = list(self.names())
+        if value not in known:
+            raise ValueError(f"unknown {self.kind} {value!r}; known: {', '.join(known)}")
+        return value
+
+
+def registered_name(names: typing.Callable[[], Sequence[str]], kind: str) -> Any:
+    """The type of a config field naming an entry of a registry (:class:`metaagent.registry.Registry`), e.g.
+    ``Annotated[str, ...]`` whose value must be in ``names()``: a built-in or an installed plugin's name."""
+    check = NameOf(names, kind)
+    return typing.Annotated[str, pydantic.AfterValidator(check), check]
+
+
 class Checked:
     """Base of config dataclasses: fields are validated against their annotations on construction
     (:func:`check_fields`). A subclass with cross-field rules calls ``super().__post_init__()`` first; one

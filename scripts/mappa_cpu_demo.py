@@ -68,7 +68,6 @@ def main() -> None:
     import torch
 
     from metaagent.train.config import TrainConfig
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     torch.set_num_threads(args.threads)
@@ -90,7 +89,7 @@ def main() -> None:
         ],
     )
     curve = []
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         for result in trainer.train():
             m = result.metrics
             row = {"step": result.step, "score": m.get("judge/score_mean")}

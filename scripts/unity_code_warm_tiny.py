@@ -101,7 +101,6 @@ def main() -> None:
     import torch
 
     from metaagent.train.config import TrainConfig
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     torch.set_num_threads(args.threads)
@@ -125,7 +124,7 @@ def main() -> None:
                       "credit/execution_reward_mean", "time/step_s")
         ), flush=True)  # fmt: skip
 
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         trainer.train(on_step=show)
     curve = args.curve or str(out / "curve")
     subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "unity_code_curve.py"),

@@ -1,4 +1,5 @@
-"""Shared test builders: a tiny random Llama, token-carrying rollout trees and samples, and a local HTTP stub.
+"""Shared test builders: a tiny random Llama, token-carrying rollout trees and samples, a local HTTP stub, and
+an installed plugin distribution (its entry points).
 
 Every test folder imports it as ``from builders import ...`` (``tests/`` is on ``sys.path`` through the
 root ``conftest.py``); no test imports a ``conftest`` module, so no two folders' helpers can shadow each
@@ -13,6 +14,8 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -555,3 +558,18 @@ def make_samples():
 @pytest.fixture
 def make_token_tree():
     return make_tree
+
+
+def install_fake_distribution(root: Path, monkeypatch, *, group: str, entries: dict[str, str], module: str,
+                              code: str) -> None:  # fmt: skip
+    """A plugin distribution on ``sys.path`` as pip would leave it (a ``*.dist-info`` whose ``entry_points.txt``
+    lists ``entries`` in ``group``) and the module ``module`` they name, holding ``code``; nothing of it is
+    imported here. ``monkeypatch`` takes it away after the test."""
+    dist = root / f"fake_{module}-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: fake-{module}\nVersion: 1.0\n")
+    lines = "\n".join(f"{name} = {target}" for name, target in entries.items())
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{lines}\n")
+    (root / f"{module}.py").write_text(textwrap.dedent(code))
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.delitem(sys.modules, module, raising=False)

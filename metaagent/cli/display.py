@@ -14,7 +14,6 @@ from rich.table import Table
 
 from metaagent.records import Design, Execution, RolloutTree
 from metaagent.rollout.engine import RolloutObserver
-from metaagent.train.schedule import StageSchedule
 
 ROLE_STYLE = {"executor": "green", "designer": "magenta", "both": "yellow", "none": "dim"}
 
@@ -57,7 +56,7 @@ class TrainDisplay(RolloutObserver):
         table.add_row("model", f"{c.policy.model} ({c.policy.weights} weights, {c.policy.backend} on {c.policy.device})")
         table.add_row("rollout", f"M={c.rollout.m_designs} designs x N={c.rollout.n_executions} executions, "
                       f"batch {c.data.batch_size} tasks ({mix})")
-        table.add_row("schedule", StageSchedule(c.schedule.mode, c.schedule.stage_len).describe(c.trainer.steps))
+        table.add_row("schedule", c.schedule.build().describe(c.trainer.steps))
         table.add_row("steps", f"{start_step} -> {c.trainer.steps}" + (" (resumed)" if start_step else ""))
         self._total_steps = int(c.trainer.steps)
         self.console.print(table)

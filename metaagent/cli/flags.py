@@ -27,7 +27,7 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from metaagent.config import ConfigError
+from metaagent.config import ConfigError, NameOf
 from metaagent.errors import MetaAgentError
 
 _COMMENT_RE = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+?)\s*$")
@@ -138,7 +138,7 @@ def _walk(cls: type, prefix: str = "", instance: Any = None) -> list[tuple[str, 
     for f in dataclasses.fields(cls):
         if not f.init:
             continue
-        tp = hints[f.name]
+        tp = _named(hints[f.name], extras[f.name])
         inner, _ = _unwrap(tp)
         if dataclasses.is_dataclass(inner) and not prefix:
             sub = getattr(instance, f.name) if instance is not _NO_DEFAULT else _defaults(inner)
@@ -148,6 +148,17 @@ def _walk(cls: type, prefix: str = "", instance: Any = None) -> list[tuple[str, 
             text = helps.get(f.name, "") + (f" [{bounds}]" if bounds else "")
             out.append((prefix + f.name, f, tp, text.strip(), _default_text(f, instance)))
     return out
+
+
+def _named(tp: Any, annotated: Any) -> Any:
+    """A field holding a registered name (:func:`metaagent.config.registered_name`) as the ``Literal`` of the
+    names known now, so its flag offers them as choices; any other type as it is."""
+    inner, optional = _unwrap(annotated)
+    marks = [m for m in getattr(inner, "__metadata__", ()) if isinstance(m, NameOf)]
+    if not marks:
+        return tp
+    literal = typing.Literal[tuple(marks[0].names())]
+    return typing.Optional[literal] if optional else literal
 
 
 def add_config_flags(

@@ -116,8 +116,10 @@ def run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = Fa
 
 
 def _run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = False) -> int:
+    """``plan``: the verl backend's resolved plan (:func:`metaagent.train.verl_backend.plan_text`), passed on."""
+    verl = config.trainer.backend == "verl"
     try:
-        if plan is None:  # the local backend (verl hands hub ids to its workers, which fetch them themselves)
+        if config.trainer.backend == "local":  # verl hands hub ids to its workers, which fetch them
             check_models(config)  # before the imports below: they bring torch in
     except FileNotFoundError as e:
         print(f"train-metaagent: {e}", file=sys.stderr)
@@ -125,26 +127,16 @@ def _run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = F
     from metaagent.cli.display import TrainDisplay
     from metaagent.learn.checkpoint import CheckpointError
     from metaagent.learn.trackers import TrackerError
+    from metaagent.train.backend import BackendError, make_backend
     from metaagent.train.loop import TrainError, TrainInterrupted, TrainLoop
 
     display = TrainDisplay(show_samples=config.trainer.show_samples and not quiet)
     start_errors: tuple[type[BaseException], ...] = (
-        TrainError, ConfigError, CheckpointError, TrackerError, FileNotFoundError, ValueError,
+        TrainError, BackendError, ConfigError, CheckpointError, TrackerError, FileNotFoundError, ValueError,
     )  # fmt: skip
-    run_errors: tuple[type[BaseException], ...] = (TrainError, CheckpointError)
+    run_errors: tuple[type[BaseException], ...] = (TrainError, BackendError, CheckpointError)
     try:
-        if plan is None:
-            from metaagent.train.local import LocalBackend
-
-            backend = LocalBackend(config)
-        else:
-            from metaagent.train.verl_backend import VerlBackendError
-            from metaagent.train.verl_backend.backend import VerlBackend, require_gpus
-
-            start_errors += (VerlBackendError,)
-            run_errors += (VerlBackendError,)
-            require_gpus(plan)
-            backend = VerlBackend(config, plan=plan)
+        backend = make_backend(config, **({"plan": plan} if verl and plan is not None else {}))
         trainer = TrainLoop(config, backend, resume=resume, observer=display)
     except start_errors as e:
         print(f"train-metaagent: {e}", file=sys.stderr)
@@ -159,7 +151,7 @@ def _run(config, *, plan=None, resume: str | bool | None = None, quiet: bool = F
         print(f"train-metaagent: {e}", file=sys.stderr)
         return 1
     hint = ""
-    if plan is not None:
+    if verl:
         hint = " (to Hugging Face: python -m metaagent.train.verl_backend.convert <checkpoint> <out>)"
     display.console.print(
         f"done: metrics in {trainer.run_dir / 'metrics.jsonl'}, rollouts in {trainer.run_dir / 'rollouts'}, "

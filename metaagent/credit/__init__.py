@@ -4,7 +4,8 @@ Two layers:
 
 - pure array math, one question at a time (:mod:`.groups`, :mod:`.matrix`):
   ``hierarchical_advantages(rewards) -> (designer_adv, executor_adv)``;
-- record-level estimators registered by name (:mod:`.registry`, :mod:`.assign`):
+- record-level estimators and the token stages some finish in the trainer, two registries (:mod:`.registry`;
+  plugins: ``metaagent.estimators``, ``metaagent.token_stages``), and :mod:`.assign`:
   ``assign_credit(trees, estimator="hierarchical", **options) -> CreditResult``. The estimators:
   ``hierarchical`` and ``flat`` (Eq. 4-7, :mod:`.assign`; also registered in verl's estimator registry),
   ``at_grpo`` (AT-GRPO, seed 003: per (environment, agent, turn) groups, :mod:`.at_grpo`), ``mappa`` (MAPPA,

@@ -1,4 +1,6 @@
-"""Registry of credit estimators by name (like verl's ``register_adv_est`` / ``get_adv_estimator_fn``).
+"""Registry of credit estimators by name (like verl's ``register_adv_est`` / ``get_adv_estimator_fn``), and
+of the token stages some of them finish in the trainer: two :class:`metaagent.registry.Registry` tables, whose
+plugins are entry points of the groups ``metaagent.estimators`` and ``metaagent.token_stages``.
 
 Every estimator has one signature, over the rollout records only::
 
@@ -22,7 +24,7 @@ from .groups import CreditError
 
 Estimator = Callable[..., list[Any]]
 
-_ESTIMATORS: Registry[Estimator] = Registry("credit estimator", CreditError)
+_ESTIMATORS: Registry[Estimator] = Registry("credit estimator", CreditError, group="metaagent.estimators")
 
 register_estimator = _ESTIMATORS.register
 get_estimator = _ESTIMATORS.get
@@ -78,7 +80,7 @@ class TokenStage:
         return self.fn(actions, **options)
 
 
-_TOKEN_STAGES: dict[str, TokenStage] = {}
+_TOKEN_STAGES: Registry[TokenStage] = Registry("token stage", CreditError, group="metaagent.token_stages")
 
 
 def register_token_stage(
@@ -92,18 +94,18 @@ def register_token_stage(
 ) -> None:
     """Declare that estimator ``name`` finishes its advantages per token in the trainer with ``fn`` (for the
     options where ``active`` is true)."""
-    old = _TOKEN_STAGES.get(name)
+    old = _TOKEN_STAGES.find(name)
     if old is not None and old.fn is not fn:
         raise CreditError(f"token stage {name!r} is already registered ({old.fn.__module__}.{old.fn.__name__})")
-    _TOKEN_STAGES[name] = TokenStage(
-        name, fn, needs_ref, active=active, needs_values=needs_values, drop_truncated=drop_truncated
-    )
+    if old is None:
+        stage = TokenStage(name, fn, needs_ref, active=active, needs_values=needs_values, drop_truncated=drop_truncated)
+        _TOKEN_STAGES.register(name)(stage)
 
 
 def get_token_stage(name: str, options: dict[str, Any] | None = None) -> TokenStage | None:
     """The token stage of estimator ``name``, or None when its advantages are final after credit (also when
     ``options`` are given and the stage is not active for them, e.g. ``unity`` outside ``mode: gae``)."""
-    stage = _TOKEN_STAGES.get(name)
+    stage = _TOKEN_STAGES.find(name)
     if stage is not None and options is not None and not stage.active(dict(options)):
         return None
     return stage

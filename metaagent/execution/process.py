@@ -1,6 +1,6 @@
-"""Killing a helper process and everything it started, and reading its CPU time: the one implementation
-behind the sandbox workers, the helper pools and the code-test runner. Every such process is started with
-``start_new_session=True``, so its process group id is its pid.
+"""Killing a helper process and everything it started, and reading its CPU time and memory: the one
+implementation behind the sandbox workers, the helper pools and the code-test runner. Every such process is
+started with ``start_new_session=True``, so its process group id is its pid.
 
 Deadlines of model code and of checkers are CPU time; the wall clock allows :data:`WALL_FACTOR` times as
 much, and only stops a process that never gets the CPU to finish (a busy machine fails nothing)."""
@@ -24,6 +24,21 @@ def cpu_seconds(pid: int) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14 and 15 of stat)
+
+
+def memory_kb(pid: int | str = "self") -> dict[str, int]:
+    """``VmRSS`` / ``VmSize`` of process ``pid`` in KiB (Linux ``/proc/<pid>/status``; ``"self"``: this
+    process); the fields that cannot be read are left out."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmSize"):
+                    out[key] = int(value.split()[0])
+    except OSError:
+        pass
+    return out
 
 
 def kill_group(pid: int) -> None:

@@ -22,6 +22,9 @@ from typing import Any
 
 import torch
 
+from metaagent.learn.optim import POLICY_LOSS_GROUP
+from metaagent.registry import Registry
+
 #: verl's clamp of log-ratios before ``exp`` in the rollout-correction helpers
 SAFETY_BOUND = 20.0
 
@@ -145,22 +148,17 @@ def agg_loss(
 # ---- policy losses -------------------------------------------------------------------------------------------
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
-#: verl's POLICY_LOSS_REGISTRY (bypass_mode left out: it needs the rollout's log-probs in the batch)
-POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
-
-
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSS_REGISTRY[name] = fn
-        return fn
-
-    return decorator
+#: verl's POLICY_LOSS_REGISTRY (bypass_mode left out: it needs the rollout's log-probs in the batch); plugins:
+#: entry points of the group ``metaagent.policy_losses`` (the local backend only: verl has its own registry)
+POLICY_LOSS_REGISTRY: Registry[PolicyLossFn] = Registry("policy loss", ValueError, group=POLICY_LOSS_GROUP)
+register_policy_loss = POLICY_LOSS_REGISTRY.register
 
 
 def get_policy_loss_fn(name: str) -> PolicyLossFn:
+    """The policy loss registered as ``name`` (verl's refusal text for an unknown one)."""
     if name not in POLICY_LOSS_REGISTRY:
-        raise ValueError(f"Unsupported loss mode: {name}. Supported modes are: {list(POLICY_LOSS_REGISTRY)}")
-    return POLICY_LOSS_REGISTRY[name]
+        raise ValueError(f"Unsupported loss mode: {name}. Supported modes are: {POLICY_LOSS_REGISTRY.names()}")
+    return POLICY_LOSS_REGISTRY.get(name)
 
 
 def _weighted(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:

@@ -29,15 +29,28 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
-from metaagent.config import Checked, parse_sections
+from metaagent.config import Checked, parse_sections, registered_name
 from metaagent.learn.recompute import Recompute
 from metaagent.records import DESIGNER, EXECUTOR, ROLES
+from metaagent.registry import entry_points
 
 SCHEDULES = ("constant", "cosine")
-#: verl 0.9's POLICY_LOSS_REGISTRY (bypass_mode needs rollout importance weights: not offered)
+#: verl 0.9's POLICY_LOSS_REGISTRY (bypass_mode needs rollout importance weights: not offered): the built-in
+#: names of :data:`metaagent.learn.core_algos.POLICY_LOSS_REGISTRY`, listed here so a config is checked without torch
 POLICY_LOSSES = (
     "vanilla", "dppo_tv", "dppo_kl", "gspo", "sapo", "gpg", "clip_cov", "kl_cov", "geo_mean", "dro", "cispo",
 )  # fmt: skip
+#: the entry-point group of plugin policy losses (``@register_policy_loss`` functions of verl's signature)
+POLICY_LOSS_GROUP = "metaagent.policy_losses"
+
+
+def policy_loss_names() -> list[str]:
+    """Every policy loss a config may name: the built-ins and the installed plugins (nothing imported)."""
+    return [*POLICY_LOSSES, *sorted(set(entry_points(POLICY_LOSS_GROUP)) - set(POLICY_LOSSES))]
+
+
+PolicyLossName = registered_name(policy_loss_names, "policy loss")
+
 #: verl's agg_loss modes (see metaagent.learn.losses)
 LOSS_AGG_MODES = (
     "token-mean",
@@ -121,7 +134,9 @@ class LossConfig(Checked):
     clip_high: PositiveFloat = 0.2  # eps of Eq. 2 above 1
     dual_clip: bool = False  # verl's dual clip at clip_ratio_c (not in Eq. 2)
     clip_ratio_c: Annotated[float, Field(gt=1)] = 3.0  # dual-clip bound for negative advantages (verl: 3)
-    policy_loss: Literal[POLICY_LOSSES] = "vanilla"  # any name in verl's policy-loss registry (vanilla, gspo, cispo, ...)
+    # verl's policy-loss registry (vanilla, gspo, cispo, ...), or a plugin's (entry-point group metaagent.policy_losses,
+    # local backend only)
+    policy_loss: PolicyLossName = "vanilla"
     loss_agg_mode: Literal[LOSS_AGG_MODES] = "seq-mean-token-mean"  # Eq. 2's 1/|G| sum over trajectories; verl: token-mean
     kl_coef: NonNegativeFloat = 0.0  # KL to a frozen reference model (0: no KL term, no reference model)
     kl_type: Literal[KL_TYPES] = "low_var_kl"  # verl's kl_penalty estimator

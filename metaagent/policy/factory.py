@@ -13,22 +13,44 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from metaagent.registry import Registry
+
 from .base import Policy
 from .registry import PolicyRegistry
 
+#: backend name -> its builder ``(model, **options) -> Policy``; plugins: entry points of the group
+#: ``metaagent.policy_backends``. A builder's ``accepts`` (``"module:Class"``) names the class whose constructor
+#: lists the options it takes, checked before anything is built
+Builder = Callable[..., Policy]
+BACKENDS: Registry[Builder] = Registry("policy backend", ValueError, group="metaagent.policy_backends")
 
+
+def register_policy_backend(name: str, accepts: str | None = None) -> Callable[[Builder], Builder]:
+    """Decorator: register a policy builder under ``name`` (``accepts``: the ``module:Class`` of its options)."""
+
+    def decorator(fn: Builder) -> Builder:
+        if accepts is not None:
+            fn.accepts = accepts  # type: ignore[attr-defined]
+        return BACKENDS.register(name)(fn)
+
+    return decorator
+
+
+@register_policy_backend("hf", accepts="metaagent.policy.hf:HFPolicy")
 def _hf(model: Any, **options: Any) -> Policy:
     from .hf import HFPolicy
 
     return HFPolicy(model, **options)
 
 
+@register_policy_backend("vllm", accepts="metaagent.policy.vllm_backend:VLLMPolicy")
 def _vllm(model: str, **options: Any) -> Policy:
     from .vllm_backend import VLLMPolicy
 
     return VLLMPolicy(model, **options)
 
 
+@register_policy_backend("openai", accepts="metaagent.policy.openai_backend:OpenAIPolicy")
 def _openai(model: str, **options: Any) -> Policy:
     from .openai_backend import OpenAIPolicy
 
@@ -40,6 +62,7 @@ def _openai(model: str, **options: Any) -> Policy:
     return OpenAIPolicy(options.pop("base_url"), model, **options)
 
 
+@register_policy_backend("scripted", accepts="metaagent.policy.scripted:ScriptedPolicy")
 def _scripted(model: str, **options: Any) -> Policy:
     from .scripted import ScriptedPolicy
 
@@ -48,15 +71,9 @@ def _scripted(model: str, **options: Any) -> Policy:
     return ScriptedPolicy(options.pop("replies"), model_id=model or "scripted", **options)
 
 
-#: backend name -> (builder, the class whose constructor lists the accepted options)
-BACKENDS: dict[str, tuple[Callable[..., Policy], str]] = {
-    "hf": (_hf, "metaagent.policy.hf:HFPolicy"),
-    "vllm": (_vllm, "metaagent.policy.vllm_backend:VLLMPolicy"),
-    "openai": (_openai, "metaagent.policy.openai_backend:OpenAIPolicy"),
-    "scripted": (_scripted, "metaagent.policy.scripted:ScriptedPolicy"),
-}
-#: the backends a run's config may name for a model (``scripted`` answers from a list or a function: tests, rules)
-MODEL_BACKENDS: tuple[str, ...] = tuple(name for name in BACKENDS if name != "scripted")
+#: the backends a run's config may name for a model (``scripted`` answers from a list or a function: tests, rules;
+#: a plugin's is built by ``build_policy``: train, serve and eval treat each of these three in their own way)
+MODEL_BACKENDS: tuple[str, ...] = ("hf", "vllm", "openai")
 #: options handled here rather than by a backend constructor (those of the BatchingPolicy in front)
 BATCHING_OPTIONS = ("batching", "batch_size", "max_wait_s", "max_in_flight")
 #: continuous batching: requests in flight to one local policy, per row it decodes at once (the rest queue)
@@ -93,7 +110,7 @@ def build_policy(backend: str, model: Any, **options: Any) -> Policy:
     """Build a policy backend by name.
 
     Args:
-        backend: one of ``"hf"``, ``"vllm"``, ``"openai"``, ``"scripted"``.
+        backend: ``"hf"``, ``"vllm"``, ``"openai"``, ``"scripted"`` or a plugin's (:data:`BACKENDS`).
         model: model alias/path (hf, vllm), served model name (openai), or model id (scripted); for ``hf`` also
             a loaded ``PreTrainedModel`` (with ``tokenizer=``), which the policy serves as it is trained.
         options: passed to the backend's constructor, plus ``batching=True`` to wrap the backend in a
@@ -101,15 +118,14 @@ def build_policy(backend: str, model: Any, **options: Any) -> Policy:
             caps the batcher's batches (default: the backend's ``max_batch_size`` when given), ``max_wait_s``
             and ``max_in_flight`` configure it.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown policy backend {backend!r}; valid backends: {sorted(BACKENDS)}")
-    builder, target = BACKENDS[backend]
+    builder = BACKENDS.get(backend)
+    target = getattr(builder, "accepts", None)
     batching = bool(options.pop("batching", False))
     given = {k: options.pop(k) for k in BATCHING_OPTIONS[1:] if k in options}
     if given and not batching:
         raise ValueError(f"{sorted(given)} only apply with batching=True")
     batch_options = {"max_batch_size" if k == "batch_size" else k: v for k, v in given.items()}
-    accepted = _accepted_options(target)
+    accepted = _accepted_options(target) if target is not None else None
     if accepted is not None:
         unknown = sorted(set(options) - set(accepted) - {"model"})
         if unknown:

@@ -29,6 +29,7 @@ from typing import Any
 
 from metaagent.policy.base import Policy, SamplingParams
 from metaagent.records import Execution, RolloutTree, ToolCall, TurnReward
+from metaagent.registry import Registry
 
 from ..data.tasks import Task
 from .judge import Judge, JudgeError, JudgeTemplate
@@ -211,14 +212,17 @@ def mappa_format_rule(prompt: str) -> str:
     return "\n".join([f"PROCESS_SCORE: {score}", *lines])
 
 
-RULES: dict[str, Callable[[str], str]] = {"mappa_format": mappa_format_rule}
-
-
 # ---- configuration and the coach itself ------------------------------------------------------------------------
 
 
 class CoachError(JudgeError):
     """The coach is misconfigured; the message names the key."""
+
+
+#: deterministic coaches by name (``coach.backend: rule``, ``coach.model: <name>``): ``rule(prompt) -> reply``;
+#: plugins: entry points of the group ``metaagent.coach_rules``
+RULES: Registry[Callable[[str], str]] = Registry("coach rule", CoachError, group="metaagent.coach_rules")
+RULES.register("mappa_format")(mappa_format_rule)
 
 
 @dataclass
@@ -270,7 +274,7 @@ def make_backend(config: CoachConfig) -> Policy:
     from metaagent.policy.factory import build_policy
 
     if config.backend == "rule":
-        rule = RULES[config.model]
+        rule = RULES.get(config.model)
         # the rule reads the rendered coach prompt (the first user message), as an LLM coach would
         return build_policy(
             "scripted", f"rule:{config.model}",

@@ -1,6 +1,7 @@
 """Per-turn reward sources (records v2): rewards computed *during* an execution for each candidate of an
 agent call (tree sampling's turn rewards), and *allocators* that split an execution's reward over its
-turns after it ran. Both are registries by name, like the credit estimators.
+turns after it ran. Both are registries by name (:class:`metaagent.registry.Registry`, plugins in the
+entry-point groups ``metaagent.turn_rewards`` and ``metaagent.allocators``), like the credit estimators.
 
 One signature each::
 
@@ -28,8 +29,8 @@ from .errors import RewardError
 TurnRewardFn = Callable[[Mapping[str, Any], Sequence[AgentTurn], AgentTurn], TurnReward]
 Allocator = Callable[..., dict[int, TurnReward]]  # (task, execution, **options)
 
-_TURN_REWARDS: Registry[TurnRewardFn] = Registry("turn reward", RewardError)
-_ALLOCATORS: Registry[Allocator] = Registry("reward allocator", RewardError)
+_TURN_REWARDS: Registry[TurnRewardFn] = Registry("turn reward", RewardError, group="metaagent.turn_rewards")
+_ALLOCATORS: Registry[Allocator] = Registry("reward allocator", RewardError, group="metaagent.allocators")
 
 register_turn_reward = _TURN_REWARDS.register
 get_turn_reward = _TURN_REWARDS.get

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt
 
-from metaagent.config import Checked, ConfigError, load_config, parse_sections, to_dict
+from metaagent.config import Checked, ConfigError, load_config, parse_sections, registered_name, to_dict
 from metaagent.credit.control import DESIGNER_BASELINES
 from metaagent.credit.matrix import EXECUTOR_GROUPS, EXECUTOR_UNITS
 from metaagent.credit.normalize import NORMALIZE_MODES
@@ -34,14 +34,15 @@ from metaagent.rewards.coach import CoachConfig
 from metaagent.rewards.score import RewardConfig
 from metaagent.rollout.config import RolloutConfig, auto_sandbox_workers
 from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
-from metaagent.train.verl_backend.config import VerlConfig
+from metaagent.train.backend_sections import VerlConfig
 
-from .schedule import MODES
+from .backend import backend_names
+from .schedule import MODES, StageSchedule
 
 log = logging.getLogger(__name__)
 
 WEIGHTS = ("shared", "separate")
-TRAIN_BACKENDS = ("local", "verl")
+BackendName = registered_name(backend_names, "training backend")
 EXECUTOR_BALANCES = ("auto", "member", "design")  # "auto": design under rollout.adaptive_budget, else member
 STAGE_SWITCHES = ("keep", "reset")
 # LOSS_AGG_MODES and POLICY_LOSSES are re-exported for older imports; their home is metaagent.learn.optim
@@ -261,6 +262,10 @@ class ScheduleConfig(Checked):
     mode: Literal[MODES] = "stagewise"
     stage_len: PositiveInt = 30  # steps per stage of the stagewise schedule (paper: 30)
 
+    def build(self) -> StageSchedule:
+        """The schedule this section describes (the loop's, the verl plan's and the display's)."""
+        return StageSchedule(self.mode, self.stage_len)
+
 
 @dataclass
 class OptimConfig(LossConfig, OptimizerConfig):
@@ -308,7 +313,9 @@ class TrainerConfig(Checked):
     steps: NonNegativeInt = 300  # training steps of the run (one batch of tasks each)
     seed: int = 0  # seed of data order, sampling and initialisation; the same seed replays the same run
     out: str = "runs/metaagent"  # run directory (config, metrics, rollouts, checkpoints)
-    backend: Literal[TRAIN_BACKENDS] = "local"  # local (this process, CPU or one GPU) or verl (Ray, FSDP, vLLM)
+    # the training backend by name (metaagent.train.backend.BACKENDS): local (this process, CPU or one GPU),
+    # verl (Ray, FSDP, vLLM), or an installed plugin's (entry-point group metaagent.backends)
+    backend: BackendName = "local"
     save_every: NonNegativeInt = 30  # 0 = only at the end
     val_every: NonNegativeInt = 0  # 0 = no validation
     val_tasks: int = 16  # validation tasks per validation round (the first of data.val)

@@ -4,7 +4,7 @@ One step is :meth:`TrainLoop.train_step` (its docstring lists the stages). The l
 (:class:`metaagent.train.backend.Backend`: :class:`metaagent.train.local.LocalBackend` for CPU / one GPU,
 :class:`metaagent.train.verl_backend.backend.VerlBackend` for clusters), which owns the models: the rollout policies,
 the update, the token stage's pre-passes, checkpoints. Everything a step
-produces is written to the run directory, identical for both backends::
+produces is written to the run directory (:mod:`metaagent.train.run_dir`), identical for every backend::
 
     RUN/config.yaml  run.json  metrics.jsonl  rollouts/step_000000.jsonl  checkpoints/step_00000030/
 """
@@ -12,7 +12,6 @@ produces is written to the run directory, identical for both backends::
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 import signal
@@ -24,28 +23,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from metaagent import __version__
 from metaagent.domain import get_domain, use_rewards
-from metaagent.errors import MetaAgentError
 from metaagent.interrupts import StopSignalScope
 from metaagent.learn.metrics import MetricsLogger, cuda_peak_mib
 from metaagent.learn.trackers import step_samples
-from metaagent.records import DESIGNER, EXECUTOR, RolloutTree, TreeWriter
+from metaagent.records import DESIGNER, EXECUTOR, RolloutTree
 from metaagent.rollout.engine import RolloutEngine, RolloutObserver
 from metaagent.rollout.metrics import rollout_metrics
 from metaagent.seeding import derive_seed
-from metaagent.train.backend import Backend, Needs
+from metaagent.train.backend import Backend, Needs, make_backend
 from metaagent.train.config import TrainConfig
+from metaagent.train.errors import TrainError
+from metaagent.train.run_dir import RunDirectory, config_hash, new_run_info
 
 ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
 
 
 log = logging.getLogger(__name__)
 
-class TrainError(MetaAgentError, RuntimeError):
-    """The run cannot start or continue; the message says why and what to do."""
+__all__ = [
+    "StepResult", "TrainError", "TrainInterrupted", "TrainLoop", "batch_mix", "config_hash", "load_tasks",
+]  # fmt: skip
 
 
 class TrainInterrupted(TrainError):
@@ -99,9 +97,7 @@ class _Stopper(StopSignalScope):
         elif self.count == 2:
             _say(f"{name}: step {self.step} is updating the weights; it finishes and is checkpointed first")
         else:
-            from metaagent.learn.checkpoint import latest_checkpoint
-
-            newest = latest_checkpoint(self.loop.run_dir)
+            newest = self.loop.run.newest_checkpoint()
             where = newest.name if newest else "the start"
             _say(f"{name}: stopped now; continue with --resume (from {where})")
             os._exit(128 + self.signum)
@@ -145,16 +141,6 @@ def load_tasks(specs: list[dict[str, Any]]):
     return tasks
 
 
-def config_hash(cfg: TrainConfig) -> str:
-    """Hash of the settings that decide the schedule and data order (not the length or the folder)."""
-    from metaagent.records import config_hash as record_hash
-
-    d = cfg.to_dict()
-    # where metrics go does not decide anything either: a resumed run may add or drop a tracker
-    d["trainer"] = {k: v for k, v in d["trainer"].items() if k not in ("steps", "out", "loggers", "tracker_project")}
-    return record_hash(d)
-
-
 def credit_options(cfg: TrainConfig) -> dict[str, Any]:
     """The estimator's keyword options: the ``algo`` fields it takes, then ``algo.options``."""
     from metaagent.credit import estimator_options
@@ -182,8 +168,9 @@ class TrainLoop:
 
     Args:
         config: the resolved run configuration.
-        backend: the models (:class:`metaagent.train.local.LocalBackend`,
-            :class:`metaagent.train.verl_backend.backend.VerlBackend`).
+        backend: the models; None builds the one ``config.trainer.backend`` names
+            (:func:`metaagent.train.backend.make_backend`: :class:`metaagent.train.local.LocalBackend`,
+            :class:`metaagent.train.verl_backend.backend.VerlBackend` or a plugin's).
         resume: a checkpoint folder, or True for the newest checkpoint of ``config.trainer.out``.
         observer: rollout progress hooks (the CLI's display).
 
@@ -194,29 +181,36 @@ class TrainLoop:
     """
 
     config: TrainConfig
+    run: RunDirectory
     engine: RolloutEngine
     logger: MetricsLogger
     _stopper: _Stopper | None = None  # the stop-signal handler while train() runs
 
+    @property
+    def run_dir(self) -> Path:
+        """The run directory's folder (``config.trainer.out``)."""
+        return self.run.path
+
     def __init__(
         self,
         config: TrainConfig,
-        backend: Backend,
+        backend: Backend | None = None,
         *,
         resume: str | bool | None = None,
         observer: RolloutObserver | None = None,
     ) -> None:
         from metaagent.credit import get_token_stage
 
-        self.config, self.backend = config, backend
+        self.config = config
+        self.backend = backend if backend is not None else make_backend(config)
         try:
             self.credit_options = credit_options(config)
             self.token_stage = get_token_stage(config.algo.estimator, self.credit_options)
             self._check_capabilities()
             self._init_data(resume)
-            checkpoint = self._find_checkpoint(resume)  # before the models load: a bad --resume fails fast
+            checkpoint = self.run.find_checkpoint(resume)  # before the models load: a bad --resume fails fast
             stage, options = self.token_stage, self.credit_options
-            backend.start(Needs(
+            self.backend.start(Needs(
                 ref_logprobs=stage is not None and stage.needs_ref(options),
                 values=stage is not None and stage.needs_values(options),
             ))  # fmt: skip
@@ -264,16 +258,13 @@ class TrainLoop:
     def _init_data(self, resume: str | bool | None) -> None:
         from metaagent.data import MixtureSampler
         from metaagent.learn.trackers import check_available
-        from metaagent.train.schedule import StageSchedule
 
         cfg = self.config
         check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
         use_rewards(cfg.data.rewards)  # data.rewards: each domain's reward(task, answer), before any scoring
-        self.run_dir = Path(cfg.trainer.out)
-        if not resume and (self.run_dir / "run.json").is_file():
-            self._move_aside_previous_run()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.schedule = StageSchedule(cfg.schedule.mode, cfg.schedule.stage_len)
+        self.run = RunDirectory(cfg.trainer.out)
+        self.run.prepare(resume)
+        self.schedule = cfg.schedule.build()
         self.train_tasks = load_tasks(cfg.data.train)
         if not self.train_tasks:
             raise TrainError("data.train yielded no tasks; check the dataset specs in the config")
@@ -291,30 +282,19 @@ class TrainLoop:
             self.train_tasks, batch_size=cfg.data.batch_size, ratio=mix, seed=cfg.trainer.seed
         )
 
-    def _move_aside_previous_run(self) -> None:
-        """A fresh run never appends to an old one: the old run directory is renamed, not deleted."""
-        try:
-            old_id = json.loads((self.run_dir / "run.json").read_text())["run_id"]
-        except (OSError, ValueError, KeyError):
-            old_id = time.strftime("%Y%m%d-%H%M%S")
-        backup = self.run_dir.with_name(f"{self.run_dir.name}.{old_id}")
-        os.rename(self.run_dir, backup)
-        log.warning(
-            "%s held the earlier run %s; moved it to %s (pass --resume to continue a run instead)",
-            self.run_dir, old_id, backup,
-        )  # fmt: skip
-
     def _open_run(self, checkpoint: Path | None, observer: RolloutObserver | None) -> None:
         """Restore ``checkpoint`` (or write run.json and config.yaml), then start the engine and the log."""
         cfg = self.config
         self.start_step = 0
         if checkpoint is not None:
             self.start_step = self._load_loop_state(self.backend.restore(checkpoint), checkpoint)
-            run_info = json.loads((self.run_dir / "run.json").read_text())
+            run_info = self.run.run_info()
         else:
-            run_info = self._run_info()
-            (self.run_dir / "run.json").write_text(json.dumps(run_info, indent=2))
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+            run_info = new_run_info(
+                seed=cfg.trainer.seed, backend=self.backend.name, backend_info=self.backend.run_info(),
+                isolation=self.isolation.describe(),
+            )  # fmt: skip
+            self.run.start(run_info, cfg.to_dict())
         self.run_id = run_info["run_id"]
         self.coach = None
         self._stage_context = None  # the reward stages' context, built at the first step
@@ -342,34 +322,6 @@ class TrainLoop:
             project=cfg.trainer.tracker_project,
             config=None if checkpoint is not None else {**cfg.to_dict(), "run": run_info},
         )
-
-    def _run_info(self) -> dict[str, Any]:
-        extra = dict(self.backend.run_info())
-        return {
-            "run_id": f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-            "seed": self.config.trainer.seed,
-            "models": extra.pop("models"),
-            "metaagent_version": __version__,
-            "created_at": time.time(),
-            "backend": self.backend.name,
-            "isolation": self.isolation.describe(),
-            **extra,
-        }
-
-    def _find_checkpoint(self, resume: str | bool | None) -> Path | None:
-        from metaagent.learn.checkpoint import latest_checkpoint
-
-        if not resume:
-            return None
-        if resume is True:
-            path = latest_checkpoint(self.run_dir)
-            if path is None:
-                raise TrainError(f"--resume: no checkpoint under {self.run_dir}/checkpoints; start without --resume")
-            return path
-        path = Path(resume)
-        if not (path / "meta.json").is_file():
-            raise TrainError(f"--resume {path}: not a checkpoint folder (no meta.json)")
-        return path
 
     def _loop_state(self, next_step: int) -> dict[str, Any]:
         """What a checkpoint needs besides the models to continue bit for bit."""
@@ -475,9 +427,7 @@ class TrainLoop:
         memory = {"memory/cuda_peak_rollout_mib": cuda_peak_mib()}
         annotation_metrics = self._annotate(trees)
         credit = assign_credit(trees, cfg.algo.estimator, **self.credit_options)
-        with TreeWriter(self._rollout_path(step), truncate=True) as w:
-            for tree in trees:
-                w.write(tree)
+        self.run.write_rollouts(step, trees)
         samples = self._samples(trees, active, credit.turn_advantages)
         checks = self.backend.check_samples(trees, samples, self.credit_options)
         # after the check: the backends' estimator cross-check compares the estimator's own advantages
@@ -589,9 +539,7 @@ class TrainLoop:
             executor_sampling=cfg.rollout.executor.params().replace(temperature=0.0) if greedy else None,
             concurrency=auto_concurrency(cfg.policy.max_batch_size, n) if cfg.policy.continuous else 1,
         )
-        with TreeWriter(self._rollout_path(step, prefix="val_"), truncate=True) as w:
-            for tree in trees:
-                w.write(tree)
+        self.run.write_rollouts(step, trees, prefix="val_")
         metrics = {"val/" + k.split("/", 1)[1]: v for k, v in rollout_metrics(trees).items()}
         metrics.update(tree_metrics(trees, sorted({1, n}), prefix="val/", seed=seed))
         self.logger.log(step, metrics)
@@ -638,9 +586,6 @@ class TrainLoop:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _rollout_path(self, step: int, prefix: str = "") -> Path:
-        return self.run_dir / "rollouts" / f"{prefix}step_{step:06d}.jsonl"
 
 
 def batch_mix(cfg: TrainConfig, tasks: list[Any]) -> dict[str, float]:

@@ -1,4 +1,5 @@
-"""The workflow language: the script API a designer writes, its checker, analysis, templates and sandbox.
+"""The workflow language: the script API a designer writes, its checker, analysis, templates (``templates.py``:
+the package's bank and every registered one) and sandbox.
 
     from metaagent.workflow import check_script, run_script, extract_script
 

@@ -76,7 +76,7 @@ from typing import Any
 from metaagent.data.tasks import Task
 from metaagent.errors import MetaAgentError
 from metaagent.execution import isolation
-from metaagent.execution.process import kill_process
+from metaagent.execution.process import kill_process, memory_kb
 from metaagent.policy.base import Policy, SamplingParams
 from metaagent.records import Execution, ScriptError
 
@@ -186,16 +186,7 @@ class _SandboxWorker:
 
     def memory_kb(self) -> dict[str, int]:
         """VmRSS / VmSize of the worker process (Linux)."""
-        out: dict[str, int] = {}
-        try:
-            with open(f"/proc/{self.proc.pid}/status") as f:
-                for line in f:
-                    key, _, value = line.partition(":")
-                    if key in ("VmRSS", "VmSize"):
-                        out[key] = int(value.split()[0])
-        except OSError:
-            pass
-        return out
+        return memory_kb(self.proc.pid)
 
 
 def _kill_all(workers: list[_SandboxWorker]) -> None:

@@ -12,17 +12,22 @@ metadata header, followed by the script itself::
     solver = Agent(...)
 
 The bank directory is ``path`` when given, else ``$METAAGENT_TEMPLATES``, else the repository's
-``metaagent/workflow/template_bank/`` inside the package (shipped in the wheel).
+``metaagent/workflow/template_bank/`` inside the package (shipped in the wheel). Without ``path``, the
+templates of every registered bank join it (:data:`TEMPLATE_BANKS`, a :class:`metaagent.registry.Registry`
+of functions returning a folder): a package ships its own templates as an entry point of the group
+``metaagent.templates``, e.g. ``my_bank = "my_package.workflows:template_dir"``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from metaagent.domain import domain_names
 from metaagent.errors import MetaAgentError
+from metaagent.registry import Registry
 from metaagent.resources import template_dir
 
 ENV_VAR = "METAAGENT_TEMPLATES"
@@ -53,6 +58,16 @@ def default_template_dir() -> Path:
     if env:
         return Path(env).expanduser()
     return template_dir()
+
+
+#: template bank name -> a function returning the folder of its ``*.py`` templates; plugins: entry points of the
+#: group ``metaagent.templates``. ``builtin`` is the package's bank, or ``$METAAGENT_TEMPLATES``'s folder
+TEMPLATE_BANKS: Registry[Callable[[], str | os.PathLike[str]]] = Registry(
+    "template bank", TemplateError, group="metaagent.templates"
+)
+BUILTIN_BANK = "builtin"
+TEMPLATE_BANKS.register(BUILTIN_BANK)(default_template_dir)
+register_template_bank = TEMPLATE_BANKS.register
 
 
 def parse_template(text: str, path: str = "<template>") -> Template:
@@ -99,18 +114,30 @@ def parse_template(text: str, path: str = "<template>") -> Template:
 
 
 def load_templates(path: str | os.PathLike[str] | None = None) -> list[Template]:
-    """All templates of the bank directory, sorted by name."""
-    root = Path(path).expanduser() if path is not None else default_template_dir()
-    if not root.is_dir():
-        raise TemplateError(
-            f"template directory {root} does not exist; pass load_templates(path=...) or set ${ENV_VAR}"
-        )
-    templates = [parse_template(p.read_text(encoding="utf-8"), str(p)) for p in sorted(root.glob("*.py"))]
-    if not templates:
-        raise TemplateError(f"template directory {root} holds no *.py templates")
+    """All templates of the bank directory ``path``, or (None) of every registered bank, sorted by name."""
+    if path is not None:
+        templates = _bank_templates(Path(path).expanduser())
+    else:
+        templates = _bank_templates(Path(TEMPLATE_BANKS.get(BUILTIN_BANK)()).expanduser())
+        for name in TEMPLATE_BANKS.names():
+            if name != BUILTIN_BANK:
+                templates += _bank_templates(Path(TEMPLATE_BANKS.get(name)()).expanduser(), bank=name)
     seen: dict[str, str] = {}
     for t in templates:
         if t.name in seen:
             raise TemplateError(f"template name {t.name!r} is used by both {seen[t.name]} and {t.path}")
         seen[t.name] = t.path
     return sorted(templates, key=lambda t: t.name)
+
+
+def _bank_templates(root: Path, bank: str | None = None) -> list[Template]:
+    """The templates of one bank folder, in file order."""
+    where = f"template bank {bank!r}: " if bank else ""
+    if not root.is_dir():
+        raise TemplateError(
+            f"{where}template directory {root} does not exist; pass load_templates(path=...) or set ${ENV_VAR}"
+        )
+    templates = [parse_template(p.read_text(encoding="utf-8"), str(p)) for p in sorted(root.glob("*.py"))]
+    if not templates:
+        raise TemplateError(f"{where}template directory {root} holds no *.py templates")
+    return templates

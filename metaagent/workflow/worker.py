@@ -31,6 +31,7 @@ from typing import Any
 from RestrictedPython import compile_restricted_exec
 
 from metaagent.execution import _confine  # imported before the sandbox blocks imports
+from metaagent.execution.process import memory_kb
 
 from . import api
 from .api import LimitReached, Submitted
@@ -268,19 +269,6 @@ def _tool_stub(name: str) -> Any:
     return tool
 
 
-def _memory_kb() -> dict[str, int]:
-    out = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in ("VmRSS", "VmSize"):
-                    out[key] = int(value.split()[0])
-    except OSError:
-        pass
-    return out
-
-
 def _warm_up(worker: Worker) -> None:
     """Compile and run a tiny script so the first real job finds every import and code path warm."""
     code, error, _ = worker.compile("x = [len(str(i)) for i in range(3)]\nprint(x)\ny = f'{x}'\n")
@@ -295,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         worker = Worker(channel)
         _warm_up(worker)
-        info: dict[str, Any] = _memory_kb()  # before the uid switch: /proc/self is then unreadable
+        info: dict[str, Any] = memory_kb()  # before the uid switch: /proc/self is then unreadable
         isolation = next((json.loads(a.split("=", 1)[1]) for a in argv if a.startswith("--isolation=")), None)
         info.update(_harden(drop_privileges="--no-drop-privileges" not in argv, isolation=isolation))
     except BaseException as e:  # noqa: BLE001 - tell the host why start-up failed

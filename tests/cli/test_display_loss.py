@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from rich.console import Console
 
 from metaagent.cli.display import TrainDisplay, _duration, _progress_text
+from metaagent.train.config import ScheduleConfig
 
 
 def _config(train: list, steps: int = 4) -> SimpleNamespace:
@@ -17,7 +18,7 @@ def _config(train: list, steps: int = 4) -> SimpleNamespace:
         policy=SimpleNamespace(model="tiny", weights="shared", backend="local", device="cpu"),
         rollout=SimpleNamespace(m_designs=2, n_executions=2),
         data=SimpleNamespace(batch_size=2, mix={}, train=train),
-        schedule=SimpleNamespace(mode="stagewise", stage_len=1),
+        schedule=ScheduleConfig(mode="stagewise", stage_len=1),
         trainer=SimpleNamespace(steps=steps),
     )
 
@@ -58,7 +59,7 @@ def test_the_step_line_counts_steps_and_estimates_the_time_left():
         policy=SimpleNamespace(model="tiny", weights="shared", backend="local", device="cpu"),
         rollout=SimpleNamespace(m_designs=2, n_executions=2),
         data=SimpleNamespace(batch_size=2, mix={}, train=[{"source": "bundled"}]),
-        schedule=SimpleNamespace(mode="stagewise", stage_len=1),
+        schedule=ScheduleConfig(mode="stagewise", stage_len=1),
         trainer=SimpleNamespace(steps=4),
     )
     display.console = Console(file=io.StringIO(), width=400)

@@ -12,6 +12,7 @@ from metaagent.policy import ScriptedPolicy
 from metaagent.rollout.engine import RolloutEngine, derive_seed
 from metaagent.train.config import TrainConfig
 from metaagent.train.loop import TrainLoop
+from metaagent.train.run_dir import RunDirectory
 from metaagent.workflow import SandboxPool
 
 
@@ -37,10 +38,10 @@ def test_validation_metrics_equal_the_eval_harness(tmp_path, pool):
     policy = ScriptedPolicy(reply, model_id="scripted")
     loop = TrainLoop.__new__(TrainLoop)  # validate() needs only the config, engine, val tasks and log
     loop.config = cfg
-    loop.run_dir = tmp_path / "run"
+    loop.run = RunDirectory(tmp_path / "run")
     loop.val_tasks = MATH
     loop.engine = RolloutEngine(policy, policy, cfg.rollout, pool=pool, reward_config=cfg.reward_config())
-    loop.logger = MetricsLogger(loop.run_dir, tensorboard=False)
+    loop.logger = MetricsLogger(loop.run.path, tensorboard=False)
     val = loop.validate(0)
     loop.logger.close()
 

@@ -14,7 +14,6 @@ from metaagent.train.config import TrainConfig
 def test_a_training_step_with_the_adaptive_budget(tmp_path):
     from metaagent.learn.metrics import read_metrics
     from metaagent.records import read_trees
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     tiny = Path(__file__).parents[2] / "metaagent" / "configs" / "tiny.yaml"
@@ -24,7 +23,7 @@ def test_a_training_step_with_the_adaptive_budget(tmp_path):
          "rollout.frozen_designer=single_math", "rollout.n_executions=3", "rollout.executor.max_tokens=8",
          "rollout.adaptive_budget.enabled=true", "rollout.adaptive_budget.first_n=2"],
     )  # fmt: skip
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         trainer.train()
     (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")[0]
     trees, bad = read_trees(tmp_path / "run" / "rollouts" / "step_000000.jsonl")

@@ -10,7 +10,6 @@ import pytest
 from metaagent.learn.metrics import read_metrics
 from metaagent.records import read_trees
 from metaagent.train.config import TrainConfig
-from metaagent.train.local import LocalBackend
 from metaagent.train.loop import TrainLoop
 
 pytestmark = pytest.mark.slow
@@ -31,7 +30,7 @@ def test_one_at_grpo_step_on_planpath(tmp_path):
             f"trainer.out={out}",
         ],
     )
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         trainer.train()
     rows, _ = read_metrics(out / "metrics.jsonl")
     (metrics,) = rows

@@ -154,7 +154,6 @@ def test_the_trainer_draws_extra_tasks_and_records_only_the_kept_trees(tmp_path)
 
     from metaagent.learn.metrics import read_metrics
     from metaagent.records import read_trees
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     tiny = Path(__file__).parents[2] / "metaagent" / "configs" / "tiny.yaml"
@@ -163,7 +162,7 @@ def test_the_trainer_draws_extra_tasks_and_records_only_the_kept_trees(tmp_path)
         [f"trainer.out={tmp_path / 'run'}", "trainer.steps=1", "trainer.save_every=0",
          "algo.dynamic_sampling.enabled=true", "algo.dynamic_sampling.max_extra_tasks=3"],
     )  # fmt: skip
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         trainer.train()
     (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")[0]
     kept = int(row["rollout/dynamic_sampling/kept_tasks"])

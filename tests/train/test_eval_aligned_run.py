@@ -53,7 +53,6 @@ def one_thread():
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     from metaagent.train.config import TrainConfig
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     root = tmp_path_factory.mktemp("eval_aligned")
@@ -85,7 +84,7 @@ def run(tmp_path_factory):
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(HFPolicy, "_generate", forced_generate(scripted))
-        with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+        with TrainLoop(cfg) as trainer:
             (result,) = trainer.train()
     return root / "run", result
 

@@ -78,7 +78,6 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, monke
 
     from metaagent.policy.hf import HFPolicy
     from metaagent.train.config import TrainConfig
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     torch.set_num_threads(1)
@@ -102,7 +101,7 @@ def test_one_mappa_step_of_the_mathchat_team_with_the_rule_coach(tmp_path, monke
             ),
         ],
     )
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         before = {n: p.detach().clone() for n, p in trainer.backend.models.models["policy"].named_parameters()}
         (result,) = trainer.train()
         after = dict(trainer.backend.models.models["policy"].named_parameters())

@@ -149,7 +149,6 @@ def test_tiny_run_counts_overlong_samples_and_reports_tis(tmp_path):
     """On the local fp32 backend the rollout and the trainer compute the same log-probs: TIS clips nothing and the
     mismatch KL is float noise. The tiny model's designs all run to max_tokens: counted, masked only when asked."""
     from metaagent.learn.metrics import read_metrics
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     cfg = TrainConfig.load(
@@ -158,7 +157,7 @@ def test_tiny_run_counts_overlong_samples_and_reports_tis(tmp_path):
          "algo.overlong.filter=true", "algo.overlong.filter_roles=[executor]", "optim.tis_cap=2.0",
          "policy.dtype=float32", "optim.autocast=null"],  # the fp32 path; a bf16 rollout's mismatch is tested apart
     )  # fmt: skip
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         trainer.train()
     (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")[0]
     assert row["samples/overlong/designer"] >= 1 and row["samples/overlong_masked/designer"] == 0
@@ -171,7 +170,6 @@ def test_a_bf16_rollout_reports_its_mismatch_and_turns_tis_on(tmp_path):
     """A bf16 rollout copy beside fp32 master weights: the config's auto TIS cap is verl's C = 2, and the distance
     between the rollout's and the trainer's log-probs is measured (bf16 rounding: far above fp32 noise)."""
     from metaagent.learn.metrics import read_metrics
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     cfg = TrainConfig.load(
@@ -180,7 +178,7 @@ def test_a_bf16_rollout_reports_its_mismatch_and_turns_tis_on(tmp_path):
          "policy.dtype=bfloat16", "optim.autocast=null", "policy.continuous=false"],
     )  # fmt: skip
     assert cfg.optim.tis_cap == 2.0
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         trainer.train()
     (row,) = read_metrics(tmp_path / "run" / "metrics.jsonl")[0]
     assert 0.0 <= row["train/tis_clipfrac"] <= 1.0 and row["train/tis_weight_mean"] > 0

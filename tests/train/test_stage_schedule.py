@@ -108,7 +108,7 @@ def test_the_loop_resets_the_optimizer_moments_at_each_stage_boundary(tmp_path, 
         "rollout.executor.max_tokens=4", "algo.estimator=ones_for_stage_switch_tests", f"optim.stage_switch={switch}",
     ])  # fmt: skip
     per_step: list[tuple[str, int, float]] = []
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         (updater,) = trainer.backend.updaters.values()
 
         def seen(result) -> None:

@@ -24,7 +24,6 @@ TINY = Path(__file__).parents[2] / "metaagent" / "configs" / "tiny.yaml"
 def test_tiny_run_logs_the_jsonl_metrics_to_mlflow_and_wandb(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from metaagent.train.local import LocalBackend
 
     from metaagent.train.loop import TrainLoop
 
@@ -39,7 +38,7 @@ def test_tiny_run_logs_the_jsonl_metrics_to_mlflow_and_wandb(tmp_path, monkeypat
         [f"trainer.out={out}", "trainer.steps=2", "trainer.save_every=0", "trainer.loggers=[jsonl,wandb,mlflow]",
          "trainer.tracker_project=recipes-test"],
     )  # fmt: skip
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         trainer.train()
         run_id = trainer.run_id
     rows, bad = read_metrics(out / "metrics.jsonl")
@@ -84,7 +83,7 @@ def test_tiny_run_logs_the_jsonl_metrics_to_mlflow_and_wandb(tmp_path, monkeypat
         [f"trainer.out={out}", "trainer.steps=3", "trainer.save_every=0", "trainer.loggers=[jsonl,mlflow]",
          "trainer.tracker_project=recipes-test"],
     )  # fmt: skip
-    with TrainLoop(cfg, LocalBackend(cfg), resume=True) as trainer:
+    with TrainLoop(cfg, resume=True) as trainer:
         assert trainer.start_step == 2 and trainer.run_id == run_id
         trainer.train()
     (again,) = client.search_runs([exp.experiment_id])
@@ -102,13 +101,12 @@ def test_a_missing_tracker_package_is_one_line_naming_the_extra(tmp_path, monkey
     assert "pip install 'metaagent[wandb]'" in msg and "trainer.loggers" in msg
 
     # the trainer checks before it creates the run directory or loads a model
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     out = tmp_path / "run"
     cfg = TrainConfig.load(str(TINY), [f"trainer.out={out}", "trainer.loggers=[jsonl,wandb]"])
     with pytest.raises(TrackerError, match=r"metaagent\[wandb\]"):
-        TrainLoop(cfg, LocalBackend(cfg))
+        TrainLoop(cfg)
     assert not out.exists()
 
 

@@ -30,7 +30,6 @@ from warm_tiny import SCRIPT, TAGGED, TRAIN_SPEC, UNTAGGED
 from metaagent.learn.metrics import read_metrics
 from metaagent.policy.hf import HFPolicy
 from metaagent.train.config import TrainConfig
-from metaagent.train.local import LocalBackend
 from metaagent.train.loop import TrainInterrupted, TrainLoop
 
 pytestmark = pytest.mark.slow
@@ -113,7 +112,7 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, lora):
     out = tmp_path / "run"
     extra = (*RESUME, *(LORA if lora else ()))
     cfg = _config(out, *extra)
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         if lora:
             assert all(u.ref_model is None and u.has_reference for u in trainer.backend.updaters.values())
         trainer.save(0)  # where the interrupted run below starts (fresh LoRA adapters are not seeded alike)
@@ -155,7 +154,7 @@ def test_four_steps_two_stages_then_exact_resume(tmp_path, lora):
     copy = tmp_path / "resumed"
     shutil.copytree(out, copy, ignore=shutil.ignore_patterns("step_00000004"))
     cfg = _config(copy, *extra)
-    with TrainLoop(cfg, LocalBackend(cfg), resume=str(copy / "checkpoints" / "step_00000002")) as trainer:
+    with TrainLoop(cfg, resume=str(copy / "checkpoints" / "step_00000002")) as trainer:
         assert trainer.start_step == 2
         trainer.train()
         resumed = _params(trainer)
@@ -191,7 +190,7 @@ def _check_interrupted_run(
     for name in ("run.json", "config.yaml"):
         shutil.copy(out / name, cut / name)
     cfg = _config(cut, *extra)
-    with TrainLoop(cfg, LocalBackend(cfg), resume=True) as trainer:
+    with TrainLoop(cfg, resume=True) as trainer:
         _signal_at(trainer, at, where)
         with pytest.raises(TrainInterrupted) as e:
             trainer.train()
@@ -201,7 +200,7 @@ def _check_interrupted_run(
     assert e.value.checkpoint == cut / "checkpoints" / f"step_{done:08d}", why
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the loop's handler is gone
     cfg = _config(cut, *extra)
-    with TrainLoop(cfg, LocalBackend(cfg), resume=True) as trainer:
+    with TrainLoop(cfg, resume=True) as trainer:
         assert trainer.start_step == done, why
         trainer.train()
         resumed = _params(trainer)
@@ -274,7 +273,7 @@ def test_a_fresh_run_moves_an_earlier_run_aside(tmp_path):
     (out / "run.json").write_text(json.dumps({"run_id": "old-1"}))
     (out / "metrics.jsonl").write_text('{"step": 0}\n')
     cfg = TrainConfig.load(str(Path(__file__).parents[2] / "configs" / "tiny.yaml"), [f"trainer.out={out}"])
-    with TrainLoop(cfg, LocalBackend(cfg)):
+    with TrainLoop(cfg):
         pass
     assert (tmp_path / "run.old-1" / "metrics.jsonl").read_text() == '{"step": 0}\n'  # kept, not appended to
     info = json.loads((out / "run.json").read_text())
@@ -318,7 +317,7 @@ def test_frozen_mode_draws_the_same_tasks_and_seeds_and_changes_no_weight(tmp_pa
 
     def run(out: Path, mode: str) -> tuple[dict, dict, list[dict]]:
         cfg = _config(out, *RESUME, f"schedule.mode={mode}", "trainer.steps=2")
-        with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+        with TrainLoop(cfg) as trainer:
             before = _params(trainer)
             trainer.train()
             after = _params(trainer)

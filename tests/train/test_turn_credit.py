@@ -82,7 +82,6 @@ def test_a_tiny_run_trains_end_to_end_with_a_per_turn_estimator(tmp_path):
     from warm_tiny import SCRIPT, TRAIN_SPEC
 
     from metaagent.train.config import TrainConfig
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     script = tmp_path / "solver.py"
@@ -109,7 +108,7 @@ def test_a_tiny_run_trains_end_to_end_with_a_per_turn_estimator(tmp_path):
             f"trainer.out={tmp_path / 'run'}",
         ],
     )
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         before = {n: p.detach().clone() for n, p in trainer.backend.models.models[next(iter(trainer.backend.models.models))].named_parameters()}
         results = trainer.train()
         after = dict(trainer.backend.models.models[next(iter(trainer.backend.models.models))].named_parameters())

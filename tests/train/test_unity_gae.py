@@ -108,12 +108,11 @@ GAE_RUN = [
 
 def test_unity_code_under_gae_trains_a_critic_and_resumes_it(tmp_path, one_thread):
     from metaagent.records import read_trees
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     out = tmp_path / "run"
     cfg = TrainConfig.load("unity_code", [*GAE_RUN, "trainer.steps=1", f"trainer.out={out}"])
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         metrics = trainer.train()[0].metrics
         critic = trainer.backend.critics["policy"]
         saved = {n: p.detach().clone() for n, p in critic.model.named_parameters()}
@@ -127,7 +126,7 @@ def test_unity_code_under_gae_trains_a_critic_and_resumes_it(tmp_path, one_threa
     assert {t.advantage for t in trees[0].designs[0].executions[0].turns} == {-1.0}  # raw r in the records
     # resume: the critic comes back with the trained weights and one optimizer step
     cfg2 = TrainConfig.load("unity_code", [*GAE_RUN, "trainer.steps=2", f"trainer.out={out}"])
-    with TrainLoop(cfg2, LocalBackend(cfg2), resume=True) as resumed:
+    with TrainLoop(cfg2, resume=True) as resumed:
         assert resumed.start_step == 1 and resumed.backend.critics["policy"].steps == 1
         for n, p in resumed.backend.critics["policy"].model.named_parameters():
             assert torch.equal(p, saved[n]), n

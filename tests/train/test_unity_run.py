@@ -8,7 +8,6 @@ import torch
 
 from metaagent.records import read_trees
 from metaagent.train.config import TrainConfig
-from metaagent.train.local import LocalBackend
 from metaagent.train.loop import TrainLoop
 
 
@@ -25,7 +24,7 @@ def test_unity_code_config_one_step_on_tiny(tmp_path, one_thread):
         "policy.model=tiny", "trainer.steps=1", f"trainer.out={tmp_path}", "rollout.executor.max_tokens=12",
         "rollout.n_executions=2", "data.batch_size=1",
     ])  # fmt: skip
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         metrics = trainer.train()[0].metrics
     # the random tiny model never writes a <delivery> block or a program: every node -1, three full rounds
     assert metrics["reward/turn/Coder"] == metrics["reward/turn/Planner"] == -1.0

@@ -8,7 +8,7 @@ import pytest
 
 from metaagent.config import ConfigError
 from metaagent.train.config import TrainConfig
-from metaagent.train.verl_backend.config import VerlConfig
+from metaagent.train.backend_sections import VerlConfig
 from metaagent.train.verl_backend.plan import resolve_plan
 from metaagent.train.verl_backend.verl_config import compose_verl_config, metaagent_settings
 

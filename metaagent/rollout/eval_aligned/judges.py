@@ -18,6 +18,7 @@ from typing import Any
 
 from metaagent.policy.base import Policy, SamplingParams
 from metaagent.records import AgentTurn
+from metaagent.registry import Registry
 from metaagent.rewards.judge import Judge, JudgeTemplate, rule_judge
 
 _OUTPUT_RE = re.compile(r"<output>(.*?)</output>", re.S)
@@ -67,8 +68,9 @@ def gold_rule(prompt: str) -> float:
         return -1.0  # out of the score range: the judge counts a parse error, never a silent verdict
 
 
-#: deterministic rule judges by name (``rule:<name>``)
-RULES: dict[str, Callable[[str], float]] = {"gold": gold_rule}
+#: deterministic rule judges by name (``rule:<name>``); plugins: entry points of the group ``metaagent.judge_rules``
+RULES: Registry[Callable[[str], float]] = Registry("judge rule", ValueError, group="metaagent.judge_rules")
+RULES.register("gold")(gold_rule)
 
 
 def make_judge(spec: str, template: JudgeTemplate, policy: Policy, max_tokens: int) -> Judge | None:
@@ -77,7 +79,7 @@ def make_judge(spec: str, template: JudgeTemplate, policy: Policy, max_tokens: i
         return None
     if spec.startswith("rule:"):
         name = spec.split(":", 1)[1]
-        backend = rule_judge(RULES[name], name=spec)
+        backend = rule_judge(RULES.get(name), name=spec)
     else:
         backend = policy
     return Judge(template, backend, sampling=SamplingParams(max_tokens=max_tokens, temperature=0.0))

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.records import RolloutTree
-from metaagent.train.backend import Capabilities, Needs, Policies
+from metaagent.train.backend import Backend, Capabilities, Needs, Policies
 from metaagent.train.config import TrainConfig
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """The local backend (:class:`metaagent.train.backend.Backend`): rollout and update on the same
-    in-memory models (CPU or one GPU). Nothing loads before :meth:`start`.
+    in-memory models (CPU or one GPU). Nothing loads before :meth:`start`. Its samples are its own batch, so
+    ``check_samples`` has nothing to cross-check (the base class's default).
 
     Args:
         config: the resolved run configuration.
@@ -104,9 +105,6 @@ class LocalBackend:
         from metaagent.learn.samples import model_key
 
         return model_key(sample, self.models.role_to_key)
-
-    def check_samples(self, trees: list[RolloutTree], samples: Any, options: dict[str, Any]) -> dict[str, Any]:
-        return {}  # the samples are this backend's own batch: nothing to cross-check
 
     def reset_optimizer_moments(self) -> None:
         for updater in self.updaters.values():

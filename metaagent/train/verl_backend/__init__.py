@@ -11,7 +11,8 @@
 - in between, pure CPU code: :mod:`.batch` (samples -> ``DataProto``) and :mod:`.advantage` (metaagent's
   credit in verl's estimator registry).
 
-Modules: :mod:`.config` (the ``verl:`` section), :mod:`.plan` (what runs where, ``--dry-run``),
+The ``verl:`` config section is :class:`metaagent.train.backend_sections.VerlConfig` (below the run's config
+and this backend). Modules: :mod:`.plan` (what runs where, ``--dry-run``),
 :mod:`.verl_config` (verl's own config per model), :mod:`.batch`, :mod:`.advantage`, :mod:`.policy`,
 :mod:`.workers` (worker groups), :mod:`.backend` (the backend), :mod:`.checkpoint`, :mod:`.convert` (to Hugging Face),
 :mod:`.device` / :mod:`.cpu` / :mod:`.verl_plugin` (``verl.device``: the settings, the CPU rollout and pool, the
@@ -23,7 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import ModelResources, VerlConfig
+from metaagent.train.backend_sections import ModelResources, VerlConfig
+
 from .errors import VerlBackendError
 
 __all__ = ["ModelResources", "VerlBackendError", "VerlConfig", "plan_text"]

@@ -35,19 +35,20 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.records import DESIGNER, RolloutTree
-from metaagent.train.backend import Capabilities, Needs, Policies
+from metaagent.train.backend import Backend, Capabilities, Needs, Policies
+from metaagent.train.backend_sections import VerlConfig
 from metaagent.train.config import TrainConfig
 from metaagent.train.roles import executor_policy
 
-from .config import VerlConfig
 from .errors import VerlBackendError
 from .plan import Plan, model_loss, resolve_plan
 
 
-class VerlBackend:
+class VerlBackend(Backend):
     """The verl backend (:class:`metaagent.train.backend.Backend`; module docstring). Needs CUDA GPUs and a Ray
     cluster, or ``verl.device=cpu`` (verl's FSDP engine in CPU workers, the HF policy as the rollout: :mod:`.cpu`).
-    The worker groups start in :meth:`start`.
+    The worker groups start in :meth:`start`; without ``groups`` too few CUDA GPUs are refused here
+    (:func:`require_gpus`).
 
     Args:
         config: the resolved run configuration (``trainer.backend: verl``).
@@ -59,7 +60,8 @@ class VerlBackend:
 
     name = "verl"
     # token advantages: build_update_batch lays Sample.token_advantages out per token; a critic: a verl critic
-    # worker group per model (critic.enable, plan.critic). The plan refuses the rest (resolve_plan).
+    # worker group per model (critic.enable, plan.critic). The plan refuses the rest (resolve_plan); the base
+    # class's ref_logprobs and reset_optimizer_moments refuse in one line.
     capabilities = Capabilities(token_advantages=True, critic=True)
 
     def __init__(
@@ -75,6 +77,7 @@ class VerlBackend:
         if groups is None:  # before verl picks its platform: the plugin must be loaded (cpu: the CPU platform)
             from .cpu import activate
 
+            require_gpus(self.plan)  # a clear refusal instead of a Ray scheduling hang
             self._worker_env = activate(self.verl.device, self.verl.hf_rollout)
 
         from . import advantage  # noqa: F401  registers metaagent's estimators with verl
@@ -237,14 +240,6 @@ class VerlBackend:
             (f"verl/{key}/critic/{k}" if k.startswith("perf/") or k == "mfu" else prefix + k): v
             for k, v in metrics.items()
         }
-
-    def ref_logprobs(self, samples: Sequence[Any]) -> list[list[float]]:
-        raise VerlBackendError("the verl backend has no reference pre-pass (capabilities.ref_logprobs is false)")
-
-    def reset_optimizer_moments(self) -> None:
-        raise VerlBackendError(
-            "the verl backend cannot reset its optimizer moments (capabilities.reset_moments is false)"
-        )
 
     def update(self, samples: Any, step: int, active: frozenset[str], pairs: Sequence[Any]) -> dict[str, Any]:
         if pairs:

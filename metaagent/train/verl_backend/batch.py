@@ -41,8 +41,8 @@ import torch
 
 from metaagent.learn.losses import role_advantage_scales
 from metaagent.learn.samples import Sample
+from metaagent.train.backend_sections import ADVANTAGE_PLACEMENTS
 
-from .config import ADVANTAGE_PLACEMENTS
 from .errors import VerlBackendError
 
 

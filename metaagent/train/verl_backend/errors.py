@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from metaagent.errors import MetaAgentError
+from metaagent.train.backend import BackendError
 
 
-class VerlBackendError(MetaAgentError, RuntimeError):
+class VerlBackendError(BackendError):
     """The verl backend cannot run this configuration or these inputs; the message says what to change."""

@@ -20,13 +20,13 @@ from typing import Any
 
 from metaagent.config import ConfigError
 from metaagent.credit import get_token_stage
-from metaagent.learn.optim import LossConfig
+from metaagent.learn.optim import POLICY_LOSSES, LossConfig
+from metaagent.train.backend_sections import ModelResources, VerlConfig
 from metaagent.train.config import TrainConfig
 from metaagent.train.roles import model_plan
 from metaagent.train.schedule import DESIGNER, EXECUTOR, StageSchedule
 from metaagent.workflow.limits import Limits
 
-from .config import ModelResources, VerlConfig
 
 #: the verl advantage-estimator name of each metaagent credit estimator (registered in .advantage)
 VERL_ESTIMATORS = {"hierarchical": "metaagent_hierarchical", "flat": "metaagent_flat"}
@@ -163,7 +163,7 @@ def _resources(cfg: TrainConfig, verl: VerlConfig, keys: list[str]) -> dict[str,
                 f"{source} gives {len(keys)} physical models {keys}; say how to place them in verl.models, e.g. "
                 + "{"
                 + ", ".join(f"{k}: {{gpus: 2, rollout_gpus: 2}}" for k in keys)
-                + "} (at most one model may be colocated, see metaagent.train.verl_backend.config)"
+                + "} (at most one model may be colocated, see metaagent.train.backend_sections)"
             )
         return {keys[0]: ModelResources(gpus=verl.total_gpus, rollout_gpus=0)}
     unknown = sorted(set(verl.models) - set(keys))
@@ -203,7 +203,7 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
         designer_key=designer_key,
         route=route,
         executor_keys=executor_keys,
-        schedule=StageSchedule(cfg.schedule.mode, cfg.schedule.stage_len),
+        schedule=cfg.schedule.build(),
         steps=cfg.trainer.steps,
         batch_size=cfg.data.batch_size,
         m_designs=m,
@@ -228,7 +228,8 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
 
 
 def _check_supported(cfg: TrainConfig) -> None:
-    """The local-backend-only options: a reset optimizer at stage switches, DPO, a token stage needing refs."""
+    """The local-backend-only options: a reset optimizer at stage switches, DPO, a plugin policy loss, a token
+    stage needing refs."""
     if cfg.optim.stage_switch != "keep":
         raise ConfigError(
             "optim.stage_switch=reset is not supported by the verl backend yet (the optimizer state lives in the "
@@ -236,6 +237,11 @@ def _check_supported(cfg: TrainConfig) -> None:
         )
     if cfg.optim.dpo:
         raise ConfigError("optim.dpo (the DPO loss on preference pairs) runs on the local backend only for now")
+    if cfg.optim.policy_loss not in POLICY_LOSSES:
+        raise ConfigError(
+            f"optim.policy_loss={cfg.optim.policy_loss} is a plugin of metaagent's policy-loss registry, which the "
+            f"local backend computes with; verl computes its own ({', '.join(POLICY_LOSSES)}): use --backend local"
+        )
     _check_token_stage(cfg)
 
 

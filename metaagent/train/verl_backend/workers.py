@@ -28,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from metaagent.train.backend_sections import VerlConfig
+
 from .batch import (
     UpdateBatch,
     add_rollout_correction,
@@ -35,7 +37,6 @@ from .batch import (
     logprob_tensordict,
     update_tensordict,
 )
-from .config import VerlConfig
 from .errors import VerlBackendError
 from .plan import ModelPlan
 from .policy import ServerPolicy

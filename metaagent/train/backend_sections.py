@@ -1,4 +1,7 @@
-"""The ``verl:`` section of a training config: GPUs, placement and verl/vLLM knobs of the GPU backend.
+"""The config sections of the training backends, below both the run's config (:mod:`metaagent.train.config`,
+whose :class:`~metaagent.train.config.TrainConfig` holds them) and the backends that read them, so the run's
+config imports no backend. Today one: ``verl:`` (:class:`VerlConfig`), the GPUs, placement and verl/vLLM knobs
+of the verl backend (:mod:`metaagent.train.verl_backend`); the local backend reads the shared sections only.
 
 Everything else (model, M, N, K, lengths, learning rate, clip ratios) comes from the shared sections of
 :class:`metaagent.train.config.TrainConfig`, so the local and the verl backend read one config. Example::
