@@ -739,6 +739,21 @@ def copy_records(args: argparse.Namespace, results: Path) -> None:
                         if f.name != "auto.jsonl.xz":
                             f.unlink()
             summaries(held / "external", results / "records" / f"seed{seed}" / held.name / "external")
+    scrub_paths(args, results / "records")
+
+
+def scrub_paths(args: argparse.Namespace, folder: Path) -> None:
+    """The plain-text copies (run.json, table.md) name the runs folder as ``<runs>``, never a machine's path (the
+    compressed summaries keep theirs: they are read back by :func:`restore_records` only)."""
+    prefixes = sorted({str(Path(args.runs)), os.path.realpath(args.runs)}, key=len, reverse=True)
+    for f in folder.rglob("*"):
+        if f.suffix in (".json", ".md") and f.is_file():
+            text = f.read_text()
+            new = text
+            for prefix in prefixes:
+                new = new.replace(prefix, "<runs>")
+            if new != text:
+                f.write_text(new)
 
 
 def command(args: argparse.Namespace) -> str:
@@ -837,7 +852,7 @@ def write_status(args: argparse.Namespace) -> None:
             done &= steps >= a2.steps and "records" not in suite + ext and "-" not in (suite, ext)
             rows.append(f"| {seed} | {mode} | {steps} of {a2.steps} | {suite} | {ext} |")
     cmd = command(args)
-    log = Path(args.runs) / "evidence.log"
+    log = str(Path(args.runs) / "evidence.log").replace(str(Path.home()), "~", 1)
     Path(args.results).mkdir(parents=True, exist_ok=True)
     (Path(args.results) / "STATUS.md").write_text("\n".join([
         f"# Evidence — status: {'done' if done else 'PARTIAL'}",
@@ -848,7 +863,9 @@ def write_status(args: argparse.Namespace) -> None:
         "",
         "## Runs",
         "",
-        f"Runs folder: `{str(args.runs).replace(str(Path.home()), '~', 1)}` (outside the work tree by default, so the checkpoints survive a new checkout).",
+        f"Runs folder: `{str(args.runs).replace(str(Path.home()), '~', 1)}` (outside the work tree, so a new checkout keeps "
+        "the checkpoints; a new machine does not: there a (seed, mode) whose committed evaluations are complete is "
+        "restored from `records/` and never trained again, and an unfinished one starts over).",
         f"Start model ({a2.model}): {start_row}. Its tables: start.md; executions read by hand: READING.md.",
         "",
         "| seed | mode | steps | suite test evaluations in | external evaluations in |",

@@ -66,7 +66,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tour-") as cwd:
         for title, script in tour_steps(Path(args.readme)):
             cpu0, t0 = children_cpu(), time.perf_counter()
-            done = subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True)
+            # `wait`: a step's background job (the server) is reaped by its shell, so its CPU time is counted
+            done = subprocess.run(["bash", "-e", "-c", f"{script}\nwait"], cwd=cwd, env=env, capture_output=True,
+                                  text=True)  # fmt: skip
             wall, cpu = time.perf_counter() - t0, children_cpu() - cpu0
             if done.returncode:
                 tail = (done.stdout + done.stderr)[-2000:]

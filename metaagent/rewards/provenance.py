@@ -98,7 +98,8 @@ def _math_key(answer: str) -> set[str]:
 
 def math_keys(text: str) -> set[str]:
     """Keys of every answer a text states: its final answer, each ``\\boxed{}``, each short line (of its last
-    :data:`~metaagent.rewards.math.MAX_TEXT_CHARS` characters, as the answer is extracted: bounded work)."""
+    :data:`~metaagent.rewards.math.MAX_TEXT_CHARS` characters, as the answer is extracted: bounded work), and
+    the whole text when it is one line (a program's printed output longer than a short line)."""
     if not text:
         return set()
     text = text[-MAX_TEXT_CHARS:]
@@ -108,6 +109,8 @@ def math_keys(text: str) -> set[str]:
     if final:
         candidates.append(final)
     candidates += [line for line in text.splitlines() if 0 < len(line.strip()) <= MAX_KEY_LINE_CHARS]
+    if "\n" not in text.strip():  # one line of any length: a program's printed answer, however long
+        candidates.append(text.strip())
     return {key for c in candidates for key in _math_key(c)}
 
 

@@ -166,3 +166,15 @@ def test_the_qa_rule_reads_words_and_the_tool_rule_reads_programs():
     half = Execution(index=0, status="ok", turns=[turn("so p = 0.5\n\\boxed{0.5}")])
     assert answer_from_agents("math", "\\frac{1}{2}", half) and not answer_from_agents("math", "0.25", half)
     assert set(RULES) == {"math", "code", "plan", "qa"}
+
+
+def test_a_long_printed_answer_is_a_key_of_the_output_that_printed_it():
+    """A program's one-line output longer than a short line (an 80-character string answer) is still an answer
+    that output states (the val record strings-001 of the first evidence seed was refused for it)."""
+    from metaagent.rewards.provenance import MAX_KEY_LINE_CHARS, math_keys
+
+    long = "ab" * 40
+    assert len(long) > MAX_KEY_LINE_CHARS
+    assert math_keys(long + "\n") & math_keys(long)
+    prose = f"first line\n{long}"
+    assert not math_keys(prose) & math_keys(long)  # inside a longer text, a long line is still prose
