@@ -38,7 +38,7 @@ their meaning: ``auto``, the suite cold start's record, which is on) and the rep
 - ``STATUS.md``: the command, the steps each mode has, seconds per step so far and the time left at that rate;
 - ``--modes ... sa_grpo`` (issue 61) trains the RL-trained single agent beside the designer modes:
   ``executor_only`` with the designer frozen to each domain's single-agent script and M x N executions of one
-  design (the designer runs' executor rollouts per question; ``metaagent/configs/sa_grpo_suite.yaml`` is the
+  design (the designer runs' executor rollouts per question; ``configs/sa_grpo_suite.yaml`` is the
   same
   run); ``--baselines`` adds ``sa@auto`` (or ``sa@<--sa-k>``), ``fixed:pot`` and ``best-per-domain`` (chosen
   on the
@@ -67,7 +67,7 @@ ROOT = v1.ROOT
 DEFAULT_MODES = (v1.FROZEN, "designer_only", "stagewise", "coupled")
 #: sa+grpo (issue 61): the trainer's executor_only with the designer frozen to each domain's single-agent
 #: script and
-#: the designer runs' M x N executions of a question as one group (metaagent/configs/sa_grpo_suite.yaml)
+#: the designer runs' M x N executions of a question as one group (configs/sa_grpo_suite.yaml)
 SA_GRPO = "sa_grpo"
 MODES = (*v1.MODES, SA_GRPO)
 ORACLE = "benchmarks/results/structure_matrix/matrix.json"
@@ -143,7 +143,7 @@ def recipes(args: argparse.Namespace) -> dict[str, tuple[str, list[str]]]:
     the
     frozen single-agent designer and N = M x N executions of one design, so a step sees the designer runs'
     number
-    of executor rollouts per question (the budget of ``metaagent/configs/sa_grpo_suite.yaml``)."""
+    of executor rollouts per question (the budget of ``configs/sa_grpo_suite.yaml``)."""
     n = args.designs * args.executions
     frozen = ["rollout.frozen_designer=sa", "rollout.m_designs=1", f"rollout.n_executions={n}"]
     return {SA_GRPO: ("executor_only", frozen)}

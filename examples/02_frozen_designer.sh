@@ -5,8 +5,8 @@
 #   bash examples/02_frozen_designer.sh                     # embedded-sft, 6 steps
 #   TEAM=solver_tester STEPS=30 bash examples/02_frozen_designer.sh
 #
-# Size knobs (environment): MODEL, TEAM (a template of metaagent/workflow/template_bank/ or
-# fixed_workflows/, or a path to a workflow script), STEPS, BATCH, OUT. Further arguments go to
+# Size knobs (environment): MODEL, TEAM (a template of templates/ or templates/fixed/, or a path
+# to a workflow script), STEPS, BATCH, OUT. Further arguments go to
 # train-metaagent.
 set -euo pipefail
 MODEL=${MODEL:-embedded-sft}

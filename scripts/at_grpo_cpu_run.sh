@@ -14,7 +14,7 @@ set -euo pipefail
 out=${OUT:-runs/at_grpo_planpath_cpu}
 steps=${STEPS:-40}
 model=$(nice -n 10 python scripts/at_grpo_warm_start.py "$out" --steps 200 | tail -n 1)
-nice -n 10 train-metaagent --config metaagent/configs/at_grpo_planpath_cpu.yaml \
+nice -n 10 train-metaagent --config configs/at_grpo_planpath_cpu.yaml \
   policy.model="$model" data.batch_size=8 'data.val=[]' rollout.executor.max_tokens=32 \
   "rollout.branching.roles=[\"*\"]" optim.lr=1e-3 trainer.steps="$steps" trainer.out="$out/run" "$@"
 python scripts/at_grpo_curve.py "$out/run" --json "$out/curve.json" --png "$out/curve.png"

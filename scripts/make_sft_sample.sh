@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make the repository's small SFT sample in sft_data/ (template-only distillation, no teacher).
 #
-# Templates from metaagent/workflow/template_bank/ (with meaning-preserving variation of role names and prompts) are the designer's
+# Templates from templates/ (with meaning-preserving variation of role names and prompts) are the designer's
 # replies; the embedded SmolLM2-135M-Instruct executes each design through the rollout engine's fixed-design
 # path on the bundled train tasks of levels 1-2, with the rollout budgets of configs/default.yaml (the demo
 # the sample is made for); only designs with a correct execution and the turns of correct executions are

@@ -150,8 +150,8 @@ def test_the_files_and_packaged_configs_the_pages_name_exist():
         for path in re.findall(r"\b((?:scripts|benchmarks|examples)/[\w/.-]+\.(?:py|sh|md|png))", text):
             if not (ROOT / path).is_file():
                 missing.append(f"{page.relative_to(ROOT)}: {path}")
-        for name in re.findall(r"--config ([a-z0-9_]+)\b", text):
-            if not (ROOT / "metaagent" / "configs" / f"{name}.yaml").is_file():
+        for name in re.findall(r"--config (?:configs/)?([a-z0-9_]+)(?:\.yaml)?\b(?![/.])", text):
+            if not (ROOT / "configs" / f"{name}.yaml").is_file():
                 missing.append(f"{page.relative_to(ROOT)}: --config {name}")
     assert missing == []
 

@@ -52,3 +52,47 @@ def test_the_citation_file_names_the_software_and_the_five_papers_of_the_papers_
     titles = " ".join(w["title"] for w in works)
     for title in listed:  # the page's titles, as the papers' first pages give them
         assert title in titles, title
+
+
+def test_the_package_list_names_every_package_and_ships_the_top_level_configs_and_templates():
+    """pyproject.toml lists the packages (setuptools' discovery cannot map a folder outside metaagent/): every
+    package under metaagent/ and the top-level configs/ and templates/ (with their subfolders) under
+    metaagent.configs / metaagent.templates, the names the wheel gives them."""
+    from setuptools import find_namespace_packages
+
+    from metaagent.resources import DATA_DIRS
+
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert tool["package-dir"] == {f"metaagent.{d}": d for d in DATA_DIRS}
+    found = set(find_namespace_packages(str(ROOT), include=["metaagent*"], exclude=["*__pycache__*"]))
+    for folder in DATA_DIRS:
+        sub = find_namespace_packages(str(ROOT / folder), exclude=["*__pycache__*"])
+        found |= {f"metaagent.{folder}"} | {f"metaagent.{folder}.{s}" for s in sub}
+    listed = set(tool["packages"])
+    assert listed == found, (
+        f"pyproject.toml [tool.setuptools] packages: add {sorted(found - listed)}, "
+        f"remove {sorted(listed - found)}"
+    )
+    data = tool["package-data"]
+    assert data["metaagent.configs"] == ["*.yaml"]
+    assert data["metaagent.templates"] == data["metaagent.templates.fixed"] == ["*.py"]
+
+
+def test_the_data_folders_are_found_in_the_installed_package_else_beside_it_in_a_checkout(tmp_path):
+    from metaagent.errors import MetaAgentError
+    from metaagent.resources import config_names, data_dir, fixed_workflow_dir, template_dir
+
+    assert data_dir("configs") == ROOT / "configs" and template_dir() == ROOT / "templates"  # this checkout
+    assert fixed_workflow_dir() == ROOT / "templates" / "fixed" and "default" in config_names()
+    wheel = tmp_path / "site-packages" / "metaagent"
+    (wheel / "configs").mkdir(parents=True)
+    (tmp_path / "site-packages" / "configs").mkdir()  # another distribution's top-level folder is not ours
+    assert data_dir("configs", wheel) == wheel / "configs"
+    checkout = tmp_path / "repo" / "metaagent"
+    checkout.mkdir(parents=True)
+    (tmp_path / "repo" / "templates").mkdir()
+    assert data_dir("templates", checkout) == tmp_path / "repo" / "templates"
+    with pytest.raises(MetaAgentError, match=r"templates/ folder is neither in .*; reinstall metaagent"):
+        data_dir("templates", wheel)
+    with pytest.raises(MetaAgentError, match=r"unknown data folder 'sft_data'; one of: configs, templates"):
+        data_dir("sft_data")

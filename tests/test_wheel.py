@@ -1,7 +1,7 @@
 """A non-editable install works: build the wheel, install it into a fresh venv outside the checkout, train
 one step of the packaged ``tiny`` config and one of the default config on ``--model tiny``, evaluate with
-``metaagent-eval``, load the template bank and resolve ``embedded-sft``; the wheel carries the licence and the
-project metadata.
+``metaagent-eval``, load the template bank and a fixed workflow, resolve ``embedded-sft``; the wheel carries
+the checkout's ``configs/`` and ``templates/`` inside the package, the licence and the project metadata.
 
 The fresh venv reuses this venv's third-party packages through a ``.pth`` line (no network), but not its
 editable metaagent: a ``.pth`` line adds a directory to ``sys.path`` without running the ``.pth`` files in
@@ -48,8 +48,13 @@ def test_the_wheel_carries_the_data(venv):
 
     (wheel,) = (venv / "dist").glob("metaagent-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "metaagent/configs/tiny.yaml" in names and "metaagent/configs/default.yaml" in names
-    assert "metaagent/workflow/template_bank/reflection.py" in names
+    # the checkout's top-level configs/ and templates/ (the source of truth), every file, inside the package
+    for folder in ("configs", "templates"):
+        files = [p for p in (ROOT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+        shipped = {f"metaagent/{p.relative_to(ROOT).as_posix()}" for p in files}
+        assert shipped and shipped <= set(names), sorted(shipped - set(names))
+    assert "metaagent/configs/default.yaml" in names
+    assert "metaagent/templates/fixed/unity_qa_parallel.py" in names
     assert "metaagent/policy/cold_start_adapter/adapter_model.safetensors" in names
     assert "metaagent/data/suite/heldout/code.jsonl.gz" in names  # the suite's held-out split, compressed
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names[-10:]
@@ -65,8 +70,10 @@ def test_installed_wheel_loads_templates_and_resolves_the_cold_start(venv):
         "import json, metaagent\n"
         "from metaagent.workflow import load_templates\n"
         "from metaagent.policy.cold_start import cold_start_dir\n"
-        "from metaagent.resources import config_path\n"
+        "from metaagent.resources import config_path, template_dir\n"
+        "from metaagent.rollout.engine import FrozenDesign\n"
         "print(json.dumps({'file': metaagent.__file__, 'templates': len(load_templates()),\n"
+        "  'fixed': FrozenDesign.resolve('unity_qa_parallel').name, 'bank': str(template_dir()),\n"
         "  'adapter': str(cold_start_dir()), 'adapter_ok': (cold_start_dir() / 'adapter_config.json').is_file(),\n"
         "  'tiny': str(config_path('tiny'))}))\n"
     )
@@ -74,7 +81,8 @@ def test_installed_wheel_loads_templates_and_resolves_the_cold_start(venv):
     site = str(venv / "v")
     assert out["file"].startswith(site), out  # metaagent comes from the wheel, not the checkout
     assert out["templates"] >= 13 and out["adapter_ok"] and out["adapter"].startswith(site)
-    assert out["tiny"].startswith(site)
+    assert out["tiny"].startswith(site) and out["bank"].startswith(site)
+    assert out["fixed"] == "template:unity_qa_parallel"
 
 
 def test_installed_wheel_trains_one_step_of_the_packaged_tiny_config(venv):

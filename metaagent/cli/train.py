@@ -5,7 +5,9 @@
     train-metaagent --config configs/paper_qwen3_8b.yaml --backend verl --dry-run
     train-metaagent --config tiny_verl_cpu        # verl's FSDP engine on CPU workers, no GPU
 
-Every config field can be overridden as ``section.field=value``; the flags below are shortcuts.
+``--config`` takes a config of the repository's ``configs/`` by name (``default``) or by that path (also
+outside the checkout: the wheel ships them), or the path of a YAML file of your own. Every config field can be
+overridden as ``section.field=value``; the flags below are shortcuts.
 """
 
 from __future__ import annotations

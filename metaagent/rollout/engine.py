@@ -94,7 +94,7 @@ class FrozenDesign:
 
     @classmethod
     def resolve(cls, spec: str, templates: Sequence | None = None) -> FrozenDesign:
-        """A template name from the bank, a fixed workflow (``metaagent/workflow/fixed_workflows``: the
+        """A template name from the bank, a fixed workflow (``templates/fixed/``: the
         seed systems' workflows, never shown to the designer), a path to a script file, or :data:`SOLO_DESIGN`
         (``sa``: each task domain's single-agent baseline script)."""
         if spec == SOLO_DESIGN:
@@ -102,11 +102,11 @@ class FrozenDesign:
         path = Path(spec)
         if path.suffix == ".py" and path.is_file():
             return cls(name=f"file:{path}", script=path.read_text())
-        from metaagent.resources import package_path
+        from metaagent.resources import fixed_workflow_dir
         from metaagent.workflow import load_templates
 
         bank = {t.name: t for t in (templates if templates is not None else load_templates())}
-        fixed = {t.name: t for t in load_templates(package_path("workflow", "fixed_workflows"))}
+        fixed = {t.name: t for t in load_templates(fixed_workflow_dir())}
         bank = {**fixed, **bank}
         if spec in bank:
             return cls(name=f"template:{spec}", script=bank[spec].source)

@@ -11,8 +11,9 @@ metadata header, followed by the script itself::
     # description: A solver drafts, a critic names the first error, the solver revises.
     solver = Agent(...)
 
-The bank directory is ``path`` when given, else ``$METAAGENT_TEMPLATES``, else the repository's
-``metaagent/workflow/template_bank/`` inside the package (shipped in the wheel). Without ``path``, the
+The bank directory is ``path`` when given, else ``$METAAGENT_TEMPLATES``, else the repository's top-level
+``templates/`` (:func:`metaagent.resources.template_dir`; the wheel ships it as ``metaagent/templates/``; its
+subfolder ``fixed/`` holds the fixed workflows, which are not part of the bank). Without ``path``, the
 templates of every registered bank join it (:data:`TEMPLATE_BANKS`, a :class:`metaagent.registry.Registry`
 of functions returning a folder): a package ships its own templates as an entry point of the group
 ``metaagent.templates``, e.g. ``my_bank = "my_package.workflows:template_dir"``.

@@ -101,6 +101,33 @@ def test_bad_yaml_values_are_one_line(module, tmp_path):
         one_error_line(cli(module, "--config", str(path)), HELP[module][0], key)
 
 
+def test_a_config_is_a_name_a_checkout_path_or_any_path(tmp_path, monkeypatch):
+    from metaagent.config import ConfigError
+    from metaagent.train.config import TrainConfig
+
+    default = ROOT / "configs" / "default.yaml"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("rollout:\n  m_designs: 3\n")
+    expected = TrainConfig.load(str(default)).to_dict()
+    monkeypatch.chdir(ROOT)
+    for spec in ("default", "default.yaml", "configs/default.yaml", str(default)):
+        assert TrainConfig.load(spec).to_dict() == expected, spec
+    monkeypatch.chdir(tmp_path)  # outside the checkout: configs/NAME.yaml is the shipped config of that name
+    assert TrainConfig.load("configs/default.yaml").to_dict() == expected
+    assert TrainConfig.load("mine.yaml").rollout.m_designs == 3
+    assert TrainConfig.load(str(mine)).rollout.m_designs == 3
+    refused = r"neither a file nor a config name; pass a path to a YAML file or one of: at_grpo_code, "
+    for bad in ("defualt", "configs/defualt.yaml", str(tmp_path / "default.yaml"), "elsewhere/tiny.yaml"):
+        with pytest.raises(ConfigError, match=refused):
+            TrainConfig.load(bad)
+
+
+def test_a_bad_config_name_is_one_line_listing_the_names():
+    line = one_error_line(cli("train", "--config", "defualt", "--dry-run"), "train-metaagent", "'defualt'")
+    names = sorted(p.stem for p in (ROOT / "configs").glob("*.yaml"))
+    assert line.endswith("one of: " + ", ".join(names)), line
+
+
 def test_unknown_key_gets_a_suggestion():
     line = one_error_line(cli("train", "--config", "tiny", "rollout.m_design=2"), "train-metaagent")
     assert "did you mean rollout.m_designs?" in line

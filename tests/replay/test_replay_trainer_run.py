@@ -12,10 +12,10 @@ import pytest
 from replay_helpers import embedded_pngs, network_references
 
 from metaagent.replay import ReplayError, load_run, render_html, rerun, stats
-from metaagent.resources import package_path
+from metaagent.resources import config_path
 
 REPO = Path(__file__).resolve().parents[2]
-TINY_CONFIG = package_path("configs", "tiny.yaml")
+TINY_CONFIG = config_path("tiny")
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ def test_a_training_step_with_the_adaptive_budget(tmp_path):
     from metaagent.records import read_trees
     from metaagent.train.loop import TrainLoop
 
-    tiny = Path(__file__).parents[2] / "metaagent" / "configs" / "tiny.yaml"
+    tiny = Path(__file__).parents[2] / "configs" / "tiny.yaml"
     cfg = TrainConfig.load(
         str(tiny),
         [f"trainer.out={tmp_path / 'run'}", "trainer.steps=1", "trainer.save_every=0", "schedule.mode=executor_only",

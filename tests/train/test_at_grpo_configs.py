@@ -11,7 +11,7 @@ from metaagent.rewards.turn import get_turn_reward
 from metaagent.train.config import TrainConfig
 from metaagent.workflow import load_templates
 
-CONFIGS = sorted((Path(__file__).parents[2] / "metaagent" / "configs").glob("at_grpo_*.yaml"))
+CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("at_grpo_*.yaml"))
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_one_at_grpo_step_on_planpath(tmp_path):
     out = tmp_path / "run"
     cfg = TrainConfig.load(
-        "metaagent/configs/at_grpo_planpath_cpu.yaml",
+        "configs/at_grpo_planpath_cpu.yaml",
         [
             "policy.model=tiny",
             f"data.train=[{json.dumps({'source': 'planpath', 'split': 'train', 'limit': 2, 'env': {'size': 5}})}]",

@@ -156,7 +156,7 @@ def test_the_trainer_draws_extra_tasks_and_records_only_the_kept_trees(tmp_path)
     from metaagent.records import read_trees
     from metaagent.train.loop import TrainLoop
 
-    tiny = Path(__file__).parents[2] / "metaagent" / "configs" / "tiny.yaml"
+    tiny = Path(__file__).parents[2] / "configs" / "tiny.yaml"
     cfg = TrainConfig.load(
         str(tiny),
         [f"trainer.out={tmp_path / 'run'}", "trainer.steps=1", "trainer.save_every=0",

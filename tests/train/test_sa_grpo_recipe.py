@@ -1,4 +1,4 @@
-"""sa+grpo (issue 61): ``metaagent/configs/sa_grpo_suite.yaml`` and co-evolution v2's ``sa_grpo`` mode are the
+"""sa+grpo (issue 61): ``configs/sa_grpo_suite.yaml`` and co-evolution v2's ``sa_grpo`` mode are the
 same training run (the five-family preset with a frozen single-agent designer and the designer runs' M x N
 executions a question), and the mode trains the trainer's executor_only."""
 
@@ -10,7 +10,7 @@ import sys
 from test_coevolution_v2 import load_script
 
 from metaagent.cli.train import build_parser, resolve_config
-from metaagent.resources import package_path
+from metaagent.resources import config_path
 
 FIVE = ["arith", "code", "lookup", "start", "strings"]
 
@@ -39,7 +39,7 @@ def test_sa_grpo_mode_trains_the_shipped_recipe():
     assert cmd[:3] == [sys.executable, "-m", "metaagent.cli.train"]
     assert cmd[cmd.index("--mode") + 1] == "executor_only"
     mode = _config(cmd[3:]).to_dict()
-    recipe = _config(["--config", str(package_path("configs", "sa_grpo_suite.yaml"))]).to_dict()
+    recipe = _config(["--config", str(config_path("sa_grpo_suite"))]).to_dict()
     assert mode == recipe and recipe["rollout"]["domain_hint"] == "off"
     assert (
         mode["rollout"]["frozen_designer"],

@@ -17,7 +17,7 @@ from metaagent.learn.metrics import MetricsLogger, read_metrics
 from metaagent.learn.trackers import TrackerError, mlflow_key, scalars
 from metaagent.train.config import TrainConfig
 
-TINY = Path(__file__).parents[2] / "metaagent" / "configs" / "tiny.yaml"
+TINY = Path(__file__).parents[2] / "configs" / "tiny.yaml"
 
 
 @pytest.mark.slow

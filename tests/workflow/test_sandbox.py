@@ -362,7 +362,7 @@ def test_every_shipped_config_keeps_an_explicit_tool_budget():
     from metaagent.rollout.config import RolloutConfig
     from metaagent.serve import ServeConfig
 
-    configs = sorted((Path(__file__).resolve().parents[2] / "metaagent" / "configs").glob("*.yaml"))
+    configs = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
     for path in configs:
         limits = (yaml.safe_load(path.read_text()).get("rollout") or {}).get("limits")
         if limits is not None:

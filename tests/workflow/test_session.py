@@ -146,7 +146,7 @@ def test_every_shipped_config_caps_the_whole_execution():
 
     from metaagent.rollout.config import RolloutConfig
 
-    configs = sorted((Path(__file__).resolve().parents[2] / "metaagent" / "configs").glob("*.yaml"))
+    configs = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
     assert len(configs) >= 10
     for path in configs:
         limits = Limits.coerce((yaml.safe_load(path.read_text()).get("rollout") or {}).get("limits"))
