@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 import shutil
 from types import SimpleNamespace
 
@@ -145,6 +146,37 @@ def test_plan_and_report_with_no_records(tmp_path):
     assert "| base | today's designer_only (domain sentence on) | none | pending (0 of 3 seeds trained) |" in table
     assert "No held-out evaluation is in yet." in table and "No shares.png yet" in table
     assert not (results / "shares.png").exists()
+
+
+def test_plan_rates_are_measured_where_they_exist_and_else_priors_named_as_such(tmp_path):
+    """As evidence.py: the seconds a step are measured on these runs' folders, else on the evidence experiment's
+    designer_only runs (beside --runs), else the prior, which the plan calls one; --step-s / --eval-rate win."""
+    dc = benchmark_script("designer_choice")
+    base = ["--plan", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--seeds", "0",
+            "--arms", "base", "nohint", "--no-eval"]  # fmt: skip
+
+    def metrics(folder, times) -> None:
+        folder.mkdir(parents=True)
+        rows = [{"step": -1, "time/step_s": 1.0}] + [{"step": i, "time/step_s": t} for i, t in enumerate(times)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))  # a val row: not a step
+
+    def trained_hours(lines) -> float:
+        return float(re.search(r"([0-9.]+) machine-hours of training", lines[0]).group(1))
+
+    prior = dc.plan(dc.parse(base))
+    assert "227 s a step (a prior, not measured here: " in prior[0]
+    assert "9.2 records a minute (a prior, not measured here: " in prior[1]
+    metrics(tmp_path / "evidence" / "seed1" / "designer_only", [100.0, 110.0])
+    metrics(tmp_path / "evidence" / "seed0" / "sa_grpo", [900.0])  # another mode's steps: not the base arm's
+    theirs = dc.plan(dc.parse(base))
+    assert "105 s a step (measured on the evidence experiment's designer_only runs" in theirs[0]
+    assert "the mean of 2 steps" in theirs[0] and trained_hours(theirs) < trained_hours(prior)
+    metrics(tmp_path / "runs" / "nohint" / "seed0" / "designer_only", [60.0, 62.0, 64.0])  # these runs' own win
+    own = dc.plan(dc.parse(base))
+    assert "62 s a step (measured: the mean of the 3 steps these runs trained" in own[0]
+    assert dc.plan(dc.parse([*base, "--evidence-runs", str(tmp_path / "none")]))[0] == own[0]
+    assert "30 s a step (given (--step-s)" in dc.plan(dc.parse([*base, "--step-s", "30"]))[0]
+    assert "25.0 records a minute (given (--eval-rate))" in dc.plan(dc.parse([*base, "--eval-rate", "25"]))[1]
 
 
 @pytest.mark.slow
