@@ -254,12 +254,13 @@ def spins(task, answer):
 def test_a_registered_reward_that_hangs_is_a_timeout_error_within_its_deadline(rewards):
     """Run in a helper process killed at ``reward.task_reward_timeout_s`` (CPU seconds; the wall clock allows
     WALL_FACTOR x): a reward that sleeps or spins is an error counted as task_reward_timeout, never a 0, and the
-    next call gets a fresh helper."""
+    next call gets a fresh helper (each timed call finds one started: a start is not the deadline's)."""
     cfg = RewardConfig(task_reward_timeout_s=0.5)
-    register_reward("math", lambda task, answer: float(answer == task.answer))
-    assert score_execution(TASK, _execution("5"), cfg).correct == 1.0  # the helper is started before timing
     records = []
     for hang in (sleeps, spins):
+        rewards._table.clear()
+        register_reward("math", lambda task, answer: float(answer == task.answer))
+        assert score_execution(TASK, _execution("5"), cfg).correct == 1.0  # a helper started (after a kill: anew)
         rewards._table.clear()
         register_reward("math", hang)
         start = time.monotonic()
@@ -270,9 +271,6 @@ def test_a_registered_reward_that_hangs_is_a_timeout_error_within_its_deadline(r
         assert record.details["task_reward"]["status"] == "timeout"
         records.append(record)
     assert reward_metrics(records)["reward/errors/task_reward_timeout"] == 2
-    rewards._table.clear()
-    register_reward("math", lambda task, answer: 0.25)
-    assert score_execution(TASK, _execution("5"), cfg).correct == 0.25  # a fresh helper after the kills
     with pytest.raises(ValueError, match="task_reward_timeout_s"):
         RewardConfig(task_reward_timeout_s=0)
 
