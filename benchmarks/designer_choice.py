@@ -56,7 +56,11 @@ counts over those steps; shortcut refusals per step (``reward/shortcut/*``); und
 calls per execution (one task sample) and accuracy at ``LOW`` vs ``HIGH`` (the quantities of
 ``rollout/budget/<TAG>/*``); the held-out ``auto`` against the strongest baseline at equal compute per arm
 (:func:`evidence.headline`). ``shares.png``: per arm and family, the share of the family's best pattern among
-the valid designs per step, a line per seed. ``STATUS.md``: PARTIAL or done, the plan, the command.
+the valid designs per step, a line per seed. ``STATUS.md``: PARTIAL or done, the plan, the command (the block
+evidence.py writes too: ``_report.py``). The plan's seconds a step are ``--step-s``, else measured as evidence.py
+measures them: on these runs' folders (or their committed summaries), else on the evidence experiment's
+``designer_only`` runs (``--evidence-runs``, default ``evidence`` beside ``--runs``: the base arm's settings);
+its records a minute are ``--eval-rate``; only without them is a rate the prior, and the plan says so.
 
 The best pattern of a family is the structure matrix's per-family oracle
 (``benchmarks/results/structure_matrix/matrix.json``, ``per_family.<family>.oracle_pattern``; ``--oracle``):
@@ -80,7 +84,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import evidence  # noqa: E402  (benchmarks/ is not a package: the scripts import each other by path)
+import _report  # noqa: E402  (benchmarks/ is not a package: the scripts import each other by path)
+import evidence  # noqa: E402
 
 from metaagent.rollout.budget import BUDGET_TAGS, HIGH, LOW  # noqa: E402  (the tags' names, in one place)
 
@@ -148,8 +153,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-eval", action="store_true", help="train only (no held-out evaluation)")
     p.add_argument("--plan", action="store_true", help="print and write the compute plan; run nothing")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the committed summaries")
-    p.add_argument("--step-s", type=float, default=0.0, help="the plan's seconds a step (0: measured, else 227 s)")
-    p.add_argument("--eval-rate", type=float, default=0.0, help="the plan's records a minute (0: evidence's prior)")
+    p.add_argument("--step-s", type=float, default=0.0,
+                   help="the plan's seconds a step (0: measured on these runs, else on --evidence-runs, else a prior)")
+    p.add_argument("--eval-rate", type=float, default=0.0,
+                   help="the plan's held-out records a minute, as evidence.py's --eval-rate (0: evidence.py's prior)")
+    p.add_argument("--evidence-runs", default=None,
+                   help="the evidence experiment's runs folder, whose designer_only steps (the base arm's settings) "
+                        "the plan measures when these runs have none (default: evidence beside --runs)")
     return p
 
 
@@ -160,6 +170,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     args.rest = rest
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.cache = {}
+    if args.evidence_runs is None:
+        args.evidence_runs = str(Path(args.runs).parent / "evidence")
     if not args.seeds:
         raise SystemExit("--seeds: give at least one training seed")
     return args
@@ -385,24 +397,41 @@ def main() -> None:
 
 
 def step_time(args: argparse.Namespace) -> tuple[float, str]:
-    """Seconds a step: ``--step-s``, else the mean of every committed step, else the evidence experiment's."""
-    if args.step_s:
-        return args.step_s, "given (--step-s)"
+    """Seconds a step, taken as evidence.py takes it (:func:`_report.rate`): ``--step-s``; else measured, the mean
+    of the steps these runs trained (each (arm, seed)'s run folder, or its committed summary where that holds
+    more: on a new machine), else of the evidence experiment's ``designer_only`` runs (``--evidence-runs``: the
+    base arm's settings); else the prior, named as one."""
     times = []
     for arm, seed in pairs(args):
-        s = read_summary(committed_dir(args, arm, seed) / SUMMARY) or {"metrics": []}
-        times += [r["time/step_s"] for r in s["metrics"] if "time/step_s" in r]
-    if times:
-        return sum(times) / len(times), f"measured: the mean of the {len(times)} committed steps"
-    return evidence.COMMITTED_STEP_S, "the five-family designer runs' committed mean, AVX2 host; none here yet"
+        a2, _ = pair_args(args, arm, seed)
+        live = _report.step_times(v1.read_metrics(v1.run_dir(a2, MODE)))
+        summary = read_summary(committed_dir(args, arm, seed) / SUMMARY) or {"metrics": []}
+        times += max(live, _report.step_times(summary["metrics"]), key=len)
+    basis = "measured: the mean of the {n} steps these runs trained"
+    if not times:
+        times = [t for run in sorted(Path(args.evidence_runs).glob(f"seed*/{MODE}"))
+                 for t in _report.step_times(v1.read_metrics(run))]  # fmt: skip
+        basis = (f"measured on the evidence experiment's {MODE} runs, the base arm's settings "
+                 f"({_report.home_short(args.evidence_runs)}): the mean of {{n}} steps")  # fmt: skip
+    return _report.rate(
+        args.step_s, times, given_basis="given (--step-s)", measured_basis=basis, prior=evidence.COMMITTED_STEP_S,
+        prior_basis="a prior, not measured here: the five-family designer runs' committed mean, AVX2 host",
+    )  # fmt: skip
+
+
+def eval_rate(args: argparse.Namespace) -> tuple[float, str]:
+    """Held-out records a minute at n = 2, as evidence.py takes it: ``--eval-rate``, else the prior, named as one."""
+    return _report.rate(
+        args.eval_rate, [], given_basis="given (--eval-rate)", measured_basis="", prior=evidence.PRIOR_EVAL_RATE,
+        prior_basis="a prior, not measured here: evidence.py's, the structure matrix's 4.6 a minute at n = 4 doubled",
+    )  # fmt: skip
 
 
 def plan(args: argparse.Namespace) -> list[str]:
     """The compute plan: the runs left x steps x step time, their held-out records x rate, in machine-hours,
     hours at ``--jobs`` and sessions of :data:`evidence.SESSION_H` h; and whether one run fits a session."""
     step_s, basis = step_time(args)
-    rate = args.eval_rate or evidence.PRIOR_EVAL_RATE
-    rate_basis = "given (--eval-rate)" if args.eval_rate else "evidence.py's prior, 4.6 a minute at n = 4 doubled"
+    rate, rate_basis = eval_rate(args)
     steps_left = chunks = records = 0
     left, one_h = [], 0.0
     for arm, seed in pairs(args):
@@ -418,10 +447,11 @@ def plan(args: argparse.Namespace) -> list[str]:
             r = evidence.checkpoint_records(a2, oracle, chosen, True, MODE)
         steps_left, chunks, records = steps_left + n, chunks + c, records + r
         full = math.ceil(a2.steps / (a2.chunk or a2.save_every))
-        one_h = max(one_h, (a2.steps * step_s + full * v2.PRIOR_CHUNK_S) / 3600 + r * a2.eval_n / 2 / rate / 60)
+        one_h = max(one_h, _report.train_hours(a2.steps, full, step_s, v2.PRIOR_CHUNK_S)
+                    + _report.eval_hours(r, a2.eval_n, rate))  # fmt: skip
     a2, _ = pair_args(args, args.arms[0], args.seeds[0])
-    train_h = (steps_left * step_s + chunks * v2.PRIOR_CHUNK_S) / 3600
-    eval_h = records * a2.eval_n / 2 / rate / 60
+    train_h = _report.train_hours(steps_left, chunks, step_s, v2.PRIOR_CHUNK_S)
+    eval_h = _report.eval_hours(records, a2.eval_n, rate)
     total = train_h + eval_h
     lines = [
         f"Plan: {len(left)} of {len(pairs(args))} (arm, seed) runs left (arms {', '.join(args.arms)} x seeds "
@@ -431,8 +461,7 @@ def plan(args: argparse.Namespace) -> list[str]:
         f"{records} held-out records (task x method, each final checkpoint, evidence.py's --scale session sizes: "
         f"{a2.eval_limit} tasks a family, n = {a2.eval_n}) x {rate:.1f} records a minute ({rate_basis}): "
         f"{eval_h:.1f} machine-hours;",
-        f"total {total:.1f} machine-hours = {total / args.jobs:.1f} h at {args.jobs} jobs = "
-        f"{math.ceil(total / args.jobs / evidence.SESSION_H)} sessions of {evidence.SESSION_H} h.",
+        _report.sessions_line(total, args.jobs, evidence.SESSION_H),
     ]
     if one_h > evidence.SESSION_H:
         lines.append(
@@ -754,32 +783,23 @@ def write_status(args: argparse.Namespace) -> None:
         evals = ", ".join(k.split("/", 1)[1] + ("" if ok else " (partial)") for k, ok in held.items()
                           if (committed_dir(args, arm, seed) / f"heldout_{MODE}" / k / "results.json.xz").is_file())  # fmt: skip
         rows.append(f"| {arm} | {seed} | {s['steps_done'] if s else 0} of {a2.steps} | {evals or '-'} |")
-    runs = str(args.runs).replace(str(Path.home()), "~", 1)
-    Path(args.results).mkdir(parents=True, exist_ok=True)
-    (Path(args.results) / "STATUS.md").write_text("\n".join([
-        f"# Designer choice (issue 62 item 5) — status: {'done' if done else 'PARTIAL'}",
-        "",
-        "## Compute plan",
-        "",
-        *plan(args),
-        "",
-        "## Runs",
-        "",
-        f"Runs folder: `{runs}` (outside the work tree by default). Committed summaries: `records/<arm>/seed<S>/` "
-        "here; a run whole there is never trained or evaluated again, and the report is built from them alone.",
-        "",
-        "| arm | seed | steps (committed) | held-out evaluations in (committed) |",
-        "| --- | --- | --- | --- |",
-        *rows,
-        "",
-        "## How to run",
-        "",
-        "From the repository root with `PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python`; rerunning continues every",
-        "run and evaluation where it stopped (on a new machine: from the committed summaries):",
-        "",
-        f"    nohup {command(args)} >> {runs}/designer_choice.log 2>&1 &",
-        "",
-    ]))  # fmt: skip
+    runs = _report.home_short(args.runs)
+    _report.write_status(
+        args.results,
+        title="Designer choice (issue 62 item 5)",
+        done=done,
+        plan=plan(args),
+        runs=[f"Runs folder: `{runs}` (outside the work tree by default). Committed summaries: "
+              "`records/<arm>/seed<S>/` here; a run whole there is never trained or evaluated again, and the report "
+              "is built from them alone."],
+        columns=("arm", "seed", "steps (committed)", "held-out evaluations in (committed)"),
+        rows=rows,
+        how_title="How to run",
+        how=["From the repository root with `PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python`; rerunning continues "
+             "every", "run and evaluation where it stopped (on a new machine: from the committed summaries):"],
+        command=command(args),
+        log=f"{runs}/designer_choice.log",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

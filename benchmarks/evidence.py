@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import coevolution_v2 as v2  # noqa: E402  (benchmarks/ is not a package: the scripts import each other by path)
+import _report  # noqa: E402  (benchmarks/ is not a package: the scripts import each other by path)
+import coevolution_v2 as v2  # noqa: E402
 
 v1 = v2.v1
 ROOT = v1.ROOT
@@ -341,29 +342,24 @@ class Plan:
 
 def measured_step_s(args: argparse.Namespace) -> tuple[float, str]:
     """Seconds a step: ``--step-s``, else the mean of every step trained here so far, else the committed one."""
-    if args.step_s:
-        return args.step_s, "given (--step-s)"
     times = []
     for seed in args.seeds:
         for mode in args.modes:
-            rows = v1.read_metrics(Path(args.runs) / f"seed{seed}" / mode)
-            times += [r["time/step_s"] for r in rows if r.get("step", -1) >= 0 and "time/step_s" in r]
-    if times:
-        return sum(times) / len(times), f"measured here: the mean of {len(times)} steps"
-    return (
-        COMMITTED_STEP_S,
-        "the five-family run's committed mean of 160 steps, on an AVX2 host (none here yet)",
-    )
+            times += _report.step_times(v1.read_metrics(Path(args.runs) / f"seed{seed}" / mode))
+    return _report.rate(
+        args.step_s, times, given_basis="given (--step-s)", measured_basis="measured here: the mean of {n} steps",
+        prior=COMMITTED_STEP_S,
+        prior_basis="the five-family run's committed mean of 160 steps, on an AVX2 host (none here yet)",
+    )  # fmt: skip
 
 
 def measured_eval_rate(args: argparse.Namespace) -> tuple[float, str]:
     """Records (task x method) a minute: ``--eval-rate``, else the prior (:data:`PRIOR_EVAL_RATE`)."""
-    if args.eval_rate:
-        return args.eval_rate, "given (--eval-rate; measured as COMMAND.md says)"
-    return (
-        PRIOR_EVAL_RATE,
-        "the structure matrix's 4.6 a minute at n = 4, doubled for n = 2 (not measured here)",
-    )
+    return _report.rate(
+        args.eval_rate, [], given_basis="given (--eval-rate; measured as COMMAND.md says)", measured_basis="",
+        prior=PRIOR_EVAL_RATE,
+        prior_basis="the structure matrix's 4.6 a minute at n = 4, doubled for n = 2 (not measured here)",
+    )  # fmt: skip
 
 
 def checkpoint_records(a2, oracle, chosen: dict, external: bool = True, mode: str | None = None) -> int:
@@ -393,13 +389,13 @@ def estimate(args, a2, oracle, cuts: tuple[str, ...], step_s: float, rate: float
             done = v1.steps_done(Path(args.runs) / f"seed{seed}" / mode)
             steps_left += max(0, a2.steps - done)
     chunks = math.ceil(steps_left / (a2.chunk or a2.save_every))
-    train_h = (steps_left * step_s + chunks * v2.PRIOR_CHUNK_S) / 3600
+    train_h = _report.train_hours(steps_left, chunks, step_s, v2.PRIOR_CHUNK_S)
     chosen = chosen_externals(args, a2.families, cuts)
     records = checkpoint_records(a2, oracle, chosen)  # the start model
     for mode in modes:
         ext = not ("stagewise-external" in cuts and mode == "stagewise")
         records += len(args.seeds) * checkpoint_records(a2, oracle, chosen, ext, mode)
-    return train_h, records * a2.eval_n / 2 / rate / 60, records
+    return train_h, _report.eval_hours(records, a2.eval_n, rate), records
 
 
 CUT_ORDER = ("mbpp", "coupled", "stagewise-external")  # issue 61 item 4; never the seeds or the baselines
@@ -427,8 +423,7 @@ def plan(args: argparse.Namespace) -> Plan:
         f"{train_h:.1f} machine-hours of training left;",
         f"{records} held-out records (task x method; the start model and each final checkpoint; n = {a2.eval_n}) "
         f"x {rate:.1f} records a minute ({rate_basis}): {eval_h:.1f} machine-hours;",
-        f"total {total:.1f} machine-hours = {total / args.jobs:.1f} h at {args.jobs} jobs = "
-        f"{math.ceil(total / args.jobs / SESSION_H)} sessions of {SESSION_H} h.",
+        _report.sessions_line(total, args.jobs, SESSION_H),
         f"Budget: {args.budget_hours or 'none'} machine-hours; cuts (issue order {', '.join(CUT_ORDER)}): "
         f"{', '.join(cuts) or 'none'}"
         + (
@@ -851,36 +846,28 @@ def write_status(args: argparse.Namespace) -> None:
             suite, ext = evaluations_in(held / "evals"), evaluations_in(held / "external")
             done &= steps >= a2.steps and "records" not in suite + ext and "-" not in (suite, ext)
             rows.append(f"| {seed} | {mode} | {steps} of {a2.steps} | {suite} | {ext} |")
-    cmd = command(args)
-    log = str(Path(args.runs) / "evidence.log").replace(str(Path.home()), "~", 1)
-    Path(args.results).mkdir(parents=True, exist_ok=True)
-    (Path(args.results) / "STATUS.md").write_text("\n".join([
-        f"# Evidence — status: {'done' if done else 'PARTIAL'}",
-        "",
-        "## Compute plan",
-        "",
-        *the_plan.lines,
-        "",
-        "## Runs",
-        "",
-        f"Runs folder: `{str(args.runs).replace(str(Path.home()), '~', 1)}` (outside the work tree, so a new checkout keeps "
-        "the checkpoints; a new machine does not: there a (seed, mode) whose committed evaluations are complete is "
-        "restored from `records/` and never trained again, and an unfinished one starts over).",
-        f"Start model ({a2.model}): {start_row}. Its tables: start.md; executions read by hand: READING.md.",
-        "",
-        "| seed | mode | steps | suite test evaluations in | external evaluations in |",
-        "| --- | --- | --- | --- | --- |",
-        *rows,
-        "",
-        "## How to continue",
-        "",
-        "From the repository root with `PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python` and",
-        "`METAAGENT_BENCHMARKS_DIR` set (GSM8K and MBPP are read from there); rerunning continues every run and",
-        "evaluation where it stopped:",
-        "",
-        f"    nohup {cmd} >> {log} 2>&1 &",
-        "",
-    ]))  # fmt: skip
+    _report.write_status(
+        args.results,
+        title="Evidence",
+        done=done,
+        plan=the_plan.lines,
+        runs=[
+            f"Runs folder: `{_report.home_short(args.runs)}` (outside the work tree, so a new checkout keeps the "
+            "checkpoints; a new machine does not: there a (seed, mode) whose committed evaluations are complete is "
+            "restored from `records/` and never trained again, and an unfinished one starts over).",
+            f"Start model ({a2.model}): {start_row}. Its tables: start.md; executions read by hand: READING.md.",
+        ],
+        columns=("seed", "mode", "steps", "suite test evaluations in", "external evaluations in"),
+        rows=rows,
+        how_title="How to continue",
+        how=[
+            "From the repository root with `PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python` and",
+            "`METAAGENT_BENCHMARKS_DIR` set (GSM8K and MBPP are read from there); rerunning continues every run and",
+            "evaluation where it stopped:",
+        ],
+        command=command(args),
+        log=_report.home_short(Path(args.runs) / "evidence.log"),
+    )  # fmt: skip
 
 
 def write_command(args: argparse.Namespace) -> None:

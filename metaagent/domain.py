@@ -16,7 +16,8 @@ plugins are loaded) and its settings (``Domain.settings``: the config section ``
 
 A domain's R_correct can also be a plain Python function ``reward(task, answer) -> float`` in [0, 1]
 (TRL-style), registered for it in :data:`REWARDS` (:func:`register_reward`, or a ``module:function`` spec in
-``data.rewards`` / ``metaagent-eval --rewards``); :meth:`Domain.verdict` uses it instead of the scorer.
+``data.rewards`` / ``metaagent-eval --rewards``); the scorer of the rewards room runs it in place of the
+domain's ``score``, in a helper process under a deadline (:mod:`metaagent.rewards.task_reward`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import numbers
 import os
 import re
 import sys
@@ -142,13 +142,6 @@ class Domain:
     def is_valid(self, task: Task) -> bool:
         return (self.valid or self.has_reference)(task)
 
-    def verdict(self, task: Task, execution: Execution, config: RewardConfig) -> Verdict:
-        """R_correct of a submitted answer: the reward registered for this domain (:func:`register_reward`)
-        when there is one, else the domain's own ``score``."""
-        if self.name in REWARDS:
-            return reward_verdict(self.name, REWARDS.get(self.name), task, execution.answer)
-        return self.score(task, execution, config)
-
     def twin(self, template: str) -> str | None:
         """This domain's version of ``template`` (a template written for another domain), or None."""
         return dict(self.template_twins).get(template)
@@ -159,10 +152,16 @@ RewardFn = Callable[[Task, str], float]
 REWARDS: Registry[RewardFn] = Registry("task reward", DomainError)  # domain name -> its registered reward
 
 
+#: the ``sys.modules`` names of reward modules imported from a ``.py`` file (:func:`import_reward_module`)
+FILE_MODULE_PREFIX = "metaagent_reward_"
+
+
 def register_reward(domain: str, fn: RewardFn | None = None) -> Any:
     """Register ``fn(task, answer) -> float`` as the R_correct of ``domain``'s tasks, in place of the domain's
     scorer (its format reward stays): ``register_reward("math", fn)`` or ``@register_reward("math")``. The
-    value must be a number in [0, 1]; an exception or another value is a reward error, counted, never a 0."""
+    value must be a number in [0, 1]; an exception, another value or missing the deadline
+    ``reward.task_reward_timeout_s`` is a reward error, counted, never a 0. It runs in a helper process on
+    copies of the task and answer (:mod:`metaagent.rewards.task_reward`)."""
     get_domain(domain)  # an unknown domain is an error naming the registered ones
     return REWARDS.register(domain) if fn is None else REWARDS.register(domain)(fn)
 
@@ -174,7 +173,7 @@ def load_reward(spec: str) -> RewardFn:
     if not module or not name:
         raise DomainError(f"reward {spec!r} must look like module:function, e.g. my_rewards.py:exact_match")
     try:
-        loaded = _import_module(module)
+        loaded = import_reward_module(module)
     except Exception as e:  # noqa: BLE001 - the user's module (a missing file, a syntax error): one line
         raise DomainError(f"reward {spec!r}: cannot import {module!r} ({type(e).__name__}: {e})") from None
     fn = getattr(loaded, name, None)
@@ -185,12 +184,13 @@ def load_reward(spec: str) -> RewardFn:
     return fn
 
 
-def _import_module(module: str) -> Any:
-    """``module`` imported by name, or a ``.py`` file imported from its path (once: sys.modules keeps it)."""
+def import_reward_module(module: str) -> Any:
+    """``module`` imported by name, or a ``.py`` file imported from its path (once: sys.modules keeps it, under
+    :data:`FILE_MODULE_PREFIX` and a hash of the absolute path, so every process names one file alike)."""
     if not module.endswith(".py"):
         return importlib.import_module(module)
     path = os.path.abspath(module)
-    key = "metaagent_reward_" + hashlib.sha1(path.encode()).hexdigest()[:12]
+    key = FILE_MODULE_PREFIX + hashlib.sha1(path.encode()).hexdigest()[:12]
     if key not in sys.modules:
         if not os.path.isfile(path):
             raise ImportError(f"no file {path}")
@@ -205,25 +205,6 @@ def use_rewards(specs: Mapping[str, str]) -> None:
     """Register each ``domain: "module:function"`` of a config's rewards (:func:`register_reward`)."""
     for domain, spec in specs.items():
         register_reward(domain, load_reward(spec))
-
-
-def reward_verdict(domain: str, fn: RewardFn, task: Task, answer: str | None) -> Verdict:
-    """``fn(task, answer)`` as a :class:`Verdict`: a number in [0, 1] is R_correct; an exception, a
-    non-number or a value outside [0, 1] is an error (``reward/errors/task_reward``), never a 0."""
-    name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
-    details: dict[str, Any] = {"task_reward": {"fn": name}}
-    try:
-        value = fn(task, answer or "")
-    except Exception as e:  # noqa: BLE001 - the user's code: recorded and counted
-        error = f"reward {name} of {domain} raised {type(e).__name__}: {e}"
-        return Verdict(None, details, (), "task_reward", error)
-    if isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, numbers.Real) or not 0.0 <= float(value) <= 1.0:
-        error = f"reward {name} returned {value!r}; it must be a number in [0, 1]"
-        return Verdict(None, details, (), "task_reward", error)
-    details["task_reward"]["value"] = float(value)
-    return Verdict(float(value), details)
 
 
 _DOMAINS: dict[str, Domain] = {}

@@ -2,11 +2,15 @@
 
 Every random choice in a rollout is seeded from the run seed through these functions, so a record's
 ``seed`` plus its positions reproduce it in any process and Python version (blake2b, not ``hash()``).
+:func:`seeded_torch` applies a derived seed to what a library draws from torch's generator (a LoRA adapter's
+initial weights).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -33,3 +37,15 @@ def branch_seed(seed: int | None, call_index: int, candidate: int) -> int | None
     if candidate == 0:
         return call_seed(seed, call_index)
     return None if seed is None else _seed31(f"{seed}:{call_index}:b{candidate}")
+
+
+@contextlib.contextmanager
+def seeded_torch(seed: int) -> Iterator[None]:
+    """torch's CPU generator seeded with ``seed`` for the block and put back as it was after it: what a library
+    draws inside (peft's LoRA initialisation, which creates its layers on the CPU before moving them to the
+    base layer's device) follows ``seed``, and nothing outside the block draws differently."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)
+        yield

@@ -1,5 +1,6 @@
-"""Shared test builders: a tiny random Llama, token-carrying rollout trees and samples, a local HTTP stub, and
-an installed plugin distribution (its entry points).
+"""Shared test builders: a tiny random Llama, token-carrying rollout trees and samples, a local HTTP stub, an
+installed plugin distribution (its entry points), and the benchmarks/ scripts loaded or run as the drivers' tests
+need them (with the reduced structure matrix they read).
 
 Every test folder imports it as ``from builders import ...`` (``tests/`` is on ``sys.path`` through the
 root ``conftest.py``); no test imports a ``conftest`` module, so no two folders' helpers can shadow each
@@ -8,6 +9,7 @@ other.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -534,6 +536,54 @@ def load_plugin_domain(monkeypatch, module: str = "arith_domain"):
         sys.modules.pop(module, None)
 
     return unload
+
+
+# ---- the benchmarks/ scripts (the drivers' tests: tests/train/test_evidence.py, ...) --------------------------
+
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout
+BENCHMARKS = ROOT / "benchmarks"
+#: a structure matrix's matrix.json reduced to what co-evolution v2 and the drivers on it read: one family, its
+#: oracle, the best single template
+ORACLE = {
+    "per_family": {"arith": {"oracle": "fixed:tool_pair", "oracle_pattern": "tool-pair"}},
+    "matrix": {"arith": {"sa": {}, "fixed:tool_pair": {}}},
+    "mixture": {"best_single": "sa"},
+}
+
+
+def benchmark_script(name: str):
+    """``benchmarks/<name>.py`` loaded afresh as the module ``name`` (benchmarks/ is not a package: the scripts
+    put their own folder on ``sys.path`` and import each other by name)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up while the classes are made
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_oracle(folder: Path) -> Path:
+    """:data:`ORACLE` written as ``folder/matrix.json`` (a driver's ``--oracle``)."""
+    path = Path(folder) / "matrix.json"
+    path.write_text(json.dumps(ORACLE))
+    return path
+
+
+def run_benchmark(name: str, *args: str, env: dict[str, str] | None = None, timeout_s: float = 900) -> str:
+    """Run ``benchmarks/<name>.py args`` from the checkout's root, as its README says (``PYTHONPATH`` the root,
+    one OpenMP thread, plus ``env``); fail the test with the tail of its output unless it exits 0, else return
+    its stdout and stderr."""
+    full = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
+    done = subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *args], check=False, cwd=ROOT, env=full,
+                          capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def metric_steps(folder: Path) -> list[int]:
+    """The training steps a run folder's ``metrics.jsonl`` holds (validation rows, step < 0, left out)."""
+    rows = [json.loads(line) for line in (Path(folder) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r["step"] for r in rows if r.get("step", -1) >= 0]
 
 
 # ---- fixtures of the model-and-sample tests (tests/train/, tests/learn/: their conftest.py imports these) ---------

@@ -201,6 +201,21 @@ class WorkerPool:
             worker.kill()
 
 
+#: the most helpers a shared pool runs by default (each is a Python process kept for the next request)
+MAX_DEFAULT_HELPERS = 4
+
+
+def helper_count(env: str) -> int:
+    """How many helpers a shared pool runs: the environment variable ``env`` if set, else the CPU count, at
+    most :data:`MAX_DEFAULT_HELPERS` and at least 1."""
+    value = os.environ.get(env, "")
+    try:
+        wanted = int(value) if value.strip() else (os.cpu_count() or 1)
+    except ValueError:
+        raise ValueError(f"{env}={value!r} must be a whole number of helper processes, e.g. {env}=2") from None
+    return max(1, min(MAX_DEFAULT_HELPERS, wanted))
+
+
 _SHARED: dict[tuple[int, str], WorkerPool] = {}
 _SHARED_LOCK = threading.Lock()
 

@@ -1,5 +1,6 @@
 """Rewards (paper App. B): math verification, code execution, format reward and their sum (Eq. 10), the
-shortcut rules and answer provenance, turn rewards and their allocators.
+shortcut rules and answer provenance, turn rewards and their allocators, and a domain's registered reward
+function run under a deadline (:mod:`.task_reward`).
 
 Entry points: :func:`score_execution` / :func:`score_executions` / :func:`score_tree` with a
 :class:`RewardConfig`; the building blocks :func:`check_math`, :func:`run_code_tests`,

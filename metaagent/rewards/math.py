@@ -41,7 +41,6 @@ helper pool (:func:`metaagent.execution.worker_pool.shared_pool`) and a cache of
 from __future__ import annotations
 
 import math
-import os
 import re
 import sys
 import threading
@@ -51,7 +50,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from metaagent.execution.worker_pool import WorkerPool, shared_pool
+from metaagent.execution.worker_pool import WorkerPool, helper_count, shared_pool
 
 from . import shortcuts
 from .numbers import Number, brace_pairs, clean_answer, final_number, normalize_answer, numbers_equal
@@ -72,7 +71,7 @@ DEFAULT_FALLBACKS: tuple[str, ...] = (
 
 MATH_STATUSES = ("correct", "incorrect", "no_answer", "timeout", "error")
 
-MATH_WORKERS = max(1, min(4, int(os.environ.get("METAAGENT_MATH_WORKERS", os.cpu_count() or 1))))
+MATH_WORKERS = helper_count("METAAGENT_MATH_WORKERS")
 _WORKER_SCRIPT = str(Path(__file__).with_name("_math_worker.py"))
 
 

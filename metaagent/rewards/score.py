@@ -31,16 +31,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, NonNegativeFloat
+from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from metaagent.config import Checked, ConfigError, from_dict
-from metaagent.domain import DomainError, get_domain
+from metaagent.domain import REWARDS, DomainError, get_domain
 from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES
 from metaagent.records import Execution, RewardRecord, RolloutTree
 
 from ..data.tasks import Task
 from .format import empty_deliveries, format_components
 from .shortcuts import REFUSED_ANSWER_CLASSES, shortcut_metrics
+from .task_reward import DEFAULT_TIMEOUT_S as TASK_REWARD_TIMEOUT_S
+from .task_reward import task_reward_verdict
 
 UNSUBMITTED_FORMAT = ("zero", "delivery")
 SHORTCUT_FORMAT = ("zero", "keep")
@@ -79,6 +81,9 @@ class RewardConfig(Checked):
     # the question, an expression for a number, ...): "zero" (it pays nothing) or "keep" (the format share any
     # wrong answer gets, the paper's Eq. 10 as written)
     shortcut_format: Literal[SHORTCUT_FORMAT] = "zero"
+    # CPU seconds one call of a registered reward(task, answer) may take (data.rewards, register_reward); it runs
+    # in a helper process killed at the deadline (wall clock 3x): a reward error task_reward_timeout, never a 0
+    task_reward_timeout_s: PositiveFloat = TASK_REWARD_TIMEOUT_S
     # each domain's own settings: reward.domains.<domain>.<key>, the fields of its Domain.settings class over
     # their defaults (e.g. reward.domains.math.final_form=lenient; docs: Configuration reference, domain settings)
     domains: dict[str, Any] = field(default_factory=dict)
@@ -188,7 +193,13 @@ def score_execution(
         details["unsubmitted"] = execution.status
         correct = 0.0
     else:
-        verdict = get_domain(task.domain).verdict(task, execution, cfg)  # a registered reward or its scorer
+        fn = REWARDS.find(task.domain)  # a registered reward(task, answer) replaces the domain's scorer
+        if fn is not None:
+            verdict = task_reward_verdict(
+                task.domain, fn, task, execution.answer, timeout_s=cfg.task_reward_timeout_s
+            )
+        else:
+            verdict = get_domain(task.domain).score(task, execution, cfg)
         details.update(verdict.details)
         found.extend(verdict.shortcuts)
         if verdict.error_kind is not None or verdict.correct is None:

@@ -65,6 +65,7 @@ from metaagent.learn.optim import SCHEDULES, OptimizerConfig, autocast, lr_at, m
 from metaagent.records import DESIGNER
 from metaagent.records import ROLES as KINDS  # an example trains the designer or an executor call
 from metaagent.rollout.prompts import designer_prompt_of_examples, domain_hint_of_examples, write_designer_prompt
+from metaagent.seeding import derive_seed, seeded_torch
 
 __all__ = ["SFTConfig", "SFTError", "SFTTrainer", "epoch_order", "lr_at"]
 
@@ -404,7 +405,8 @@ def _with_lora(model: Any, cfg: SFTConfig) -> Any:
         bias="none",
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, lora)
+    with seeded_torch(derive_seed(cfg.seed, "lora")):  # whatever loading the model drew (the tiny model reseeds)
+        return get_peft_model(model, lora)
 
 
 def _load_adapter(model: Any, cfg: SFTConfig) -> None:

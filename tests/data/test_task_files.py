@@ -1,21 +1,24 @@
 """Your own tasks: a JSONL task file per domain (metaagent/data/files.py), its one-line schema errors naming
 file, line and field, ``--data.train FILE`` and ``--benchmarks file:PATH``, and a plain reward function
-registered for a domain (metaagent.domain.register_reward) scoring R_correct, its failures counted as errors,
-never a 0."""
+registered for a domain (metaagent.domain.register_reward) scoring R_correct in a helper process under a
+deadline, its failures and timeouts counted as errors, never a 0."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
+from builders import HANG_MARGIN_S
 
 import metaagent.domain as domain_registry
 from metaagent.data import DataError, load_tasks
 from metaagent.domain import DomainError, load_reward, register_reward, use_rewards
 from metaagent.records import AgentTurn, Execution
 from metaagent.rewards import score_execution
-from metaagent.rewards.score import reward_metrics
+from metaagent.execution.process import WALL_FACTOR
+from metaagent.rewards.score import RewardConfig, reward_metrics
 
 
 def write(tmp_path, *rows, name="tasks.jsonl"):
@@ -206,14 +209,16 @@ def test_a_registered_reward_is_the_domains_r_correct_and_its_failures_are_count
     @register_reward("math")
     def half_for_five(task, answer):
         seen.append((task.id, answer))
-        return 0.5 if "5" in answer else 0.0
+        print("a reward's own output")  # goes to the helper's stderr, not into its answers
+        return 0.5 if "5" in answer and task.id == "t" else 0.0
 
     assert rewards.get("math") is half_for_five
     right, wrong = (
         score_execution(TASK, _execution("It is 5")),
         score_execution(TASK, _execution("It is \\boxed{6}")),
     )
-    assert seen == [("t", "It is 5"), ("t", "It is \\boxed{6}")]
+    assert seen == []  # it ran in its helper process, on copies: what it changes stays there
+    assert right.details["task_reward"]["status"] == "ok"
     assert right.correct == 0.5 and right.total == pytest.approx(0.5 + 0.4 * right.format)
     assert wrong.correct == 0.0 and wrong.error is None and wrong.details["task_reward"]["value"] == 0.0
     rewards._table.clear()
@@ -222,11 +227,12 @@ def test_a_registered_reward_is_the_domains_r_correct_and_its_failures_are_count
         ("1", r"returned '1'"),
         (float("nan"), "returned nan"),
         (ZeroDivisionError("boom"), "raised ZeroDivisionError: boom"),
+        (SystemExit(3), "raised SystemExit: 3"),
     ):
         rewards._table.clear()
 
         def broken(task, answer, value=value):
-            if isinstance(value, Exception):
+            if isinstance(value, BaseException):
                 raise value
             return value
 
@@ -234,6 +240,39 @@ def test_a_registered_reward_is_the_domains_r_correct_and_its_failures_are_count
         record = score_execution(TASK, _execution("5"))
         assert record.total is None and record.correct is None and re.search(match, record.error)
         assert reward_metrics([record])["reward/errors/task_reward"] == 1
+
+
+def sleeps(task, answer):
+    time.sleep(600)
+
+
+def spins(task, answer):
+    while True:
+        pass
+
+
+def test_a_registered_reward_that_hangs_is_a_timeout_error_within_its_deadline(rewards):
+    """Run in a helper process killed at ``reward.task_reward_timeout_s`` (CPU seconds; the wall clock allows
+    WALL_FACTOR x): a reward that sleeps or spins is an error counted as task_reward_timeout, never a 0, and the
+    next call gets a fresh helper (each timed call finds one started: a start is not the deadline's)."""
+    cfg = RewardConfig(task_reward_timeout_s=0.5)
+    records = []
+    for hang in (sleeps, spins):
+        rewards._table.clear()
+        register_reward("math", lambda task, answer: float(answer == task.answer))
+        assert score_execution(TASK, _execution("5"), cfg).correct == 1.0  # a helper started (after a kill: anew)
+        rewards._table.clear()
+        register_reward("math", hang)
+        start = time.monotonic()
+        record = score_execution(TASK, _execution("5"), cfg)
+        assert time.monotonic() - start < WALL_FACTOR * 0.5 + HANG_MARGIN_S
+        assert record.total is None and record.correct is None and record.details["error_kind"] == "task_reward_timeout"
+        assert re.search(rf"reward .*:{hang.__name__} of math did not finish within 0.5 CPU seconds", record.error)
+        assert record.details["task_reward"]["status"] == "timeout"
+        records.append(record)
+    assert reward_metrics(records)["reward/errors/task_reward_timeout"] == 2
+    with pytest.raises(ValueError, match="task_reward_timeout_s"):
+        RewardConfig(task_reward_timeout_s=0)
 
 
 def test_rewards_load_from_a_module_function_spec(tmp_path, rewards, monkeypatch):

@@ -5,24 +5,18 @@ their mean with the t interval over seeds, the strongest baseline per seed (``ma
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
+from builders import benchmark_script
 
 from metaagent.eval import TaskScore
 from metaagent.eval.metrics import t_quantile
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "seed_gains.py"
-
-
 def load():
-    spec = importlib.util.spec_from_file_location("seed_gains", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_script("seed_gains")
 
 
 def _entry(values: list[float]) -> dict:

@@ -4,38 +4,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import lzma
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "coevolution_v2.py"
-#: a structure matrix's matrix.json reduced to what the script reads: one family, its oracle and the best single
-ORACLE = {
-    "per_family": {"arith": {"oracle": "fixed:tool_pair", "oracle_pattern": "tool-pair"}},
-    "matrix": {"arith": {"sa": {}, "fixed:tool_pair": {}}},
-    "mixture": {"best_single": "sa"},
-}
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("coevolution_v2", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+from builders import benchmark_script, metric_steps, run_benchmark, write_oracle
 
 
 def test_results_copies_are_compressed_and_replace_a_stale_plain_copy(tmp_path):
-    v1 = load_script().v1
+    v1 = benchmark_script("coevolution_v2").v1
     src, dst = tmp_path / "run", tmp_path / "results"
     (src / "evals" / "arith").mkdir(parents=True)
     (src / "evals" / "arith" / "results.json").write_text('{"cells": "new"}')
@@ -56,7 +37,7 @@ def test_results_copies_are_compressed_and_replace_a_stale_plain_copy(tmp_path):
 
 
 def test_suite_preset_draws_the_families_in_proportion_and_sets_the_sizes():
-    v2 = load_script()
+    v2 = benchmark_script("coevolution_v2")
     args = argparse.Namespace(families=["arith", "lookup", "strings", "code"], batch_size=4, designs=4, executions=2,
                               designer_max_tokens=384, executor_max_tokens=192)  # fmt: skip
     overrides = dict(o.split("=", 1) for o in v2.suite_overrides(args))
@@ -68,9 +49,8 @@ def test_suite_preset_draws_the_families_in_proportion_and_sets_the_sizes():
 def test_domain_hint_off_sets_the_override_the_eval_flag_and_folders_of_its_own(tmp_path, monkeypatch):
     """``--domain-hint off`` (issue 62): rollout.domain_hint=off for training, ``--domain-hint off`` for every
     held-out evaluation (the start model's too), and ``_nohint`` folders; the default adds none of it."""
-    v2 = load_script()
-    oracle = tmp_path / "matrix.json"
-    oracle.write_text(json.dumps(ORACLE))
+    v2 = benchmark_script("coevolution_v2")
+    oracle = write_oracle(tmp_path)
     on, _ = v2.parse(["--oracle", str(oracle)])
     off, _ = v2.parse(["--oracle", str(oracle), "--domain-hint", "off", "--seed", "1"])
     assert not any("domain_hint" in o for o in on.train_args) and on.runs == "runs/coevolution_v2"
@@ -85,7 +65,7 @@ def test_domain_hint_off_sets_the_override_the_eval_flag_and_folders_of_its_own(
 
 
 def test_oracle_methods_per_family(tmp_path):
-    v2 = load_script()
+    v2 = benchmark_script("coevolution_v2")
     data = {
         "per_family": {"arith": {"oracle": "fixed:tool_pair", "oracle_pattern": "tool-pair"},
                        "code": {"oracle": "fixed:sample_tests", "oracle_pattern": "solver-tester"}},
@@ -101,7 +81,7 @@ def test_oracle_methods_per_family(tmp_path):
 
 
 def test_designs_by_pattern_keep_invalid_designs_apart():
-    v2 = load_script()
+    v2 = benchmark_script("coevolution_v2")
 
     def design(valid, pattern, reward, advantage):
         return SimpleNamespace(valid=valid, structure={"pattern": pattern} if valid else None, reward=reward,
@@ -119,7 +99,7 @@ def test_designs_by_pattern_keep_invalid_designs_apart():
 
 
 def test_pattern_shares_count_valid_designs_per_family_and_skip_steps_without_one():
-    v2 = load_script()
+    v2 = benchmark_script("coevolution_v2")
 
     def tree(family, *patterns):
         designs = [SimpleNamespace(valid=p is not None, structure={"pattern": p} if p else None, reward=0.0,
@@ -161,7 +141,7 @@ def schedule_args(modes, steps, jobs, chunk=1):
 
 
 def test_the_mode_with_the_fewest_steps_goes_first_and_finished_modes_are_skipped(monkeypatch):
-    v1 = load_script().v1
+    v1 = benchmark_script("coevolution_v2").v1
     runs = FakeRuns(monkeypatch, v1, {"a": 2, "b": 0, "c": 4})
     reports = []
     v1.train_round_robin(schedule_args(["a", "b", "c"], steps=4, jobs=1, chunk=2), lambda: reports.append(1))
@@ -170,7 +150,7 @@ def test_the_mode_with_the_fewest_steps_goes_first_and_finished_modes_are_skippe
 
 
 def test_a_slow_mode_does_not_hold_a_fast_one_back(monkeypatch):
-    v1 = load_script().v1
+    v1 = benchmark_script("coevolution_v2").v1
     fast_done = threading.Event()
     # the slow mode's first chunk ends only once the fast mode has all its steps: a round barrier (every mode
     # one chunk, then the next round) would keep the fast mode at step 1 and the wait would time out
@@ -182,7 +162,7 @@ def test_a_slow_mode_does_not_hold_a_fast_one_back(monkeypatch):
 
 
 def test_a_failed_chunk_is_raised_after_the_other_modes_finish_and_not_retried(monkeypatch):
-    v1 = load_script().v1
+    v1 = benchmark_script("coevolution_v2").v1
 
     def fail():
         raise RuntimeError("trainer exited with 1")
@@ -194,7 +174,7 @@ def test_a_failed_chunk_is_raised_after_the_other_modes_finish_and_not_retried(m
 
 
 def test_a_job_with_nothing_to_train_evaluates_a_finished_mode_while_another_trains(monkeypatch):
-    v1 = load_script().v1
+    v1 = benchmark_script("coevolution_v2").v1
     log, start_done = [], threading.Event()
     # the slow mode's chunk ends only once the start model's evaluation ran: a version that evaluates after all
     # training (or lets the second job idle) would time out the wait and log the evaluation after the chunk
@@ -216,7 +196,7 @@ def test_a_job_with_nothing_to_train_evaluates_a_finished_mode_while_another_tra
 
 
 def test_a_failed_modes_evaluations_are_dropped_and_the_error_raised_after_the_rest(monkeypatch):
-    v1 = load_script().v1
+    v1 = benchmark_script("coevolution_v2").v1
     log = []
 
     def fail():
@@ -229,35 +209,27 @@ def test_a_failed_modes_evaluations_are_dropped_and_the_error_raised_after_the_r
     assert sorted(log) == ["good", "start"]
 
 
-def steps(folder: Path) -> list[int]:
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    return [r["step"] for r in rows if r.get("step", -1) >= 0]
-
-
 @pytest.mark.slow
 def test_pipeline_trains_resumes_evaluates_and_reports(tmp_path):
-    (tmp_path / "matrix.json").write_text(json.dumps(ORACLE))
+    write_oracle(tmp_path)
     runs, results = tmp_path / "runs", tmp_path / "results"
     common = ["--config", "tiny", "--model", "tiny", "--oracle", str(tmp_path / "matrix.json"),
               "--modes", "frozen", "stagewise", "--save-every", "1", "--stage-len", "1", "--batch-size", "1",
               "--designs", "2", "--executions", "1", "--designer-max-tokens", "48", "--executor-max-tokens", "24",
               "--dtype", "float32", "--runs", str(runs), "--results", str(results), "--eval-limit", "1", "--eval-n", "1"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
     def run(*extra: str) -> None:
-        done = subprocess.run([sys.executable, str(SCRIPT), *common, *extra], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=900)  # fmt: skip
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        run_benchmark("coevolution_v2", *common, *extra)
 
     run("--steps", "1", "--no-eval")
     ids = {m: json.loads((runs / m / "run.json").read_text())["run_id"] for m in ("frozen", "stagewise")}
-    assert {m: steps(runs / m) for m in ids} == {"frozen": [0], "stagewise": [0]}
+    assert {m: metric_steps(runs / m) for m in ids} == {"frozen": [0], "stagewise": [0]}
     status = (results / "STATUS.md").read_text()
     assert status.startswith("# Co-evolution v2 — status: training done, held-out PARTIAL")
 
     run("--steps", "2")  # continues both runs (a restart would move the old run folder aside and redo step 0)
     for mode, run_id in ids.items():
-        assert steps(runs / mode) == [0, 1]
+        assert metric_steps(runs / mode) == [0, 1]
         assert json.loads((runs / mode / "run.json").read_text())["run_id"] == run_id
     assert sorted(p.name for p in runs.iterdir()) == ["frozen", "heldout_stagewise", "heldout_start", "stagewise"]
     trees = (runs / "stagewise" / "rollouts").glob("step_*.jsonl")
@@ -292,7 +264,7 @@ def test_ctrl_c_starts_nothing_new_and_lets_the_running_job_finish():
     import signal
     import time
 
-    v1 = load_script().v1
+    v1 = benchmark_script("coevolution_v2").v1
     started, ended = [], []
     gate = threading.Event()
 

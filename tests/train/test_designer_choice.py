@@ -5,35 +5,14 @@ runs folder deleted, a rerun trains nothing and rebuilds the same report from th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import lzma
-import os
+import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "designer_choice.py"
-#: a structure matrix's matrix.json reduced to what co-evolution v2 reads: one family, its oracle, best single
-ORACLE = {
-    "per_family": {"arith": {"oracle": "fixed:tool_pair", "oracle_pattern": "tool-pair"}},
-    "matrix": {"arith": {"sa": {}, "fixed:tool_pair": {}}},
-    "mixture": {"best_single": "sa"},
-}
-
-
-def load_script():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("designer_choice", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while the classes are made
-    spec.loader.exec_module(module)
-    return module
+from builders import benchmark_script, metric_steps, run_benchmark, write_oracle
 
 
 def design(pattern: str | None, reward: float = 0.0, advantage: float = 0.0, executions=()):
@@ -54,7 +33,7 @@ def execution(calls: int, correct: float | None):
 
 
 def test_step_summary_counts_patterns_per_family_and_pools_the_budget_tags():
-    dc = load_script()
+    dc = benchmark_script("designer_choice")
     step = dc.step_summary(3, [
         tree("lookup", design("self-consistency", 1.4, 1.0), design("single", 0.4, -0.5), design(None, 0.0, -0.5)),
         tree("lookup", design("self-consistency", 0.4, 0.2)),
@@ -72,7 +51,7 @@ def test_step_summary_counts_patterns_per_family_and_pools_the_budget_tags():
 
 
 def test_modal_pattern_over_the_last_steps_and_the_match_with_the_best_pattern():
-    dc = load_script()
+    dc = benchmark_script("designer_choice")
     steps = [
         dc.step_summary(0, [tree("lookup", design("single"), design("single"), design("single"))]),
         dc.step_summary(1, [tree("lookup", design("self-consistency"), design("single"), design(None), design(None))]),
@@ -98,7 +77,7 @@ def test_modal_pattern_over_the_last_steps_and_the_match_with_the_best_pattern()
 
 
 def test_each_arm_adds_its_item_to_the_one_before(tmp_path):
-    dc = load_script()
+    dc = benchmark_script("designer_choice")
     args = dc.parse(["--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--seeds", "1"])
     got = {arm: dc.pair_args(args, arm, 1)[0] for arm in dc.ARMS}
     base = got["base"]
@@ -125,14 +104,8 @@ def test_each_arm_adds_its_item_to_the_one_before(tmp_path):
     assert a2.steps == 3 and a2.train_args[-1] == "algo.normalize=none"
 
 
-def write_oracle(tmp_path: Path) -> Path:
-    path = tmp_path / "matrix.json"
-    path.write_text(json.dumps(ORACLE))
-    return path
-
-
 def test_restore_keeps_whole_runs_and_drops_a_lost_checkpoints_partial_summary(tmp_path, capsys):
-    dc = load_script()
+    dc = benchmark_script("designer_choice")
     results = tmp_path / "results"
     args = dc.parse(["--runs", str(tmp_path / "runs"), "--results", str(results), "--seeds", "0", "--arms", "base",
                      "nohint", "--oracle", str(write_oracle(tmp_path)), "--families", "arith", "--steps", "2"])  # fmt: skip
@@ -158,7 +131,7 @@ def test_restore_keeps_whole_runs_and_drops_a_lost_checkpoints_partial_summary(t
 
 
 def test_plan_and_report_with_no_records(tmp_path):
-    dc = load_script()
+    dc = benchmark_script("designer_choice")
     results = tmp_path / "results"
     args = dc.parse(["--plan", "--runs", str(tmp_path / "runs"), "--results", str(results), "--eval-rate", "1.8"])
     lines = dc.plan(args)
@@ -175,9 +148,35 @@ def test_plan_and_report_with_no_records(tmp_path):
     assert not (results / "shares.png").exists()
 
 
-def steps(folder: Path) -> list[int]:
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [r["step"] for r in rows if r.get("step", -1) >= 0]
+def test_plan_rates_are_measured_where_they_exist_and_else_priors_named_as_such(tmp_path):
+    """As evidence.py: the seconds a step are measured on these runs' folders, else on the evidence experiment's
+    designer_only runs (beside --runs), else the prior, which the plan calls one; --step-s / --eval-rate win."""
+    dc = benchmark_script("designer_choice")
+    base = ["--plan", "--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--seeds", "0",
+            "--arms", "base", "nohint", "--no-eval"]  # fmt: skip
+
+    def metrics(folder, times) -> None:
+        folder.mkdir(parents=True)
+        rows = [{"step": -1, "time/step_s": 1.0}] + [{"step": i, "time/step_s": t} for i, t in enumerate(times)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))  # a val row: not a step
+
+    def trained_hours(lines) -> float:
+        return float(re.search(r"([0-9.]+) machine-hours of training", lines[0]).group(1))
+
+    prior = dc.plan(dc.parse(base))
+    assert "227 s a step (a prior, not measured here: " in prior[0]
+    assert "9.2 records a minute (a prior, not measured here: " in prior[1]
+    metrics(tmp_path / "evidence" / "seed1" / "designer_only", [100.0, 110.0])
+    metrics(tmp_path / "evidence" / "seed0" / "sa_grpo", [900.0])  # another mode's steps: not the base arm's
+    theirs = dc.plan(dc.parse(base))
+    assert "105 s a step (measured on the evidence experiment's designer_only runs" in theirs[0]
+    assert "the mean of 2 steps" in theirs[0] and trained_hours(theirs) < trained_hours(prior)
+    metrics(tmp_path / "runs" / "nohint" / "seed0" / "designer_only", [60.0, 62.0, 64.0])  # these runs' own win
+    own = dc.plan(dc.parse(base))
+    assert "62 s a step (measured: the mean of the 3 steps these runs trained" in own[0]
+    assert dc.plan(dc.parse([*base, "--evidence-runs", str(tmp_path / "none")]))[0] == own[0]
+    assert "30 s a step (given (--step-s)" in dc.plan(dc.parse([*base, "--step-s", "30"]))[0]
+    assert "25.0 records a minute (given (--eval-rate))" in dc.plan(dc.parse([*base, "--eval-rate", "25"]))[1]
 
 
 @pytest.mark.slow
@@ -189,17 +188,13 @@ def test_driver_trains_two_arms_reports_and_restores_from_the_committed_summarie
               "--save-every", "1", "--batch-size", "1", "--designs", "2", "--executions", "1",
               "--designer-max-tokens", "48", "--executor-max-tokens", "24", "--dtype", "float32",
               "--eval-limit", "1"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
     def run(*extra: str) -> str:
-        done = subprocess.run([sys.executable, str(SCRIPT), *common, *extra], check=False, cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=900)  # fmt: skip
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return done.stdout + done.stderr
+        return run_benchmark("designer_choice", *common, *extra)
 
     run()
     for arm in ("base", "budget"):
-        assert steps(runs / arm / "seed0" / "designer_only") == [0]
+        assert metric_steps(runs / arm / "seed0" / "designer_only") == [0]
         held = runs / arm / "seed0" / "heldout_designer_only" / "evals" / "arith" / "results.json"
         res = json.loads(held.read_text())
         assert res["complete"] and set(res["methods"]) >= {"auto", "sa", "sa@auto", "fixed:pot", "best-per-domain"}
@@ -245,7 +240,7 @@ def summary(steps_done: int, steps: list[dict]) -> dict:
 
 
 def test_the_goal_counts_matching_families_in_seeds_trained_to_their_steps(tmp_path):
-    dc = load_script()
+    dc = benchmark_script("designer_choice")
     path = tmp_path / "matrix.json"
     path.write_text(json.dumps({
         "per_family": {"lookup": {"oracle": "fixed:self_consistency", "oracle_pattern": "self-consistency"},
@@ -275,7 +270,7 @@ def test_the_goal_counts_matching_families_in_seeds_trained_to_their_steps(tmp_p
 
 
 def test_budget_table_pools_the_last_steps_per_tag_and_judges_the_goal(tmp_path):
-    dc = load_script()
+    dc = benchmark_script("designer_choice")
     args = dc.parse(["--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "r"), "--arms", "budget",
                      "--last", "2"])  # fmt: skip
 

@@ -4,32 +4,11 @@ resume, and the report (table.md, seed tables, gains.png, checkpoint hashes, STA
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "evidence.py"
-#: a structure matrix's matrix.json reduced to what co-evolution v2 reads: one family, its oracle, best single
-ORACLE = {
-    "per_family": {"arith": {"oracle": "fixed:tool_pair", "oracle_pattern": "tool-pair"}},
-    "matrix": {"arith": {"sa": {}, "fixed:tool_pair": {}}},
-    "mixture": {"best_single": "sa"},
-}
-
-
-def load_script():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("evidence", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while the classes are made
-    spec.loader.exec_module(module)
-    return module
+from builders import benchmark_script, metric_steps, run_benchmark, write_oracle
 
 
 def placed(tmp_path: Path, monkeypatch) -> None:
@@ -41,7 +20,7 @@ def placed(tmp_path: Path, monkeypatch) -> None:
 
 
 def test_plan_cuts_in_the_issues_order_and_never_the_seeds(tmp_path, monkeypatch):
-    ev = load_script()
+    ev = benchmark_script("evidence")
     placed(tmp_path, monkeypatch)
     base = ["--runs", str(tmp_path / "runs"), "--modes", "designer_only", "stagewise", "coupled", "sa_grpo"]
     free = ev.plan(ev.parse(base))
@@ -67,7 +46,7 @@ def test_plan_cuts_in_the_issues_order_and_never_the_seeds(tmp_path, monkeypatch
 
 
 def test_unplaced_benchmarks_are_named_and_left_out(tmp_path, monkeypatch):
-    ev = load_script()
+    ev = benchmark_script("evidence")
     monkeypatch.setenv("METAAGENT_BENCHMARKS_DIR", str(tmp_path / "empty"))
     args = ev.parse(["--runs", str(tmp_path / "runs")])
     assert ev.unplaced(args, ["arith"]) == ["gsm8k", "mbpp"]
@@ -80,8 +59,8 @@ def test_unplaced_benchmarks_are_named_and_left_out(tmp_path, monkeypatch):
 
 
 def test_report_only_with_no_records_writes_a_partial_report(tmp_path, monkeypatch):
-    ev = load_script()
-    (tmp_path / "matrix.json").write_text(json.dumps(ORACLE))
+    ev = benchmark_script("evidence")
+    write_oracle(tmp_path)
     monkeypatch.setenv("METAAGENT_BENCHMARKS_DIR", str(tmp_path / "empty"))
     results = tmp_path / "results"
     args = ev.parse(["--runs", str(tmp_path / "runs"), "--results", str(results), "--report-only",
@@ -95,14 +74,9 @@ def test_report_only_with_no_records_writes_a_partial_report(tmp_path, monkeypat
     assert json.loads((results / "checkpoints.json").read_text()) == {}
 
 
-def steps(folder: Path) -> list[int]:
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [r["step"] for r in rows if r.get("step", -1) >= 0]
-
-
 @pytest.mark.slow
 def test_driver_trains_two_seeds_evaluates_and_reports(tmp_path):
-    (tmp_path / "matrix.json").write_text(json.dumps(ORACLE))
+    write_oracle(tmp_path)
     runs, results = tmp_path / "runs", tmp_path / "results"
     common = ["--seeds", "0", "1", "--modes", "designer_only", "sa_grpo", "--runs", str(runs), "--results",
               str(results), "--external", "humaneval", "heldout", "--external-limit", "humaneval=1", "heldout=1",
@@ -110,22 +84,14 @@ def test_driver_trains_two_seeds_evaluates_and_reports(tmp_path):
               "--save-every", "1", "--stage-len", "1", "--batch-size", "1", "--designs", "2", "--executions", "1",
               "--designer-max-tokens", "48", "--executor-max-tokens", "24", "--dtype", "float32",
               "--eval-limit", "1"]  # fmt: skip
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "OMP_NUM_THREADS": "1",
-        "METAAGENT_BENCHMARKS_DIR": str(tmp_path),
-    }
 
     def run(*extra: str) -> None:
-        done = subprocess.run([sys.executable, str(SCRIPT), *common, *extra], check=False, cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=1500)  # fmt: skip
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        run_benchmark("evidence", *common, *extra, env={"METAAGENT_BENCHMARKS_DIR": str(tmp_path)}, timeout_s=1500)
 
     run("--steps", "1")
     for seed in (0, 1):
         for mode in ("designer_only", "sa_grpo"):
-            assert steps(runs / f"seed{seed}" / mode) == [0]
+            assert metric_steps(runs / f"seed{seed}" / mode) == [0]
             for kind in ("evals/arith", "external/humaneval", "external/heldout_arith"):
                 res = json.loads(
                     (runs / f"seed{seed}" / f"heldout_{mode}" / kind / "results.json").read_text()
@@ -166,7 +132,7 @@ def test_driver_trains_two_seeds_evaluates_and_reports(tmp_path):
     assert "python benchmarks/evidence.py --seeds 0 1" in (results / "COMMAND.md").read_text()
 
     run("--steps", "2", "--report-only")  # the report alone: nothing trained, the status back to partial
-    assert steps(runs / "seed0" / "designer_only") == [0]
+    assert metric_steps(runs / "seed0" / "designer_only") == [0]
     assert (results / "STATUS.md").read_text().startswith("# Evidence — status: PARTIAL")
 
 
@@ -175,7 +141,7 @@ def test_committed_records_keep_external_rollouts_out(tmp_path, monkeypatch):
     its rollouts quote the placed benchmark's questions."""
     import lzma
 
-    ev = load_script()
+    ev = benchmark_script("evidence")
     monkeypatch.setenv("METAAGENT_BENCHMARKS_DIR", str(tmp_path / "empty"))
     runs, results = tmp_path / "runs", tmp_path / "results"
     args = ev.parse(["--runs", str(runs), "--results", str(results), "--seeds", "0"])
@@ -195,7 +161,7 @@ def test_committed_records_keep_external_rollouts_out(tmp_path, monkeypatch):
 
 
 def test_session_scale_sets_the_evaluation_sizes_and_the_sa_grpo_methods(tmp_path, monkeypatch):
-    ev = load_script()
+    ev = benchmark_script("evidence")
     placed(tmp_path, monkeypatch)
     args = ev.parse(["--scale", "session", "--runs", str(tmp_path / "runs")])
     a2, oracle = ev.seed_args(args, 0)
@@ -210,7 +176,7 @@ def test_session_scale_sets_the_evaluation_sizes_and_the_sa_grpo_methods(tmp_pat
 
 
 def test_best_of_top_keeps_the_matrix_best_templates(tmp_path):
-    ev = load_script()
+    ev = benchmark_script("evidence")
     path = tmp_path / "matrix.json"
     path.write_text(json.dumps({
         "per_family": {"arith": {"oracle": "fixed:b", "oracle_pattern": "p"}},
@@ -224,7 +190,7 @@ def test_best_of_top_keeps_the_matrix_best_templates(tmp_path):
 
 
 def test_sa_grpo_pairs_auto_with_the_least_k_at_or_above_its_calls():
-    ev = load_script()
+    ev = benchmark_script("evidence")
 
     def res(*methods):
         return {"cells": {"c": {"benchmarks": {"b": {m: {"per_task": []} for m in methods}}}}}
@@ -239,7 +205,7 @@ def test_sa_grpo_pairs_auto_with_the_least_k_at_or_above_its_calls():
 def test_restore_brings_back_complete_runs_and_drops_a_lost_checkpoints_partial_records(tmp_path, monkeypatch):
     import lzma
 
-    ev = load_script()
+    ev = benchmark_script("evidence")
     placed(tmp_path, monkeypatch)
     runs, results = tmp_path / "runs", tmp_path / "results"
     args = ev.parse(["--scale", "session", "--runs", str(runs), "--results", str(results), "--seeds", "0",

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -66,6 +67,46 @@ def test_executor_stage_changes_only_the_executor_adapter():
         assert _greedy(models.executor()) != executor_lp
     finally:
         models.close()
+
+
+def _initial_adapters(seed: int) -> dict[str, torch.Tensor]:
+    models = load_models(_separate(), seed=seed)
+    try:
+        return {n: t.clone() for n, t in _snapshot(models).items() if "lora_" in n}
+    finally:
+        models.close()
+
+
+def test_adapter_init_follows_the_run_seed(monkeypatch):
+    """peft draws lora_A from torch's generator: each adapter starts from the weights of (trainer.seed, its key),
+    bit for bit whatever was drawn before, and the generator outside is left as it was."""
+    from metaagent.policy.models import load_model_and_tokenizer
+    from metaagent.train.local.lora import AdapterSet
+
+    first = _initial_adapters(0)
+    torch.rand(17)  # other draws before the load
+    again, other = _initial_adapters(0), _initial_adapters(1)
+    lora_a = [n for n in first if ".lora_A." in n]
+    assert lora_a and first.keys() == again.keys() == other.keys()
+    assert all(torch.equal(first[n], again[n]) for n in first)  # the same seed: bit-identical adapters
+    assert all(not torch.equal(first[n], other[n]) for n in lora_a)  # another seed: other ones
+    designer = next(n for n in lora_a if ".designer." in n)
+    assert not torch.equal(first[designer], first[designer.replace(".designer.", ".executor.")])  # per key
+
+    base, _ = load_model_and_tokenizer("tiny", dtype="float32")
+    state = torch.random.get_rng_state()
+    AdapterSet(base, ["policy"], LORA, "tiny", seed=0)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the draws outside the adapters' init unchanged
+
+    from metaagent.train.local import backend as local_backend
+    from metaagent.train.local import models as local_models
+
+    seen = {}
+    monkeypatch.setattr(local_models, "load_models", lambda cfg, seed: seen.setdefault("seed", seed) and None)
+    monkeypatch.setattr(local_models, "make_updaters", lambda *a, **k: {})
+    run = local_backend.LocalBackend(TrainConfig.load("tiny", ["trainer.seed=7"]))
+    run.start(SimpleNamespace(ref_logprobs=False, values=False))
+    assert seen == {"seed": 7}  # the local backend seeds them with trainer.seed
 
 
 def test_shared_weights_train_one_adapter_and_verl_mapping():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from test_coevolution_v2 import load_script
+from builders import benchmark_script
 
 from metaagent.cli.train import build_parser, resolve_config
 from metaagent.resources import config_path
@@ -33,7 +33,7 @@ def _config(argv):
 
 
 def test_sa_grpo_mode_trains_the_shipped_recipe():
-    v2 = load_script()
+    v2 = benchmark_script("coevolution_v2")
     args = _args(v2, domain_hint="off")  # the recipe's designer prompt has no domain sentence (issue 62)
     cmd = v2.v1.train_command(args, v2.SA_GRPO, "runs/sa_grpo_suite")
     assert cmd[:3] == [sys.executable, "-m", "metaagent.cli.train"]
@@ -53,7 +53,7 @@ def test_sa_grpo_mode_trains_the_shipped_recipe():
 
 
 def test_sa_grpo_sees_the_designer_runs_data_and_rollouts_per_question():
-    v2 = load_script()
+    v2 = benchmark_script("coevolution_v2")
     args = _args(v2)
     designer = _config(v2.v1.train_command(args, "designer_only", "runs/x")[3:]).to_dict()
     single = _config(v2.v1.train_command(args, v2.SA_GRPO, "runs/x")[3:]).to_dict()
@@ -65,7 +65,7 @@ def test_sa_grpo_sees_the_designer_runs_data_and_rollouts_per_question():
 
 
 def test_other_seeds_get_folders_of_their_own():
-    v2 = load_script()
+    v2 = benchmark_script("coevolution_v2")
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", default="runs/coevolution_v2")
     parser.add_argument("--results", default="benchmarks/results/coevolution_v2")
@@ -82,7 +82,7 @@ def test_other_seeds_get_folders_of_their_own():
 
 
 def test_baselines_add_the_equal_compute_methods_and_choose_among_the_matrix_templates():
-    v2 = load_script()
+    v2 = benchmark_script("coevolution_v2")
     oracle = v2.Oracle("m.json", {"arith": "fixed:tool_pair"}, {"arith": "tool-pair"},
                        {"arith": {"sa", "fixed:tool_pair", "auto"}, "code": {"sa", "fixed:solver_tester"}}, "sa")  # fmt: skip
     args = argparse.Namespace(baselines=True, sa_k=0)

@@ -44,7 +44,7 @@ class LocalBackend(Backend):
         from metaagent.train.local.models import load_models, make_critics, make_updaters
 
         cfg = self.config
-        self.models = load_models(cfg.policy)
+        self.models = load_models(cfg.policy, seed=cfg.trainer.seed)
         self.updaters = make_updaters(
             self.models, cfg.optim, total_steps=cfg.trainer.steps, need_ref=needs.ref_logprobs
         )

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from metaagent.errors import MetaAgentError
+from metaagent.seeding import derive_seed, seeded_torch
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -76,18 +77,23 @@ class AdapterSet:
         keys: adapter names, one per physical model key sharing this base.
         settings: the ``policy.lora`` section.
         base: what the saved adapters record as their base (an alias or an absolute folder).
+        seed: the run's seed (``trainer.seed``): adapter ``key`` starts from the weights peft draws under
+            ``derive_seed(seed, "lora", key)``, so runs with one seed start from bit-identical adapters whatever
+            ran before, and other seeds (or other keys) from other ones.
     """
 
-    def __init__(self, model: Any, keys: Sequence[str], settings: Any, base: str) -> None:
+    def __init__(self, model: Any, keys: Sequence[str], settings: Any, base: str, *, seed: int) -> None:
         from peft import get_peft_model
 
         if not keys:
             raise LoraError("an adapter set needs at least one adapter name")
         self.base = base
         config = peft_config(settings)
-        self.peft = get_peft_model(model, config, adapter_name=keys[0])
+        with seeded_torch(derive_seed(seed, "lora", keys[0])):
+            self.peft = get_peft_model(model, config, adapter_name=keys[0])
         for key in keys[1:]:
-            self.peft.add_adapter(key, copy.deepcopy(config))
+            with seeded_torch(derive_seed(seed, "lora", key)):
+                self.peft.add_adapter(key, copy.deepcopy(config))
         self.keys = list(keys)
         self.model = self.peft.base_model.model  # the HF model, LoRA layers inside: what rollout and updater call
         self._lock = threading.RLock()

@@ -118,8 +118,9 @@ def update_heap() -> Iterator[None]:
             mallopt(M_MMAP_THRESHOLD, ROLLOUT_MMAP_THRESHOLD)
 
 
-def load_models(cfg: PolicyConfig) -> ModelSet:
-    """Load every physical model of ``cfg`` and wrap each in a batching rollout policy."""
+def load_models(cfg: PolicyConfig, *, seed: int = 0) -> ModelSet:
+    """Load every physical model of ``cfg`` and wrap each in a batching rollout policy; ``seed`` (the run's
+    ``trainer.seed``) seeds the LoRA adapters' initial weights (:class:`~metaagent.train.local.lora.AdapterSet`)."""
     from metaagent.policy.factory import batcher_options, build_policy
     from metaagent.policy.models import load_model_and_tokenizer
 
@@ -139,7 +140,7 @@ def load_models(cfg: PolicyConfig) -> ModelSet:
             if path not in loaded:
                 base, tok = load_model_and_tokenizer(path, dtype="float32", device=cfg.device)
                 keys = [k for k, p in paths.items() if p == path]
-                aset = AdapterSet(base, keys, cfg.lora, base_name(path))
+                aset = AdapterSet(base, keys, cfg.lora, base_name(path), seed=seed)
                 loaded[path] = (aset, tok)
             aset, tok = loaded[path]
             model, adapters[key] = aset.model, aset
