@@ -357,10 +357,34 @@ MBPP_SPLITS: dict[str, tuple[int, int]] = {"prompt": (1, 10), "test": (11, 510),
                                            "train": (601, 974)}  # fmt: skip
 
 
+def mbpp_entry_point(code: str, asserts: list[str]) -> str | None:
+    """The function an MBPP task asks for: the one name the reference ``code`` defines at module level that
+    the asserts call (every row of the sanitized set has exactly one); None when there is not exactly one or
+    a source does not parse. The tests carry it as ``entry_point``, so a test's call of it reaches the
+    program even when it shadows a builtin (task 126's ``def sum(a, b)``)."""
+    try:
+        defined = {
+            node.name
+            for node in ast.parse(code).body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        }
+        called = {
+            node.func.id
+            for source in asserts
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        }
+    except SyntaxError:
+        return None
+    found = defined & called
+    return found.pop() if len(found) == 1 else None
+
+
 def mbpp_row(row: Row, index: int, spec: DatasetSpec) -> Task:
     """An MBPP task: the first assert of ``test_list`` is shown and public, every assert is scored (hidden:
-    the rest); ``test_imports`` go before both. Rows outside the split's task_id range are skipped (the
-    repository's file holds every split), as is the reference ``code``."""
+    the rest); ``test_imports`` go before both, and both name the function asked for as ``entry_point``
+    (:func:`mbpp_entry_point`). Rows outside the split's task_id range are skipped (the repository's file
+    holds every split), as is the reference ``code``."""
     if spec.split_name not in MBPP_SPLITS:
         raise DataError(f"MBPP splits are {sorted(MBPP_SPLITS)}, not {spec.split_name!r}")
     low, high = MBPP_SPLITS[spec.split_name]
@@ -375,14 +399,19 @@ def mbpp_row(row: Row, index: int, spec: DatasetSpec) -> Task:
         f"{str(_first(row, ('prompt', 'text'), 'prompt')).strip()}\n\n"
         f"Write the Python function; your code should pass this test:\n```python\n{asserts[0]}\n```"
     )
+    entry = mbpp_entry_point(str(row.get("code") or ""), asserts)
+    named = {"entry_point": entry} if entry else {}
     return Task(
         id=f"mbpp-{task_id}",
         domain="code",
         question=question,
-        tests={"assert": imports + "\n".join(asserts) + "\n"},
+        tests={"assert": imports + "\n".join(asserts) + "\n", **named},
         source=spec.source,
         split=spec.split_name,
-        metadata={"public_tests": {"assert": f"{imports}{asserts[0]}\n"}, "hidden_asserts": len(asserts) - 1},
+        metadata={
+            "public_tests": {"assert": f"{imports}{asserts[0]}\n", **named},
+            "hidden_asserts": len(asserts) - 1,
+        },
     )
 
 

@@ -254,7 +254,7 @@ def _serve(namespace, requests, answers):
         try:
             if name not in namespace:
                 raise NameError(f"the program defines no function {name!r}")
-            answer = "ok " + repr(namespace[name](*args, **kwargs))
+            answer = "ok " + repr(_crossing(namespace[name](*args, **kwargs)))
         except MemoryError:
             raise
         except BaseException as e:  # noqa: BLE001 - the program's exception goes to the judge
@@ -263,6 +263,42 @@ def _serve(namespace, requests, answers):
             except BaseException:  # noqa: BLE001 - an exception whose str() fails
                 answer = "error " + repr((type(e).__name__, ""))
         _send(answers, answer)
+
+
+#: the dict types of the standard library's ``collections`` (Counter, OrderedDict, defaultdict): a returned
+#: value holding one crosses with it as a plain dict of its items (:func:`_crossing`)
+COLLECTIONS_DICTS = ("Counter", "OrderedDict", "defaultdict")
+_WALKED = (list, tuple, set, frozenset)
+_WALK_DEPTH = 100  # _plain.MAX_DEPTH: a value nested deeper is refused as not plain data anyway
+
+
+def _crossing(value):
+    """``value`` as it crosses to the judge or the parent (then read back as plain data): every instance of
+    the :data:`COLLECTIONS_DICTS` types (exact types), at any depth inside lists, tuples, sets and dicts,
+    becomes the plain dict of its items, which a test compares as Python compares the original with a dict
+    (``Counter("aab") == {"a": 2, "b": 1}``). Anything else is unchanged: what its ``repr`` writes crosses,
+    read back only when that is a plain literal. Only data crosses either way, so this cannot forge a
+    verdict."""
+    collections = sys.modules.get("collections")  # not loaded: the program cannot hold one of its types
+    kinds = tuple(
+        kind
+        for kind in (getattr(collections, name, None) for name in COLLECTIONS_DICTS)
+        if isinstance(kind, type)
+    )
+    if not kinds:
+        return value
+
+    def walk(item, depth):
+        kind = type(item)
+        if depth > _WALK_DEPTH:
+            return item
+        if kind in kinds or kind is dict:
+            return {walk(key, depth + 1): walk(each, depth + 1) for key, each in dict.items(item)}
+        if kind in _WALKED:
+            return kind(walk(each, depth + 1) for each in item)
+        return item
+
+    return walk(value, 0)
 
 
 class _ProgramEnded(BaseException):
@@ -327,15 +363,19 @@ def _judge(spec):
         call.__name__ = call.__qualname__ = name
         return call
 
+    entry, stubs = spec.get("entry_point"), {}
     if type(offered) is list:
+        # a builtin or prelude name stays the test's own (the program cannot redefine what the test uses to
+        # compute the expected side), except the task's entry point: the function the task asks for (MBPP's
+        # `def sum(a, b)`, which its tests call)
         for name in _names(tests) & {n for n in offered if type(n) is str and n.isidentifier()}:
-            if not hasattr(builtins, name) and name not in PRELUDE:
-                namespace[name] = stub(name)
+            if name == entry or not (hasattr(builtins, name) or name in PRELUDE):
+                namespace[name] = stubs[name] = stub(name)
     try:
         exec(tests, namespace)  # noqa: S102 - the task's own test source (trusted), never the program
-        entry = spec.get("entry_point")
-        if entry and callable(namespace.get("check")):
-            namespace["check"](stub(entry))
+        check = namespace.get("check")
+        if entry and callable(check) and check is not stubs.get("check"):  # the test's own check (HumanEval)
+            check(stub(entry))
     except _ProgramEnded as e:
         return "program_ended", str(e)
     except _Unsupported as e:
@@ -469,7 +509,7 @@ def main():
     except MemoryError:
         status, error = "memory", "MemoryError"
     try:
-        shown = repr(value)
+        shown = repr(_crossing(value))
     except BaseException as e:  # noqa: BLE001 - a broken __repr__ or a structure too deep to print
         status, error, shown = "exception", f"the return value cannot be printed: {type(e).__name__}", "None"
     result = {"nonce": nonce, "status": status, "value": shown, "error": error[-4000:]}

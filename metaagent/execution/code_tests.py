@@ -13,7 +13,9 @@ Accepted input forms (what :func:`normalize_tests` takes; the first and third ar
   functional tests need ``fn_name`` (LiveCodeBench keeps it in ``metadata["func_name"]``).
 * ``{"assert": source, "entry_point"?: name}``: assertion source that raises on failure (HumanEval / MBPP),
   counted as one test. When ``entry_point`` is given and the source defines ``check(candidate)``
-  (HumanEval), ``check`` is called with the program's ``entry_point`` function.
+  (HumanEval), ``check`` is called with the program's ``entry_point`` function; the source's own calls of
+  ``entry_point`` reach the program even when the name is a builtin's (MBPP's ``sum``), other builtin names
+  stay the test's.
 
 Comparison: stdout is compared token by token after splitting on whitespace; two tokens that are both
 numbers and not both integers are equal within :data:`FLOAT_TOL` (relative or absolute). Call results are

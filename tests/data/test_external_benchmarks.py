@@ -11,7 +11,7 @@ import pytest
 
 from metaagent.data import DataError, DatasetSpec, load_tasks, loaders
 from metaagent.data.errors import SkipRow
-from metaagent.data.mappers import HUMANEVAL_WRONG_EXAMPLES, doctest_asserts, gsm8k_answer
+from metaagent.data.mappers import HUMANEVAL_WRONG_EXAMPLES, doctest_asserts, gsm8k_answer, mbpp_entry_point
 from metaagent.eval.benchmarks import benchmark_tasks, parse_benchmark
 from metaagent.eval.errors import EvalError
 from metaagent.rewards import check_math, run_code_tests
@@ -210,6 +210,12 @@ MBPP_ROWS = [
      "test_imports": ["import math"],
      "test_list": ["assert math.isclose(hyp(3, 4), 5.0, rel_tol=0.001)",
                    "assert math.isclose(hyp(5, 12), 13.0)"]},
+    {"source_file": SOURCE_FILE, "task_id": 88, "prompt": "Write a function to count elements, as a dict.",
+     "code": "import collections\ndef tally(xs):\n    return collections.Counter(xs)", "test_imports": [],
+     "test_list": ["assert tally([1, 1, 2])==({1: 2, 2: 1})", "assert tally([])=={}"]},
+    {"source_file": SOURCE_FILE, "task_id": 126, "prompt": "Write a python function to add two numbers.",
+     "code": "def sum(a, b): \n    return a + b", "test_imports": [],
+     "test_list": ["assert sum(2, 3) == 5", "assert sum(-1, 1) == 0"]},
     {"source_file": SOURCE_FILE, "task_id": 601, "prompt": "Write a function to double.",
      "code": "def double(x):\n    return 2 * x", "test_imports": [], "test_list": ["assert double(2) == 4"]},
 ]  # fmt: skip
@@ -219,18 +225,22 @@ def test_mbpp_test_split_first_assert_public_the_rest_hidden(tmp_path, no_placed
     path = tmp_path / "sanitized-mbpp.json"
     path.write_text(json.dumps(MBPP_ROWS, indent=1))
     tasks = load_tasks(DatasetSpec("mbpp", path=str(path)))
-    assert [t.id for t in tasks] == ["mbpp-11", "mbpp-17"]  # the test split: task_id 11-510
+    assert [t.id for t in tasks] == ["mbpp-11", "mbpp-17", "mbpp-88", "mbpp-126"]  # the test split: 11-510
     assert [t.id for t in load_tasks(DatasetSpec("mbpp", split="train", path=str(path)))] == ["mbpp-601"]
-    remove, hyp = tasks
-    assert remove.metadata["public_tests"] == {"assert": 'assert remove_char("hello","l") == "heo"\n'}
+    remove, hyp, tally, add = tasks
+    public = {"assert": 'assert remove_char("hello","l") == "heo"\n', "entry_point": "remove_char"}
+    assert remove.metadata["public_tests"] == public
     assert remove.tests["assert"].count("assert ") == 3 and remove.metadata["hidden_asserts"] == 2
+    assert [t.tests["entry_point"] for t in tasks] == ["remove_char", "hyp", "tally", "sum"]
     assert 'remove_char("hello","l")' in remove.question and '"PHP"' not in remove.question
     assert "s.replace" not in remove.question  # the reference code stays out
     assert hyp.tests["assert"].startswith("import math\n")
     assert hyp.metadata["public_tests"]["assert"].startswith("import math\nassert math.isclose(hyp(3, 4)")
-    for task, row in ((remove, MBPP_ROWS[1]), (hyp, MBPP_ROWS[2])):
+    # every reference passes, the ones returning a Counter (88) and defining `sum` (126) included
+    for task, row in zip(tasks, MBPP_ROWS[1:5]):
         assert run_code_tests(row["code"], task.metadata["public_tests"]).all_passed, task.id
         assert run_code_tests(row["code"], task.tests).all_passed, task.id
+    assert not run_code_tests("def sum(a, b):\n    return a - b\n", add.tests).all_passed
     only_public = "def remove_char(s, c):\n    return 'heo'\n"  # passes the shown test, not the hidden ones
     assert run_code_tests(only_public, remove.metadata["public_tests"]).all_passed
     assert not run_code_tests(only_public, remove.tests).all_passed
@@ -243,7 +253,8 @@ def test_mbpp_placed_as_the_repository_file(tmp_path, monkeypatch, no_placed_cop
     (tmp_path / "mbpp" / "sanitized-mbpp.json").write_text(json.dumps(MBPP_ROWS))
     monkeypatch.setenv(loaders.BENCHMARKS_ENV, str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert [t.id for t in benchmark_tasks(parse_benchmark("mbpp:test"))] == ["mbpp-11", "mbpp-17"]
+    assert [t.id for t in benchmark_tasks(parse_benchmark("mbpp:test"))] == ["mbpp-11", "mbpp-17", "mbpp-88",
+                                                                            "mbpp-126"]  # fmt: skip
 
 
 def test_gsm8k_through_the_evaluation_harness(tmp_path, no_placed_copies):
@@ -270,3 +281,12 @@ def test_gsm8k_through_the_evaluation_harness(tmp_path, no_placed_copies):
     entry = results["cells"]["scripted"]["benchmarks"]["gsm8k:test"]["sa"]
     assert entry["tasks"] == 2 and entry["metrics"]["avg@1"]["mean"] == pytest.approx(0.5)
     assert second.answer != "0"
+
+
+def test_mbpp_entry_point_is_the_one_function_of_the_reference_the_tests_call():
+    asserts = ["assert set(shared((1, 2), (2, 3))) == set((2,))"]
+    reference = "def helper(x):\n    return x\ndef shared(a, b):\n    return helper(a)"
+    assert mbpp_entry_point(reference, asserts) == "shared"
+    assert mbpp_entry_point("def other(a, b):\n    pass", asserts) is None  # none of the reference's
+    assert mbpp_entry_point("def shared(a, b):\n    pass\ndef set(x):\n    pass", asserts) is None  # two
+    assert mbpp_entry_point("def shared(a, b) pass", asserts) is None  # does not parse

