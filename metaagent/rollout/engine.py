@@ -689,10 +689,8 @@ def make_pool(config: RolloutConfig, reward_config: Any = None):
     if config.ray_address:
         from metaagent.rollout.ray_pool import RaySandboxPool
 
-        return RaySandboxPool(
-            address=config.ray_address, workers=config.workers(), reward_config=reward_config,
-            placement=config.ray_placement, resource=config.ray_resource,
-        )  # fmt: skip
+        workers = config.workers()
+        return RaySandboxPool(address=config.ray_address, workers=workers, reward_config=reward_config)
     from metaagent.workflow import SandboxPool
 
     return SandboxPool(workers=config.workers())
