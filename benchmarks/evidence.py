@@ -243,6 +243,25 @@ def expected_folders(args: argparse.Namespace, seed: int, mode: str, families: l
     return suite + [ext / n for n in chosen_externals(args, families)]
 
 
+def evaluated(args: argparse.Namespace, seed: int, mode: str, families: list[str]) -> bool:
+    """Whether every held-out evaluation of one (seed, mode) is complete, live under ``--runs`` or committed
+    under ``<results>/records`` (a restored pair: its checkpoint is gone and it is never trained again)."""
+    import lzma
+
+    runs, records = Path(args.runs), Path(args.results) / "records"
+    for f in expected_folders(args, seed, mode, families):
+        live, kept = f / "results.json", records / f.relative_to(runs) / "results.json.xz"
+        if live.is_file():
+            result = json.loads(live.read_text())
+        elif kept.is_file():
+            result = json.loads(lzma.decompress(kept.read_bytes()))
+        else:
+            return False
+        if not result.get("complete"):
+            return False
+    return True
+
+
 def restore_records(args: argparse.Namespace, families: list[str]) -> set[tuple[int, str]]:
     """Cross-session resume. A new session starts on a new machine: the runs folder and its checkpoints are gone,
     the committed summaries (``<results>/records``) are not. Every (seed, mode) whose committed held-out
@@ -384,17 +403,20 @@ def estimate(args, a2, oracle, cuts: tuple[str, ...], step_s: float, rate: float
     """(training machine-hours, evaluation machine-hours, records) of the whole experiment under ``cuts``."""
     modes = [m for m in args.modes if not (m == "coupled" and "coupled" in cuts)]
     steps_left = 0
+    finished = {(seed, mode) for seed in args.seeds for mode in modes if evaluated(args, seed, mode, a2.families)}
     for seed in args.seeds:
         for mode in modes:
-            done = v1.steps_done(Path(args.runs) / f"seed{seed}" / mode)
+            done = a2.steps if (seed, mode) in finished else v1.steps_done(Path(args.runs) / f"seed{seed}" / mode)
             steps_left += max(0, a2.steps - done)
     chunks = math.ceil(steps_left / (a2.chunk or a2.save_every))
     train_h = _report.train_hours(steps_left, chunks, step_s, v2.PRIOR_CHUNK_S)
     chosen = chosen_externals(args, a2.families, cuts)
-    records = checkpoint_records(a2, oracle, chosen)  # the start model
+    # records still to write: the start model's, then each (seed, mode) not yet evaluated
+    records = 0 if evaluated(args, args.seeds[0], START, a2.families) else checkpoint_records(a2, oracle, chosen)
     for mode in modes:
         ext = not ("stagewise-external" in cuts and mode == "stagewise")
-        records += len(args.seeds) * checkpoint_records(a2, oracle, chosen, ext, mode)
+        left = sum((seed, mode) not in finished for seed in args.seeds)
+        records += left * checkpoint_records(a2, oracle, chosen, ext, mode)
     return train_h, _report.eval_hours(records, a2.eval_n, rate), records
 
 
@@ -844,7 +866,11 @@ def write_status(args: argparse.Namespace) -> None:
             steps = v1.steps_done(Path(args.runs) / f"seed{seed}" / mode)
             held = Path(args.runs) / f"seed{seed}" / f"heldout_{mode}"
             suite, ext = evaluations_in(held / "evals"), evaluations_in(held / "external")
-            done &= steps >= a2.steps and "records" not in suite + ext and "-" not in (suite, ext)
+            if evaluated(args, seed, mode, a2.families):  # complete, live or restored from records/
+                trained = f"{a2.steps} of {a2.steps}" + ("" if steps >= a2.steps else " (restored from records/)")
+                rows.append(f"| {seed} | {mode} | {trained} | {suite} | {ext} |")
+                continue
+            done = False
             rows.append(f"| {seed} | {mode} | {steps} of {a2.steps} | {suite} | {ext} |")
     _report.write_status(
         args.results,
