@@ -243,6 +243,30 @@ def expected_folders(args: argparse.Namespace, seed: int, mode: str, families: l
     return suite + [ext / n for n in chosen_externals(args, families)]
 
 
+def evaluated(args: argparse.Namespace, seed: int, mode: str, families: list[str], steps: int) -> bool:
+    """Whether one (seed, mode) is neither trained nor evaluated again: every held-out evaluation complete,
+    live under ``--runs`` or committed under ``<results>/records``, and its run not behind ``steps``: it has
+    them, or it has no training under ``--runs`` (restored from ``records/``: a new machine, its checkpoint
+    gone, never trained again; the start model is never trained). A live run behind ``steps`` (raised after
+    its evaluations) trains on: its evaluations are of an earlier checkpoint."""
+    import lzma
+
+    runs, records = Path(args.runs), Path(args.results) / "records"
+    if 0 < v1.steps_done(runs / f"seed{seed}" / mode) < steps:
+        return False
+    for f in expected_folders(args, seed, mode, families):
+        live, kept = f / "results.json", records / f.relative_to(runs) / "results.json.xz"
+        if live.is_file():
+            result = json.loads(live.read_text())
+        elif kept.is_file():
+            result = json.loads(lzma.decompress(kept.read_bytes()))
+        else:
+            return False
+        if not result.get("complete"):
+            return False
+    return True
+
+
 def restore_records(args: argparse.Namespace, families: list[str]) -> set[tuple[int, str]]:
     """Cross-session resume. A new session starts on a new machine: the runs folder and its checkpoints are gone,
     the committed summaries (``<results>/records``) are not. Every (seed, mode) whose committed held-out
@@ -384,17 +408,21 @@ def estimate(args, a2, oracle, cuts: tuple[str, ...], step_s: float, rate: float
     """(training machine-hours, evaluation machine-hours, records) of the whole experiment under ``cuts``."""
     modes = [m for m in args.modes if not (m == "coupled" and "coupled" in cuts)]
     steps_left = 0
+    finished = {(s, m) for s in args.seeds for m in modes if evaluated(args, s, m, a2.families, a2.steps)}
     for seed in args.seeds:
         for mode in modes:
-            done = v1.steps_done(Path(args.runs) / f"seed{seed}" / mode)
-            steps_left += max(0, a2.steps - done)
+            if (seed, mode) not in finished:
+                steps_left += max(0, a2.steps - v1.steps_done(Path(args.runs) / f"seed{seed}" / mode))
     chunks = math.ceil(steps_left / (a2.chunk or a2.save_every))
     train_h = _report.train_hours(steps_left, chunks, step_s, v2.PRIOR_CHUNK_S)
     chosen = chosen_externals(args, a2.families, cuts)
-    records = checkpoint_records(a2, oracle, chosen)  # the start model
+    # records still to write: the start model's, then each (seed, mode) not yet evaluated
+    start_done = evaluated(args, args.seeds[0], START, a2.families, a2.steps)
+    records = 0 if start_done else checkpoint_records(a2, oracle, chosen)
     for mode in modes:
         ext = not ("stagewise-external" in cuts and mode == "stagewise")
-        records += len(args.seeds) * checkpoint_records(a2, oracle, chosen, ext, mode)
+        left = sum((seed, mode) not in finished for seed in args.seeds)
+        records += left * checkpoint_records(a2, oracle, chosen, ext, mode)
     return train_h, _report.eval_hours(records, a2.eval_n, rate), records
 
 
@@ -830,8 +858,9 @@ def evaluations_in(folder: Path) -> str:
 
 
 def write_status(args: argparse.Namespace) -> None:
-    """STATUS.md: PARTIAL until every seed's modes have their steps and every evaluation is complete; the plan;
-    per seed x mode the steps done and the evaluations in; how to continue in the background."""
+    """STATUS.md: PARTIAL until every (seed, mode) is :func:`evaluated` (its steps and every evaluation
+    complete, or restored from ``records/``); the plan; per seed x mode the steps done and the evaluations in;
+    how to continue in the background."""
     a2, _ = seed_args(args, args.seeds[0])
     the_plan = plan(args)
     rows, done = [], True
@@ -844,8 +873,12 @@ def write_status(args: argparse.Namespace) -> None:
             steps = v1.steps_done(Path(args.runs) / f"seed{seed}" / mode)
             held = Path(args.runs) / f"seed{seed}" / f"heldout_{mode}"
             suite, ext = evaluations_in(held / "evals"), evaluations_in(held / "external")
-            done &= steps >= a2.steps and "records" not in suite + ext and "-" not in (suite, ext)
-            rows.append(f"| {seed} | {mode} | {steps} of {a2.steps} | {suite} | {ext} |")
+            finished = evaluated(args, seed, mode, a2.families, a2.steps)  # live, or restored from records/
+            done &= finished
+            trained = f"{steps} of {a2.steps}"
+            if finished and not steps:  # its training is gone from --runs
+                trained = f"{a2.steps} of {a2.steps} (restored from records/)"
+            rows.append(f"| {seed} | {mode} | {trained} | {suite} | {ext} |")
     _report.write_status(
         args.results,
         title="Evidence",

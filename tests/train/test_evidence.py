@@ -229,3 +229,81 @@ def test_restore_brings_back_complete_runs_and_drops_a_lost_checkpoints_partial_
     assert not (results / "records" / "seed0" / "heldout_sa_grpo").exists()  # its checkpoint is gone: trained again
     commit("sa_grpo", True, skip="humaneval")  # one evaluation missing: not complete either
     assert ev.restore_records(args, families) == {(0, "designer_only")}
+
+
+def test_a_run_restored_from_records_is_not_planned_again_and_lets_status_finish(tmp_path, monkeypatch):
+    """A new machine: seed 0's runs folder is gone and its complete evaluations are committed under records/;
+    seed 1 trained here. A restored (seed, mode) costs the plan no training and no evaluation and reads
+    restored in STATUS; STATUS is done once every (seed, mode) is evaluated or restored, PARTIAL while one
+    family's evaluation is missing or a live run is behind --steps (its evaluations are of an earlier
+    checkpoint)."""
+    import lzma
+    import math
+
+    ev = benchmark_script("evidence")
+    placed(tmp_path, monkeypatch)
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    args = ev.parse(["--scale", "session", "--runs", str(runs), "--results", str(results), "--seeds", "0", "1",
+                     "--modes", "designer_only", "sa_grpo", "--families", "arith", "code"])  # fmt: skip
+    a2, oracle = ev.seed_args(args, 0)
+    modes, steps = ("designer_only", "sa_grpo"), a2.steps
+    chosen = ev.chosen_externals(args, a2.families)
+    per_run = {m: ev.checkpoint_records(a2, oracle, chosen, True, m) for m in modes}
+
+    def evaluations(seed: int, mode: str, committed: bool, skip: str | None = None) -> None:
+        for f in ev.expected_folders(args, seed, mode, a2.families):
+            if f.name == skip:
+                continue
+            body = json.dumps({"complete": True, "cells": {}}).encode()
+            dst = results / "records" / f.relative_to(runs) if committed else f
+            dst.mkdir(parents=True, exist_ok=True)
+            if committed:
+                (dst / "results.json.xz").write_bytes(lzma.compress(body))
+            else:
+                (dst / "results.json").write_bytes(body)
+
+    def trained(seed: int, mode: str, n: int) -> None:
+        folder = runs / f"seed{seed}" / mode
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": i}) + "\n" for i in range(n)))
+
+    def train_h(n_steps: int) -> float:
+        chunks = math.ceil(n_steps / (a2.chunk or a2.save_every))
+        return ev._report.train_hours(n_steps, chunks, 100.0, ev.v2.PRIOR_CHUNK_S)
+
+    def estimate() -> tuple[float, int]:
+        hours, _, records = ev.estimate(args, a2, oracle, (), 100.0, 35.0)
+        return hours, records
+
+    def status() -> str:
+        ev.write_status(args)
+        return (results / "STATUS.md").read_text()
+
+    start = ev.checkpoint_records(a2, oracle, chosen)
+    assert estimate() == (train_h(4 * steps), start + 2 * sum(per_run.values()))  # nothing in yet
+    for mode in (ev.START, *modes):
+        evaluations(0, mode, committed=True)
+    assert not (runs / "seed0").exists()
+    assert estimate() == (train_h(2 * steps), sum(per_run.values()))  # seed 1 only; the start model is in too
+
+    for mode in modes:
+        trained(1, mode, steps)
+    evaluations(1, "designer_only", committed=False)
+    evaluations(1, "sa_grpo", committed=False, skip="code")  # one family's evaluation missing
+    assert estimate() == (0.0, per_run["sa_grpo"])
+    text = status()
+    assert text.startswith("# Evidence — status: PARTIAL")
+    for mode in modes:
+        assert f"| 0 | {mode} | {steps} of {steps} (restored from records/) |" in text
+    assert f"| 1 | designer_only | {steps} of {steps} | arith, code |" in text
+    assert f"| 1 | sa_grpo | {steps} of {steps} | arith |" in text
+
+    evaluations(1, "sa_grpo", committed=False)
+    assert estimate() == (0.0, 0)
+    assert status().startswith("# Evidence — status: done")
+
+    trained(1, "designer_only", steps - 1)  # --steps raised after its evaluations: it trains on
+    assert estimate() == (train_h(1), per_run["designer_only"])
+    text = status()
+    assert text.startswith("# Evidence — status: PARTIAL")
+    assert f"| 1 | designer_only | {steps - 1} of {steps} |" in text
