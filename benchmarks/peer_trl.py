@@ -5,7 +5,7 @@ The same work on both sides:
 - weights: the cached embedded model (SmolLM2-135M-Instruct,
   ``metaagent.policy.models.resolve_model("embedded")``), fp32 master weights on both sides;
 - prompts: the 4 math prompts metaagent's executor sends with a frozen single-agent designer
-  (``rollout.frozen_designer=single_math``, ``data.math_fraction=1``, ``data.batch_size=4``): the first
+  (``rollout.frozen_designer=single_math``, ``data.train`` the bundled math tasks, ``data.mix={math: 1}``, ``data.batch_size=4``): the first
   metaagent run records each task's agent messages and gold answer, and every TRL run trains on exactly those
   messages (TRL renders them with the same chat template);
 - G = 8 completions per prompt (``rollout.n_executions=8`` / ``num_generations=8``), 32 in all, at temperature
@@ -55,7 +55,8 @@ sys.path.insert(0, ROOT)
 G, MAX_NEW, TASKS, LR = 8, 128, 4, 5e-6
 #: metaagent's overrides of configs/default.yaml for the work
 WORK = [
-    "data.math_fraction=1.0", f"data.batch_size={TASKS}", "rollout.frozen_designer=single_math",
+    "data.train=[{source: bundled, split: train, levels: [1, 2], domain: math}]", "data.mix={math: 1}",
+    f"data.batch_size={TASKS}", "rollout.frozen_designer=single_math",
     f"rollout.n_executions={G}", "rollout.executor.stop=[]", "schedule.mode=executor_only", f"optim.lr={LR}",
     "trainer.save_every=0", "trainer.val_every=0", "trainer.tensorboard=false",
 ]  # fmt: skip
