@@ -12,16 +12,18 @@ completions cross the network. With a vLLM server behind an OpenAI-compatible en
 applies, or actors may be given the endpoint directly.
 
 Placement (``rollout.ray_placement``, ``rollout.ray_resource``): the sandbox actors ask for no CPU and are
-pinned round-robin to the cluster's alive nodes when the pool starts (:func:`spread_nodes`), or placed by Ray's
-default policy; with a resource name each actor also asks for one unit of it, so only nodes started with
-``--resources='{"<name>": k}'`` host sandbox actors, k at most on each. The bridge stays on the driver's node. Every execution record names the Ray node that
-ran it (``Execution.node``), and the pool's ``nodes`` lists each actor's node.
+pinned (hard node affinity) round-robin to the cluster's alive nodes that can host them when the pool starts
+(:func:`spread_nodes`), or placed by Ray's default policy; with a resource name each actor also asks for one
+unit of it, so only nodes started with ``--resources='{"<name>": k}'`` host sandbox actors, k at most on each.
+The bridge stays on the driver's node. Every execution record names the Ray node that ran it
+(``Execution.node``), and the pool's ``nodes`` lists each actor's node.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +38,8 @@ from metaagent.rollout.config import RAY_PLACEMENTS
 
 #: seconds the pool waits for its actors to be placed and started before it names what could not be placed
 ACTOR_START_TIMEOUT_S = 600.0
+#: seconds an actor pinned to a node the cluster lists alive is started again while the scheduler refuses it
+NODE_VIEW_GRACE_S = 30.0
 
 
 class RayPoolError(MetaAgentError, RuntimeError):
@@ -200,20 +204,14 @@ class RaySandboxPool:
             .options(max_concurrency=concurrency + 8, num_cpus=0, scheduling_strategy=here)
             .remote()
         )
-        actor_cls = ray.remote(_SandboxActor)
-        asks = {"max_concurrency": slots_per_actor, "num_cpus": 0, **({"resources": {resource: 1}} if resource else {})}
-        # spread: each actor pinned to its node (soft: elsewhere if that node is gone). Ray's own "SPREAD" is
-        # best effort per raylet: both actors of a measured run landed on one of the two nodes
-        self._actors = [
-            actor_cls.options(
-                **asks,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(targets[i], soft=True)
-                if placement == "spread" else "DEFAULT",
-            ).remote(self._bridge, slots_per_actor)
-            for i in range(workers)
-        ]  # fmt: skip
+        self._actor_cls = ray.remote(_SandboxActor)
+        self._asks = {"max_concurrency": slots_per_actor, "num_cpus": 0}
+        if resource:
+            self._asks["resources"] = {resource: 1}
+        self._slots, self._targets, self._placement = slots_per_actor, targets, placement
+        self._actors = [self._start_actor(i) for i in range(workers)]
         try:
-            self.nodes: list[str] = self._placed(placement, resource)  # each actor's node id, by actor
+            self.nodes: list[str] = self._placed(resource)  # each actor's node id, by actor
         except BaseException:
             for handle in (*self._actors, self._bridge):
                 ray.kill(handle)
@@ -226,16 +224,53 @@ class RaySandboxPool:
         self._poller = threading.Thread(target=self._poll, name="ray-bridge-poller", daemon=True)
         self._poller.start()
 
-    def _placed(self, placement: str, resource: str | None) -> list[str]:
-        """Each actor's Ray node id, once every actor has started (a clear error instead of a silent hang)."""
-        try:
-            return self._ray.get([a.node.remote() for a in self._actors], timeout=ACTOR_START_TIMEOUT_S)
-        except self._ray.exceptions.GetTimeoutError:
-            asks = f"0 CPU and 1 {resource!r}" if resource is not None else "0 CPU"
-            raise RayPoolError(
-                f"{len(self._actors)} sandbox actors (each asking {asks}, rollout.ray_placement={placement}) did "
-                f"not all start within {ACTOR_START_TIMEOUT_S:.0f} s; check `ray status` for dead or missing nodes"
-            ) from None
+    def _start_actor(self, i: int) -> Any:
+        """Actor ``i``; spread pins it hard to its node: a soft pin falls back to the driver's node whenever
+        the driver's raylet does not see the target's resources yet (all executions of a measured run landed
+        there), and Ray's own "SPREAD" is best effort per raylet too."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        spread = self._placement == "spread"
+        strategy = NodeAffinitySchedulingStrategy(self._targets[i], soft=False) if spread else "DEFAULT"
+        actor = self._actor_cls.options(**self._asks, scheduling_strategy=strategy)
+        return actor.remote(self._bridge, self._slots)
+
+    def _placed(self, resource: str | None) -> list[str]:
+        """Each actor's Ray node id, once every actor has started: a clear error instead of a silent hang, or
+        of Ray's actor error when a pinned node left the cluster. A hard pin to a node the cluster lists alive
+        but the scheduling raylet does not know yet is refused at once; such an actor is started again for up
+        to ``NODE_VIEW_GRACE_S``."""
+        asks = f"0 CPU and 1 {resource!r}" if resource is not None else "0 CPU"
+        unschedulable = (self._ray.exceptions.RayActorError, self._ray.exceptions.ActorUnschedulableError)
+        start = time.monotonic()
+        nodes: list[str] = []
+        for i in range(len(self._actors)):
+            while True:
+                left = ACTOR_START_TIMEOUT_S - (time.monotonic() - start)
+                try:
+                    nodes.append(self._ray.get(self._actors[i].node.remote(), timeout=max(left, 0.0)))
+                    break
+                except self._ray.exceptions.GetTimeoutError:
+                    raise RayPoolError(
+                        f"{len(self._actors)} sandbox actors (each asking {asks}, rollout.ray_placement="
+                        f"{self._placement}) did not all start within {ACTOR_START_TIMEOUT_S:.0f} s; "
+                        "check `ray status` for dead or missing nodes"
+                    ) from None
+                except unschedulable as e:
+                    target = self._targets[i] if self._placement == "spread" else None
+                    alive = {n["NodeID"] for n in self._ray.nodes() if n.get("Alive")}
+                    if target in alive and time.monotonic() - start < NODE_VIEW_GRACE_S:
+                        time.sleep(1.0)
+                        self._ray.kill(self._actors[i])
+                        self._actors[i] = self._start_actor(i)
+                        continue
+                    pinned = f" pinned to node {target}" if target else ""
+                    raise RayPoolError(
+                        f"sandbox actor {i} (asking {asks}{pinned}) could not start: {type(e).__name__}; "
+                        "did a node leave the cluster while the pool started? check `ray status` and start "
+                        "the run again"
+                    ) from e
+        return nodes
 
     def run(
         self,
@@ -312,9 +347,10 @@ class RaySandboxPool:
 
 
 def spread_nodes(nodes: list[Mapping[str, Any]], workers: int, resource: str | None = None) -> list[str]:
-    """The node id of each of ``workers`` actors: round-robin over the alive ``nodes`` (``ray.nodes()`` rows, in
-    their order), or, with ``resource``, over the nodes that advertise it, each taking at most its amount of it.
-    Raises :class:`RayPoolError` when the cluster cannot take them all (they would wait forever)."""
+    """The node id of each of ``workers`` actors: round-robin over the alive ``nodes`` (``ray.nodes()`` rows,
+    in their order), or, with ``resource``, over the nodes that advertise it, each taking at most its amount of
+    it (a node whose amount is used up is passed over). Raises :class:`RayPoolError` when the cluster cannot
+    take them all (hard-pinned actors would wait forever)."""
     alive = [n for n in nodes if n.get("Alive", n.get("alive", False))]
     if resource is None:
         capacity = {n["NodeID"]: workers for n in alive}
