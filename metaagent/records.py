@@ -288,6 +288,7 @@ class Execution(_Record):
     preferences: list[PreferencePair] = field(default_factory=list)
     # the executed workflow graph (UnityMAS-O Eq. 5-6): {"nodes": [...], "edges": [...]}, see turn_graph
     graph: dict[str, Any] | None = None
+    node: str | None = None  # the Ray node id that ran it (rollout.ray_address); None: this machine's sandbox pool
     _nested: ClassVar[dict[str, type]] = {
         "turns": AgentTurn,
         "tool_calls": ToolCall,

@@ -17,6 +17,8 @@ from .budget import BudgetConfig
 from .prompts import DomainHint
 
 TEMPLATE_SELECTIONS = ("domain", "uniform")
+#: ``rollout.ray_placement``: how the Ray sandbox actors are placed on the cluster's nodes
+RAY_PLACEMENTS = ("spread", "default")
 #: ``sandbox_workers`` of a RolloutConfig that no TrainConfig resolved (the policy's default max_batch_size)
 DEFAULT_DECODE_ROWS = 32
 
@@ -93,7 +95,15 @@ class RolloutConfig(Checked):
             config.yaml records the number; :meth:`workers` resolves a RolloutConfig used on its own).
         max_inflight: executions in flight at once (threads waiting on agent calls); more than
             ``sandbox_workers`` only queue for a worker.
-        ray_address: run sandbox workers as Ray actors at this address ("local" starts a local Ray).
+        ray_address: run sandbox workers as Ray actors at this address ("local" starts a local Ray); then
+            ``sandbox_workers`` is the number of actors, each running 4 executions at once (a sandbox pool on
+            its node), and every execution record names its node (``Execution.node``).
+        ray_placement: "spread" (each actor pinned, round-robin, to one of the cluster's alive nodes when the
+            pool starts) or "default" (Ray's default policy, which keeps zero-CPU actors mostly on the
+            driver's node).
+        ray_resource: a custom resource each sandbox actor asks one unit of: only nodes started with
+            ``ray start --resources='{"<name>": k}'`` host actors, k at most on each (e.g. to keep them off
+            the GPU nodes). The cluster must advertise at least ``sandbox_workers`` units.
         branching: tree sampling inside executions (AT-GRPO, seed 003); ``k = 1`` is off.
         adaptive_budget: executions in waves; agreeing designs stop, their budget goes to disagreeing ones.
             The batch's M x N budget is kept (``metaagent.rollout.adaptive``); off by default.
@@ -123,6 +133,10 @@ class RolloutConfig(Checked):
     sandbox_workers: PositiveInt | Literal["auto"] = "auto"
     max_inflight: PositiveInt = 64
     ray_address: str | None = None
+    # Ray sandbox actors: pinned round-robin to the alive nodes (spread) or Ray's default placement; with
+    # ray_resource only the nodes that advertise that custom resource host them (one unit per actor)
+    ray_placement: Literal[RAY_PLACEMENTS] = "spread"
+    ray_resource: str | None = None
     branching: BranchingConfig = field(default_factory=BranchingConfig)
     adaptive_budget: AdaptiveBudgetConfig = field(default_factory=AdaptiveBudgetConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
@@ -145,6 +159,11 @@ class RolloutConfig(Checked):
             raise ConfigError(
                 f"rollout.adaptive_budget.max_n = {ab.max_n} is below rollout.n_executions = {self.n_executions}: "
                 "freed executions could go nowhere; set max_n >= n_executions"
+            )
+        if self.ray_resource is not None and not self.ray_address:
+            raise ConfigError(
+                f"rollout.ray_resource={self.ray_resource!r} places Ray sandbox actors, but rollout.ray_address is "
+                "not set; set rollout.ray_address (a cluster address, or local) or drop rollout.ray_resource"
             )
         if self.branching.active and self.ray_address:
             raise ConfigError("rollout.branching.k > 1 runs host-side turn rewards; it does not run on Ray actors yet")

@@ -689,8 +689,10 @@ def make_pool(config: RolloutConfig, reward_config: Any = None):
     if config.ray_address:
         from metaagent.rollout.ray_pool import RaySandboxPool
 
-        workers = config.workers()
-        return RaySandboxPool(address=config.ray_address, workers=workers, reward_config=reward_config)
+        return RaySandboxPool(
+            address=config.ray_address, workers=config.workers(), reward_config=reward_config,
+            placement=config.ray_placement, resource=config.ray_resource,
+        )  # fmt: skip
     from metaagent.workflow import SandboxPool
 
     return SandboxPool(workers=config.workers())

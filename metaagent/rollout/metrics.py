@@ -23,7 +23,7 @@ def rollout_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
     ``rollout/pattern_entropy`` (nats) and ``rollout/top_pattern_share`` are over the patterns
     (``workflow.analysis``) of the designer's valid sampled designs: the entropy falls toward 0 and the top share
     toward 1 as the designer collapses onto one team for every task, the designer's counterpart of an actor's
-    token entropy."""
+    token entropy. ``rollout/nodes`` and ``rollout/node_share_max``: :func:`node_metrics`."""
     m: dict[str, float] = {}
     designs = [d for t in trees for d in t.designs]
     executions = [(t, e) for t in trees for _, e in t.executions()]
@@ -71,7 +71,18 @@ def rollout_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
     m.update(shortcut_metrics(e.reward for _, e in executions))
     m.update(control_metrics(trees))
     m.update(budget_metrics(trees))
+    m.update(node_metrics(trees))
     return m
+
+
+def node_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
+    """Where the executions ran (``rollout.ray_address``): ``rollout/nodes``, the Ray nodes that ran at least one,
+    and ``rollout/node_share_max``, the busiest node's share of the executions (``1 / nodes`` when spread evenly,
+    1 when one node ran them all); {} when no execution names a node (this machine's sandbox pool)."""
+    counts = Counter(e.node for t in trees for _, e in t.executions() if e.node is not None)
+    if not counts:
+        return {}
+    return {"rollout/nodes": float(len(counts)), "rollout/node_share_max": max(counts.values()) / counts.total()}
 
 
 def control_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:

@@ -10,20 +10,40 @@
 The model stays in the driver (the local trainer updates it in place); only chat requests and
 completions cross the network. With a vLLM server behind an OpenAI-compatible endpoint the same relay
 applies, or actors may be given the endpoint directly.
+
+Placement (``rollout.ray_placement``, ``rollout.ray_resource``): the sandbox actors ask for no CPU and are
+pinned (hard node affinity) round-robin to the cluster's alive nodes that can host them when the pool starts
+(:func:`spread_nodes`), or placed by Ray's default policy; with a resource name each actor also asks for one
+unit of it, so only nodes started with ``--resources='{"<name>": k}'`` host sandbox actors, k at most on each.
+The bridge stays on the driver's node. Every execution record names the Ray node that ran it
+(``Execution.node``), and the pool's ``nodes`` lists each actor's node.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from metaagent.data.tasks import Task
+from metaagent.errors import MetaAgentError
 from metaagent.policy.base import ChatRequest, Completion, Policy, PolicyError, SamplingParams
 from metaagent.records import Execution
+
+from metaagent.rollout.config import RAY_PLACEMENTS
+
+#: seconds the pool waits for its actors to be placed and started before it names what could not be placed
+ACTOR_START_TIMEOUT_S = 600.0
+#: seconds an actor pinned to a node the cluster lists alive is started again while the scheduler refuses it
+NODE_VIEW_GRACE_S = 30.0
+
+
+class RayPoolError(MetaAgentError, RuntimeError):
+    """The Ray sandbox pool cannot place its actors on this cluster."""
 
 
 class _PolicyBridge:
@@ -84,10 +104,17 @@ class _SandboxActor:
     """One node-local SandboxPool; runs the script, its tools and (optionally) its reward on that node."""
 
     def __init__(self, bridge: Any, slots: int) -> None:
+        import ray
+
         from metaagent.workflow import SandboxPool
 
         self._bridge = bridge
         self._pool = SandboxPool(workers=slots)
+        self._node = ray.get_runtime_context().get_node_id()
+
+    def node(self) -> str:
+        """The Ray node id of this actor."""
+        return self._node
 
     def run(
         self,
@@ -116,6 +143,7 @@ class _SandboxActor:
             from metaagent.rewards import RewardConfig, score_execution
 
             execution.reward = score_execution(t, execution, RewardConfig(**reward_config))
+        execution.node = self._node
         return execution.to_dict()
 
     def close(self) -> None:
@@ -131,6 +159,10 @@ class RaySandboxPool:
         slots_per_actor: concurrent executions per actor (each is one sandbox worker process there).
         reward_config: when given, executions are scored on the actors (code tests run there).
         relay_threads: driver threads serving agent calls (each blocks on ``policy.generate``).
+        placement: "spread" (the actors pinned round-robin to the cluster's alive nodes: :func:`spread_nodes`)
+            or "default" (Ray's default policy: zero-CPU actors mostly stay on the driver's node).
+        resource: a custom resource name; each actor asks for one unit of it, so only the nodes that advertise
+            it host actors (``ray start --resources='{"<name>": k}'``: k actors at most there).
     """
 
     def __init__(
@@ -141,7 +173,11 @@ class RaySandboxPool:
         slots_per_actor: int = 4,
         reward_config: Any = None,
         relay_threads: int = 64,
+        placement: str = "spread",
+        resource: str | None = None,
     ) -> None:
+        if placement not in RAY_PLACEMENTS:
+            raise RayPoolError(f"rollout.ray_placement must be one of {RAY_PLACEMENTS}, got {placement!r}")
         try:
             import ray
         except ImportError as e:  # pragma: no cover - ray is a dependency
@@ -156,10 +192,30 @@ class RaySandboxPool:
             )
         self._ray = ray
         self._reward = None if reward_config is None else _as_dict(reward_config)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        targets = spread_nodes(ray.nodes(), workers, resource) if placement == "spread" or resource else []
+
         concurrency = max(1, workers) * slots_per_actor + 8
-        self._bridge = ray.remote(_PolicyBridge).options(max_concurrency=concurrency + 8).remote()
-        actor_cls = ray.remote(_SandboxActor).options(max_concurrency=slots_per_actor, num_cpus=0)
-        self._actors = [actor_cls.remote(self._bridge, slots_per_actor) for _ in range(workers)]
+        # the bridge relays every agent call to this process: on the driver's node (soft: anywhere if it cannot)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        self._bridge = (
+            ray.remote(_PolicyBridge)
+            .options(max_concurrency=concurrency + 8, num_cpus=0, scheduling_strategy=here)
+            .remote()
+        )
+        self._actor_cls = ray.remote(_SandboxActor)
+        self._asks = {"max_concurrency": slots_per_actor, "num_cpus": 0}
+        if resource:
+            self._asks["resources"] = {resource: 1}
+        self._slots, self._targets, self._placement = slots_per_actor, targets, placement
+        self._actors = [self._start_actor(i) for i in range(workers)]
+        try:
+            self.nodes: list[str] = self._placed(resource)  # each actor's node id, by actor
+        except BaseException:
+            for handle in (*self._actors, self._bridge):
+                ray.kill(handle)
+            raise
         self._next = 0
         self._policies: dict[str, Policy] = {}
         self._lock = threading.Lock()
@@ -167,6 +223,54 @@ class RaySandboxPool:
         self._relay = ThreadPoolExecutor(max_workers=relay_threads, thread_name_prefix="ray-relay")
         self._poller = threading.Thread(target=self._poll, name="ray-bridge-poller", daemon=True)
         self._poller.start()
+
+    def _start_actor(self, i: int) -> Any:
+        """Actor ``i``; spread pins it hard to its node: a soft pin falls back to the driver's node whenever
+        the driver's raylet does not see the target's resources yet (all executions of a measured run landed
+        there), and Ray's own "SPREAD" is best effort per raylet too."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        spread = self._placement == "spread"
+        strategy = NodeAffinitySchedulingStrategy(self._targets[i], soft=False) if spread else "DEFAULT"
+        actor = self._actor_cls.options(**self._asks, scheduling_strategy=strategy)
+        return actor.remote(self._bridge, self._slots)
+
+    def _placed(self, resource: str | None) -> list[str]:
+        """Each actor's Ray node id, once every actor has started: a clear error instead of a silent hang, or
+        of Ray's actor error when a pinned node left the cluster. A hard pin to a node the cluster lists alive
+        but the scheduling raylet does not know yet is refused at once; such an actor is started again for up
+        to ``NODE_VIEW_GRACE_S``."""
+        asks = f"0 CPU and 1 {resource!r}" if resource is not None else "0 CPU"
+        unschedulable = (self._ray.exceptions.RayActorError, self._ray.exceptions.ActorUnschedulableError)
+        start = time.monotonic()
+        nodes: list[str] = []
+        for i in range(len(self._actors)):
+            while True:
+                left = ACTOR_START_TIMEOUT_S - (time.monotonic() - start)
+                try:
+                    nodes.append(self._ray.get(self._actors[i].node.remote(), timeout=max(left, 0.0)))
+                    break
+                except self._ray.exceptions.GetTimeoutError:
+                    raise RayPoolError(
+                        f"{len(self._actors)} sandbox actors (each asking {asks}, rollout.ray_placement="
+                        f"{self._placement}) did not all start within {ACTOR_START_TIMEOUT_S:.0f} s; "
+                        "check `ray status` for dead or missing nodes"
+                    ) from None
+                except unschedulable as e:
+                    target = self._targets[i] if self._placement == "spread" else None
+                    alive = {n["NodeID"] for n in self._ray.nodes() if n.get("Alive")}
+                    if target in alive and time.monotonic() - start < NODE_VIEW_GRACE_S:
+                        time.sleep(1.0)
+                        self._ray.kill(self._actors[i])
+                        self._actors[i] = self._start_actor(i)
+                        continue
+                    pinned = f" pinned to node {target}" if target else ""
+                    raise RayPoolError(
+                        f"sandbox actor {i} (asking {asks}{pinned}) could not start: {type(e).__name__}; "
+                        "did a node leave the cluster while the pool started? check `ray status` and start "
+                        "the run again"
+                    ) from e
+        return nodes
 
     def run(
         self,
@@ -240,6 +344,35 @@ class RaySandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def spread_nodes(nodes: list[Mapping[str, Any]], workers: int, resource: str | None = None) -> list[str]:
+    """The node id of each of ``workers`` actors: round-robin over the alive ``nodes`` (``ray.nodes()`` rows,
+    in their order), or, with ``resource``, over the nodes that advertise it, each taking at most its amount of
+    it (a node whose amount is used up is passed over). Raises :class:`RayPoolError` when the cluster cannot
+    take them all (hard-pinned actors would wait forever)."""
+    alive = [n for n in nodes if n.get("Alive", n.get("alive", False))]
+    if resource is None:
+        capacity = {n["NodeID"]: workers for n in alive}
+    else:
+        capacity = {n["NodeID"]: int(n.get("Resources", {}).get(resource, 0)) for n in alive}
+    if not alive:
+        raise RayPoolError("the Ray cluster lists no alive node to place sandbox actors on; check `ray status`")
+    if sum(capacity.values()) < workers:
+        have = sum(capacity.values())
+        raise RayPoolError(
+            f"rollout.ray_resource={resource!r}: the cluster's alive nodes advertise {have} of it, but "
+            f"rollout.sandbox_workers={workers} actors ask for one unit each; start the sandbox nodes with "
+            f"ray start --resources='{{\"{resource}\": <actors there>}}', or lower rollout.sandbox_workers"
+        )
+    placed: list[str] = []
+    used = dict.fromkeys(capacity, 0)
+    while len(placed) < workers:
+        for node, cap in capacity.items():
+            if len(placed) < workers and used[node] < cap:
+                placed.append(node)
+                used[node] += 1
+    return placed
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:

@@ -180,6 +180,7 @@ def resolve_plan(cfg: TrainConfig, verl: VerlConfig | None = None) -> Plan:
     """Validate ``cfg`` for the verl backend and resolve what runs where. Raises ``ConfigError`` naming the fix."""
     verl = verl or VerlConfig.from_train_config(cfg)
     _check_supported(cfg)
+    _check_one_cluster(cfg, verl)
     paths, route, designer_key, executor_keys = model_plan(cfg.policy)
     keys = list(paths)
     resources = _resources(cfg, verl, keys)
@@ -243,6 +244,20 @@ def _check_supported(cfg: TrainConfig) -> None:
             f"local backend computes with; verl computes its own ({', '.join(POLICY_LOSSES)}): use --backend local"
         )
     _check_token_stage(cfg)
+
+
+def _check_one_cluster(cfg: TrainConfig, verl: VerlConfig) -> None:
+    """The trainer process joins one Ray cluster: verl's worker groups start it (``verl.ray_address``), and the Ray
+    sandbox pool (``rollout.ray_address``) takes the one already joined, so the two must name the same cluster."""
+    rollout = cfg.rollout.ray_address
+    if rollout is None:
+        return
+    if (None if rollout == "local" else rollout) != verl.ray_address:
+        raise ConfigError(
+            f"rollout.ray_address={rollout} but verl.ray_address={verl.ray_address}: one trainer process joins one "
+            "Ray cluster (verl's, joined first), so the sandbox actors would run on it; set both to the same "
+            "address (verl.ray_address: null with rollout.ray_address: local for a local Ray)"
+        )
 
 
 def _check_placement(cfg: TrainConfig, verl: VerlConfig, resources: dict[str, ModelResources]) -> int:
