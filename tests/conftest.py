@@ -11,6 +11,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# A local ray.init() writes ~/.ray/auth_token when token auth is on, and a later `ray start --address` join on
+# the same machine is then refused (InvalidAuthToken): the tests' own Ray runs leave no token behind (the
+# two-node cluster test pins its own token per process).
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # pytest runs models in the main thread, where spinning OpenMP workers starve the sandbox and code-test
 # processes on small machines (measured: tiny-model generation 4.7-12.6 s spinning vs 1.0 s passive).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
