@@ -219,6 +219,11 @@ UPDATE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     # faster) but the peer step's peak RSS rises 2,195 -> ~2,710 MiB (0.72x -> 0.88x TRL's 3,060,
     # benchmarks/results/peer_trl_avx512_bf16.txt): selective, the lower peak, as the memory goal asks
     ("avx512_bf16", "bfloat16"): {"micro_batch_tokens": 768, "recompute": "selective"},
+    # 2-core AMD EPYC with AVX2 only, fp32 (16 samples): 4096/selective takes 1.24x less update CPU than
+    # 768/selective but doubles the update's peak (2,776 -> 5,602 MiB); off 1.14x less at +12%; full 0.86x.
+    # The peer step's peak is already 0.72x TRL's (benchmarks/results/peer_trl_avx2.txt), above the 0.6x goal:
+    # 768/selective, the lowest peak but one (full: -2%, 1.16x more CPU) (benchmarks/results/update_modes_avx2.txt)
+    ("AVX2", "float32"): {"micro_batch_tokens": 768, "recompute": "selective"},
 }
 #: where nothing was measured, per device type: on CPU make demo's budget and mode before issue #63, elsewhere
 #: OptimizerConfig's own defaults

@@ -60,6 +60,7 @@ def test_the_table_picks_forms_per_kind_and_dtype():
     assert packed.decode_form("avx512_bf16", "float32", "lm_head") == "w_ht"
     assert packed.decode_form("avx512_bf16", "float32", "other") == "linear"
     assert packed.decode_form("AVX2", "float32", "lm_head") == "w_ht"
+    assert packed.decode_form("AVX2", "float32", "other") == "w_ht"  # measured faster at 32 rows there
     assert packed.decode_form("other", "float32", "lm_head") == "linear"  # nothing measured: torch's linear
     assert packed.decode_form("other", "float16", "other") == "linear"
     want = "packed" if packed.supported() else "linear"
@@ -71,12 +72,19 @@ def test_the_table_picks_forms_per_kind_and_dtype():
 
 def test_install_gives_the_fp32_lm_head_its_form_on_a_kind_that_measured_it():
     model, _ = load_model_and_tokenizer("tiny")
-    assert packed.install(model, kind="AVX2") == 1
+    assert packed.install(model, kind="avx512_bf16") == 1
     head = model.get_output_embeddings()
     assert vars(head)[packed.FORM] == "w_ht" and "forward" in vars(head)
     others = [m for m in model.modules() if type(m) is torch.nn.Linear and m is not head]
     assert others and not any("forward" in vars(m) for m in others)
     assert packed.install(model, kind="other") == 0  # nothing measured there: nothing new installed
+
+
+def test_install_gives_every_fp32_linear_the_w_ht_form_on_avx2():
+    model, _ = load_model_and_tokenizer("tiny")
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    assert packed.install(model, kind="AVX2") == len(linears) > 1
+    assert all(vars(m)[packed.FORM] == "w_ht" for m in linears)
 
 
 def _requests() -> list[ChatRequest]:
