@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
+import importlib.util
 import json
 import logging
 import os
+import site
 import subprocess
 import sys
 import sysconfig
@@ -222,9 +225,6 @@ def _beneath(path: str, root: str) -> bool:
 
 def _site_dirs() -> set[str]:
     """Every site-packages / dist-packages directory of this interpreter and of the library trees."""
-    import glob
-    import site
-
     found = set(site.getsitepackages()) | {site.getusersitepackages()}
     found |= {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     found |= {p for p in sys.path if os.path.basename(p.rstrip(os.sep)) in SITE_DIR_NAMES}
@@ -317,8 +317,6 @@ def link_paths() -> tuple[str, ...]:
 def package_paths(packages: tuple[str, ...]) -> list[str]:
     """The files of the top-level import names ``packages`` (their directory or module file, and a
     ``<name>.libs`` directory of bundled shared libraries next to it); IsolationError for an unknown name."""
-    import importlib.util
-
     out = []
     for name in packages:
         try:

@@ -14,6 +14,7 @@ applies, or actors may be given the endpoint directly.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import uuid
@@ -24,6 +25,9 @@ from typing import Any
 from metaagent.data.tasks import Task
 from metaagent.policy.base import ChatRequest, Completion, Policy, PolicyError, SamplingParams
 from metaagent.records import Execution
+from metaagent.rewards import RewardConfig, score_execution
+from metaagent.workflow import SandboxPool
+from metaagent.workflow.tools import default_tools
 
 
 class _PolicyBridge:
@@ -84,8 +88,6 @@ class _SandboxActor:
     """One node-local SandboxPool; runs the script, its tools and (optionally) its reward on that node."""
 
     def __init__(self, bridge: Any, slots: int) -> None:
-        from metaagent.workflow import SandboxPool
-
         self._bridge = bridge
         self._pool = SandboxPool(workers=slots)
 
@@ -100,8 +102,6 @@ class _SandboxActor:
         seed: int | None,
         reward_config: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        from metaagent.workflow.tools import default_tools
-
         t = Task.coerce(task)
         execution = self._pool.run(
             source,
@@ -113,8 +113,6 @@ class _SandboxActor:
             seed=seed,
         )
         if reward_config is not None:
-            from metaagent.rewards import RewardConfig, score_execution
-
             execution.reward = score_execution(t, execution, RewardConfig(**reward_config))
         return execution.to_dict()
 
@@ -243,8 +241,6 @@ class RaySandboxPool:
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
-    import dataclasses
-
     if dataclasses.is_dataclass(obj):
         return dataclasses.asdict(obj)
     return dict(obj)
