@@ -246,6 +246,8 @@ DEFERRED: dict[tuple[str, str], str] = {
         "a real cycle: cold_start builds on models' names at its module level; models loads a cold start on request",
     ("metaagent.credit.control", "metaagent.rewards.selection"):
         "the rewards package (code runner, sandbox tools) would double the cost of importing credit (~300 ms more)",
+    ("metaagent.cli.flags", "json"):
+        "import metaagent.cli.train (what --help needs) loads no json: only a command's run renders flag values",
     ("metaagent.config", "metaagent.resources"):
         "importlib.resources (and its zip, bz2, lzma readers) loads when a config is read, not with every command",
     ("metaagent.workflow.api", "metaagent.workflow.tools"):

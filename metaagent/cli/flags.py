@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import difflib
 import inspect
-import json
 import re
 import sys
 import types
@@ -266,6 +265,8 @@ def _yaml_value(text: str) -> Any:
 
 def config_overrides(args: argparse.Namespace) -> list[str]:
     """``section.field=value`` for every generated flag the user set (values as YAML, like overrides)."""
+    import json
+
     out = []
     for dest, value in vars(args).items():
         if not dest.startswith(DEST_PREFIX) or value is None:
