@@ -37,8 +37,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import metaagent  # noqa: E402,F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
+import metaagent  # noqa: F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
 
 ARMS = ("fixed", "adaptive")
 

@@ -33,9 +33,6 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from metaagent.data import code_references, load_bundled
 from metaagent.execution import isolation
@@ -110,14 +107,14 @@ def humaneval(programs, layer: str = "auto") -> None:
         raise SystemExit(f"failing canonical solutions: {failed[:3]}")
 
 
-#: the other checkout's runner, in its own process: reads (program, tests) lines, answers [ms, passed]
+#: the other checkout's runner, in its own process (``PYTHONPATH`` that checkout): reads (program, tests) lines,
+#: answers [ms, passed]
 _BASELINE_SERVER = """
 import json, sys, time
-sys.path.insert(0, sys.argv[1])
 import metaagent
 from metaagent.execution import isolation
 from metaagent.execution.code import run_code_tests
-isolation.configure(sys.argv[2], quiet=True)
+isolation.configure(sys.argv[1], quiet=True)
 print(json.dumps(metaagent.__file__), flush=True)
 for line in sys.stdin:
     program, tests = json.loads(line)
@@ -132,8 +129,8 @@ def baseline_cost(
 ) -> None:
     """Median ms per program here and in the checkout ``tree``, interleaved program by program, both under
     the layer ``mode``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", isolation.ENV_VAR)}
-    server = subprocess.Popen([sys.executable, "-c", _BASELINE_SERVER, tree, mode], stdin=subprocess.PIPE,
+    env = {**{k: v for k, v in os.environ.items() if k != isolation.ENV_VAR}, "PYTHONPATH": tree}
+    server = subprocess.Popen([sys.executable, "-c", _BASELINE_SERVER, mode], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True, env=env, cwd=tree)  # fmt: skip
     where = json.loads(server.stdout.readline())
     if not where.startswith(os.path.realpath(tree)):

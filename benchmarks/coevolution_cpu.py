@@ -60,7 +60,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 MODES = ("stagewise", "coupled", "designer_only", "executor_only")
 START = "start"  # the held-out row of the model every mode starts from

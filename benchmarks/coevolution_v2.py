@@ -59,9 +59,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import coevolution_cpu as v1  # noqa: E402  (benchmarks/ is not a package: the scripts import each other by path)
-import structure_matrix  # noqa: E402
+from metaagent.lazy import import_file
+
+# benchmarks/ is not a package: the scripts load each other from their files
+v1 = import_file(Path(__file__).with_name("coevolution_cpu.py"), "coevolution_cpu")
+structure_matrix = import_file(Path(__file__).with_name("structure_matrix.py"), "structure_matrix")
 
 ROOT = v1.ROOT
 DEFAULT_MODES = (v1.FROZEN, "designer_only", "stagewise", "coupled")

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from statistics import median
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import metaagent  # noqa: E402,F401  (before torch: passive OpenMP waiting)
+import metaagent  # noqa: F401  (before torch: passive OpenMP waiting)
 
 #: (layer kind, in, out, how many per model): SmolLM2-135M's 30 layers and its LM head
 SHAPES = (("q_proj/o_proj", 576, 576, 60), ("k_proj/v_proj", 576, 192, 60), ("gate/up", 576, 1536, 60),

@@ -83,11 +83,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _report  # noqa: E402  (benchmarks/ is not a package: the scripts import each other by path)
-import evidence  # noqa: E402
+from metaagent.lazy import import_file
+from metaagent.rollout.budget import BUDGET_TAGS, HIGH, LOW  # the tags' names, in one place
 
-from metaagent.rollout.budget import BUDGET_TAGS, HIGH, LOW  # noqa: E402  (the tags' names, in one place)
+# benchmarks/ is not a package: the scripts load each other from their files
+_report = import_file(Path(__file__).with_name("_report.py"), "_report")
+evidence = import_file(Path(__file__).with_name("evidence.py"), "evidence")
 
 v2 = evidence.v2
 v1 = evidence.v1

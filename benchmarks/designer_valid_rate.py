@@ -23,10 +23,7 @@ import argparse
 import itertools
 import json
 import os
-import sys
 import time
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
 def main() -> None:

@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "train"))
-from test_eval_aligned_run import SCRIPT, TASKS, warm_team  # noqa: E402
+from metaagent.lazy import import_file
+from metaagent.train.config import TrainConfig
+from metaagent.train.loop import TrainLoop
 
-from metaagent.train.config import TrainConfig  # noqa: E402
-from metaagent.train.loop import TrainLoop  # noqa: E402
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+import_file(TESTS / "builders.py", "builders")  # what the test module imports by name
+_run = import_file(TESTS / "train" / "test_eval_aligned_run.py", "test_eval_aligned_run")
+SCRIPT, TASKS, warm_team = _run.SCRIPT, _run.TASKS, _run.warm_team
 
 KEYS = ("success_episodes", "failure_episodes", "coalition_runs", "prefix_runs", "correction_runs", "runs",
         "judge_calls", "prefix_queries", "nbest_samples", "pairs", "no_pair")  # fmt: skip

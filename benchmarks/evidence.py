@@ -42,9 +42,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _report  # noqa: E402  (benchmarks/ is not a package: the scripts import each other by path)
-import coevolution_v2 as v2  # noqa: E402
+from metaagent.lazy import import_file
+
+# benchmarks/ is not a package: the scripts load each other from their files
+_report = import_file(Path(__file__).with_name("_report.py"), "_report")
+v2 = import_file(Path(__file__).with_name("coevolution_v2.py"), "coevolution_v2")
 
 v1 = v2.v1
 ROOT = v1.ROOT

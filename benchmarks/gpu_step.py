@@ -24,14 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import metaagent  # noqa: E402,F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
+import metaagent  # noqa: F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
 
 
 def synchronize(device: str) -> None:

@@ -21,7 +21,6 @@ kinds where `sa` led every team the probe measured. Results and their reading:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -33,21 +32,15 @@ from pathlib import Path
 from statistics import fmean
 
 from metaagent.eval.metrics import paired_bootstrap_ci
+from metaagent.lazy import import_file
 from metaagent.records import RECORD_SUFFIX, iter_trees
 from metaagent.rewards.math import extract_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _suite_families():
-    """scripts/suite_families.py (the suite's generators and their word lists), loaded from its file."""
-    spec = importlib.util.spec_from_file_location("suite_families", ROOT / "scripts" / "suite_families.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_families = _suite_families()
+#: scripts/suite_families.py (the suite's generators and their word lists), loaded from its file
+_families = import_file(ROOT / "scripts" / "suite_families.py", "suite_families")
 ANIMALS, GOODS, NAMES, START_QUESTION = _families.ANIMALS, _families.GOODS, _families.NAMES, _families.START_QUESTION
 
 MODEL = "embedded-sft-suite"

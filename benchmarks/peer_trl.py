@@ -49,7 +49,6 @@ import time
 from statistics import median
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, ROOT)
 
 #: the shared settings of the work (module docstring)
 G, MAX_NEW, TASKS, LR = 8, 128, 4, 5e-6

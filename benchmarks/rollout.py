@@ -28,11 +28,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import metaagent  # noqa: F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
 
 DESIGNS = ("single_math", "reflection", "ensemble_judge", "solver_verifier")

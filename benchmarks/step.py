@@ -47,9 +47,7 @@ import time
 from statistics import median
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-# a variant's subprocess imports metaagent from the tree it measures (the baseline's export for "today")
-sys.path.insert(0, os.environ.get("METAAGENT_BENCH_TREE") or ROOT)
-import metaagent  # noqa: E402,F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
+import metaagent  # noqa: F401  (before torch: passive OpenMP waiting, see metaagent/__init__.py)
 
 #: the commit before #41 (bf16, continuous default, decode store): "today's path"
 BASELINE = "0117cc2"
@@ -399,8 +397,8 @@ def _spawn(args, variant: str, runner: str, tree: str | None) -> tuple[dict, tup
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     env = dict(os.environ)
-    if tree:
-        env["METAAGENT_BENCH_TREE"] = tree
+    if tree:  # the subprocess imports metaagent from the tree it measures (the baseline's export for "today")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH")) if p)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak_rss = peak_tree = 0
     root = psutil.Process(proc.pid)

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 GAIN_POINTS = 20.0  # a template beats sa by this much (avg@k points) with a CI above 0, in >= 2 families
 ORACLE_POINTS = 10.0  # the per-family oracle beats the best single template on the mixture by this much

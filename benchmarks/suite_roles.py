@@ -25,11 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections import Counter
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 #: the coder call each family's fixed team makes: (template, message format)
 CODER_CALLS = {"math": ("tool_pair", "Write a program that computes the answer to this problem:\n{task}"),

@@ -25,8 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from metaagent.lazy import import_file
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "train"))  # the warm-start builders the tests use
+#: the warm-start builders the tests use
+warm_start = import_file(ROOT / "tests" / "train" / "warm_tiny.py", "warm_tiny")
 
 RUNS = {
     "executor": ("rollout/delivery_rate", "rollout/reward/executor"),
@@ -35,9 +38,9 @@ RUNS = {
 
 
 def config(run: str, out: Path, warm: dict[str, str], seed: int, steps: int):
-    from warm_tiny import SCRIPT, TRAIN_SPEC
-
     from metaagent.train.config import TrainConfig
+
+    SCRIPT, TRAIN_SPEC = warm_start.SCRIPT, warm_start.TRAIN_SPEC
 
     common = [
         "policy.weights=separate",
@@ -72,12 +75,11 @@ def config(run: str, out: Path, warm: dict[str, str], seed: int, steps: int):
 
 
 def measure(run: str, seed: int, steps: int, root: Path) -> dict:
-    from warm_tiny import warm_tiny
-
     from metaagent.eval.metrics import slope_ci
     from metaagent.train.loop import TrainLoop
 
     kinds = {"executor": ("designer", "executor"), "designer": ("designer_mixed", "executor_tagged")}[run]
+    warm_tiny = warm_start.warm_tiny
     warm = {"designer": warm_tiny(root / kinds[0], kinds[0]), "executor": warm_tiny(root / kinds[1], kinds[1])}
     t0 = time.perf_counter()
     cfg = config(run, root / f"{run}-{seed}" / "run", warm, seed, steps)

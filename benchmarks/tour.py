@@ -18,7 +18,6 @@ import os
 import re
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,7 +56,6 @@ def main() -> None:
     p.add_argument("--venv", default=str(ROOT / ".venv"))
     p.add_argument("--out", help="write the table here too")
     args = p.parse_args()
-    sys.path.insert(0, str(ROOT))
     from metaagent.policy.precision import cpu_kind
 
     env = {**os.environ, "PATH": f"{Path(args.venv) / 'bin'}{os.pathsep}{os.environ['PATH']}"}

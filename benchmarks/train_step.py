@@ -43,10 +43,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
 
 def _status_kib(field: str) -> int:
     with open("/proc/self/status") as f:

@@ -26,9 +26,7 @@ import sys
 import time
 from statistics import median
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, ROOT)
-import metaagent  # noqa: E402,F401  (before torch: passive OpenMP waiting)
+import metaagent  # noqa: F401  (before torch: passive OpenMP waiting)
 
 
 def worker(args) -> dict:

@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.util
 import os
 import re
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.errors import MetaAgentError
+from metaagent.lazy import import_file
 from metaagent.records import Execution
 from metaagent.registry import Registry
 
@@ -190,15 +189,7 @@ def import_reward_module(module: str) -> Any:
     if not module.endswith(".py"):
         return importlib.import_module(module)
     path = os.path.abspath(module)
-    key = FILE_MODULE_PREFIX + hashlib.sha1(path.encode()).hexdigest()[:12]
-    if key not in sys.modules:
-        if not os.path.isfile(path):
-            raise ImportError(f"no file {path}")
-        spec = importlib.util.spec_from_file_location(key, path)
-        loaded = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(loaded)
-        sys.modules[key] = loaded
-    return sys.modules[key]
+    return import_file(path, FILE_MODULE_PREFIX + hashlib.sha1(path.encode()).hexdigest()[:12])
 
 
 def use_rewards(specs: Mapping[str, str]) -> None:

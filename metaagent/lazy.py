@@ -1,10 +1,16 @@
-"""Lazy package exports (PEP 562): a package names what it exports and from which of its modules, and a
-module is imported only when one of its names is first used, so ``import metaagent.replay`` stays cheap."""
+"""Loading code on demand: lazy package exports (PEP 562), so ``import metaagent.replay`` stays cheap, and
+:func:`import_file`, the one loader of a module from a file path (a script's sibling, a test helper, a user's
+``.py`` reward), so no code edits ``sys.path`` to reach a file."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 
@@ -27,3 +33,30 @@ def lazy_exports(package: str, exports: dict[str, str], namespace: dict[str, Any
         return sorted(set(namespace) | set(exports))
 
     return __getattr__, __dir__
+
+
+def import_file(path: str | os.PathLike[str], name: str) -> ModuleType:
+    """The Python file ``path`` imported as the module ``name``, once: ``sys.modules[name]`` holds it from
+    before its code runs (a dataclass looks its module up while the class is made) and a later call returns
+    it; if the code raises, the entry is removed again. A missing file, or ``name`` already taken by another
+    file's module, is an ``ImportError`` of one line naming both."""
+    file = Path(path).resolve()
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        where = getattr(loaded, "__file__", None)
+        if where and Path(where).resolve() == file:
+            return loaded
+        raise ImportError(f"cannot import {file} as {name!r}: that name is already the module from {where}")
+    if not file.is_file():
+        raise ImportError(f"no file {file} (to import as {name!r})")
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {name!r}: {file} is not a Python source file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module

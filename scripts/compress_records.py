@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import lzma
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from metaagent.records import (  # noqa: E402
+from metaagent.records import (
     RECORD_SUFFIX,
     RolloutTree,
     compress,

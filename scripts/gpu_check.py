@@ -366,7 +366,6 @@ def prepare(target: Path, python_version: str, platforms: list[str]) -> int:
     """``target/model``: the embedded model's tokenizer and config.json (no weights: the check builds random
     weights of that shape); ``target/wheels``: wheels of :data:`PREPARE_WHEELS` at the versions installed here,
     for ``python_version`` on ``platforms``."""
-    sys.path.insert(0, str(ROOT))
     from metaagent.policy.models import resolve_model
 
     model = target / "model"

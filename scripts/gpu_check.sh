@@ -7,9 +7,11 @@
 #   bash scripts/gpu_check.sh --device cpu --tiny              # the dry mode: every stage's logic on CPU
 #   bash scripts/gpu_check.sh --prepare DIR                    # here: DIR/model (no weights) + DIR/wheels
 #
-# The interpreter: $PYTHON, else the checkout's .venv (make install), else python3 (a GPU image's own torch).
+# The interpreter: $PYTHON, else the checkout's .venv (make install), else python3 (a GPU image's own torch);
+# it imports metaagent from this checkout (first on PYTHONPATH), installed or not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ -x .venv/bin/python ]; then PY=.venv/bin/python
 else PY=python3

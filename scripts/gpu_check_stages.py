@@ -34,9 +34,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 RESULT = "GPUCHECK_RESULT"
 #: the folder the setup stage installed --wheels into (set by scripts/gpu_check.py)
 SITE_ENV = "GPUCHECK_SITE"

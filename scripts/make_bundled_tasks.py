@@ -20,16 +20,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from bundled_code_problems import PROBLEMS
-from bundled_math import LEVELS, evaluate, format_answer
-
 from metaagent.data.tasks import Task
 from metaagent.execution.code import run_code_tests
 from metaagent.execution.code_tests import normalize_tests
+from metaagent.lazy import import_file
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEMS = import_file(ROOT / "scripts" / "bundled_code_problems.py", "bundled_code_problems").PROBLEMS
+_math = import_file(ROOT / "scripts" / "bundled_math.py", "bundled_math")
+LEVELS, evaluate, format_answer = _math.LEVELS, _math.evaluate, _math.format_answer
 
 SEED = 20250101
 MATH_PER_LEVEL = 45

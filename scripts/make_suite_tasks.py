@@ -27,16 +27,8 @@ import contextlib
 import gzip
 import io
 import random
-import sys
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from make_bundled_tasks import reference_output, render
-from suite_families import FAMILIES, HELDOUT_FAMILIES
 
 from metaagent.data.suite import (
     HELDOUT,
@@ -49,6 +41,13 @@ from metaagent.data.suite import (
 from metaagent.data.tasks import Task
 from metaagent.execution.code import run_code_tests
 from metaagent.execution.code_tests import normalize_tests
+from metaagent.lazy import import_file
+
+ROOT = Path(__file__).resolve().parents[1]
+_bundled = import_file(ROOT / "scripts" / "make_bundled_tasks.py", "make_bundled_tasks")
+reference_output, render = _bundled.reference_output, _bundled.render
+_families = import_file(ROOT / "scripts" / "suite_families.py", "suite_families")
+FAMILIES, HELDOUT_FAMILIES = _families.FAMILIES, _families.HELDOUT_FAMILIES
 
 SEED = 20261128
 PER_FAMILY = 200

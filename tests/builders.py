@@ -9,7 +9,6 @@ other.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -27,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from metaagent.lazy import import_file
 from metaagent.records import (
     AgentTurn,
     CheckReport,
@@ -554,12 +554,9 @@ ORACLE = {
 
 def benchmark_script(name: str):
     """``benchmarks/<name>.py`` loaded afresh as the module ``name`` (benchmarks/ is not a package: the scripts
-    put their own folder on ``sys.path`` and import each other by name)."""
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up while the classes are made
-    spec.loader.exec_module(module)
-    return module
+    load each other from their files, :func:`metaagent.lazy.import_file`; those they load stay as loaded)."""
+    sys.modules.pop(name, None)
+    return import_file(BENCHMARKS / f"{name}.py", name)
 
 
 def write_oracle(folder: Path) -> Path:

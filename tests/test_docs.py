@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from builders import CHROMIUM_NAMES, chromium, run_chromium
 
+from metaagent.lazy import import_file
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 MKDOCS_MISSING = "mkdocs is not installed: pip install -e '.[docs]' (make test installs it)"
@@ -69,11 +71,7 @@ def test_the_strict_build_makes_every_page_of_the_nav(site):
 
 @needs_mkdocs
 def test_the_configuration_reference_has_every_field_of_every_command(site):
-    sys.path.insert(0, str(DOCS / "hooks"))
-    try:
-        import generated_pages
-    finally:
-        sys.path.remove(str(DOCS / "hooks"))
+    generated_pages = import_file(DOCS / "hooks" / "generated_pages.py", "generated_pages")
     from metaagent.cli.flags import _walk
 
     html = (site / "reference" / "configuration.html").read_text(encoding="utf-8")
@@ -105,11 +103,7 @@ def test_the_benchmark_curves_are_served_from_the_committed_results(site):
 def test_the_layout_rows_are_the_package_docstrings_and_a_package_without_one_fails_the_build(tmp_path):
     from mkdocs.exceptions import PluginError
 
-    sys.path.insert(0, str(DOCS / "hooks"))
-    try:
-        import generated_pages
-    finally:
-        sys.path.remove(str(DOCS / "hooks"))
+    generated_pages = import_file(DOCS / "hooks" / "generated_pages.py", "generated_pages")
     page = generated_pages.layout_markdown((DOCS / "layout.md").read_text(encoding="utf-8"))
     assert generated_pages.DOC_MARK not in page
     for init in sorted((ROOT / "metaagent").glob("*/__init__.py")):  # every room's row carries its docstring

@@ -5,7 +5,9 @@ A checkout has to travel to machines without network (a GPU machine takes a work
 rollout records are committed compressed and without log-probs, ``scripts/compress_records.py``), the whole
 tracked tree under 34 MiB; and no absolute path of one machine (``/work/...``, ``/home/<user>/...``, an
 interpreter such as ``/tmp/x/.venv/bin/python``) in any tracked text file: the commands and scripts must run
-from any checkout.
+from any checkout. No script or test edits ``sys.path``: ``metaagent`` comes from the checkout's environment
+(the install, or ``PYTHONPATH`` the checkout), and a sibling script or a test helper is loaded from its file
+(``metaagent.lazy.import_file``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ INTERPRETER_PATH = re.compile(
 )
 #: data files that quote paths as recorded (fixtures of old record formats), and this file's own examples
 PATH_EXEMPT = ("tests/fixtures/", "tests/test_repository.py")
+#: an edit of the import path: ``sys.path.insert(...)`` (append, extend, remove, pop, clear), ``sys.path[i] = ``,
+#: ``sys.path += ``, ``sys.path = ``, ``del sys.path[i]``
+SYS_PATH_EDIT = re.compile(
+    r"\bsys\.path\s*(?:\.\s*(?:insert|append|extend|remove|pop|clear)\s*\(|\[[^\]]*\]\s*=(?!=)|\+=|=(?!=))"
+    r"|\bdel\s+sys\.path\b"
+)
+#: the folders whose Python and shell files may not edit sys.path (the package's own sandbox children do, to
+#: reach their helper modules without site or PYTHONPATH: metaagent.execution.isolation.CHILD_IMPORT)
+NO_PATH_EDITS = ("scripts", "benchmarks", "examples", "tests")
 
 
 def tracked() -> list[Path]:
@@ -126,3 +137,35 @@ def test_the_scripts_readme_has_a_row_per_script():
     scripts = sorted(p.name for p in (ROOT / "scripts").glob("*") if p.suffix in (".py", ".sh"))
     missing = [name for name in scripts if name not in named]
     assert scripts and not missing, f"scripts/README.md has no row for {missing}: add one (what it is for)"
+
+
+def sys_path_edits(text: str) -> list[int]:
+    """The line numbers of ``text`` that edit ``sys.path``."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if SYS_PATH_EDIT.search(line)]
+
+
+def test_the_sys_path_check_finds_edits_and_only_those():
+    for edit in ("sys.path.insert(0, str(ROOT))", "    sys.path.append(entry)", "sys.path.remove(x)",
+                 "sys.path[:0] = [here]", "sys.path += [x]", "sys.path = [x, *sys.path]", "del sys.path[0]",
+                 'code = "import sys; sys.path.insert(0, {dir!r})"', "sys.path.extend(dirs)"):  # fmt: skip
+        assert sys_path_edits(edit) == [1], edit
+    for fine in ("print(sys.path)", "if x in sys.path:", "sys.path[0] == here", "monkeypatch.syspath_prepend(d)",
+                 "tests/ is on ``sys.path`` through conftest.py", "paths = list(sys.path)"):  # fmt: skip
+        assert sys_path_edits(fine) == [], fine
+
+
+def test_no_script_benchmark_example_or_test_edits_sys_path():
+    """``python scripts/x.py`` and the tests import ``metaagent`` from the checkout's environment and load a
+    sibling file with ``metaagent.lazy.import_file``: an edited ``sys.path`` would hide which ``metaagent``
+    (or which helper of the same name) a process runs."""
+    found = []
+    for folder in NO_PATH_EDITS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            rel = path.relative_to(ROOT)
+            if path.suffix not in (".py", ".sh") or str(rel) == "tests/test_repository.py" or not path.is_file():
+                continue
+            found += [f"{rel}:{n}" for n in sys_path_edits(path.read_text(encoding="utf-8"))]
+    assert not found, (
+        "sys.path edited (import metaagent from the environment; load a sibling or a test helper with "
+        "metaagent.lazy.import_file(path, name)):\n" + "\n".join(found)
+    )

@@ -27,7 +27,9 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from metaagent.config import ConfigError, NameOf
+import yaml
+
+from metaagent.config import ConfigError, NameOf, from_dict, load_yaml
 from metaagent.errors import MetaAgentError
 
 _COMMENT_RE = re.compile(r"^\s+(\w+)\s*:[^#]*#\s*(.+?)\s*$")
@@ -255,8 +257,6 @@ def _number(kind: type) -> Callable[[str], Any]:
 
 
 def _yaml_value(text: str) -> Any:
-    import yaml
-
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -291,8 +291,6 @@ def config_values(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_flat_config(cls: type, path: str | None, args: argparse.Namespace, **fixed: Any) -> Any:
     """A flat config dataclass from an optional YAML file, then the flags the user set, then ``fixed``."""
-    from metaagent.config import from_dict, load_yaml
-
     data = dict(load_yaml(path)) if path else {}
     data.update(config_values(args))
     data.update({k: v for k, v in fixed.items() if v is not None})

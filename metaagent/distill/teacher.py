@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from metaagent.errors import MetaAgentError
 from metaagent.policy.base import ChatRequest, Completion, Policy
+from metaagent.policy.factory import build_policy
 
 from .config import DistillConfig, TeacherConfig
 
@@ -77,8 +78,6 @@ def _is_local(base_url: str) -> bool:
 
 def build_teacher(cfg: TeacherConfig) -> Policy:
     """The teacher policy. A remote endpoint without its API key is refused before any request."""
-    from metaagent.policy.factory import build_policy
-
     if not os.environ.get(cfg.api_key_env) and not _is_local(cfg.base_url):
         raise TeacherError(
             f"the teacher at {cfg.base_url} needs an API key in ${cfg.api_key_env}: export {cfg.api_key_env}=... "
@@ -93,8 +92,6 @@ def build_teacher(cfg: TeacherConfig) -> Policy:
 
 def build_local_executor(cfg: DistillConfig) -> Policy:
     """The template-only executor: a local HF model, continuous batching across concurrent scripts."""
-    from metaagent.policy.factory import build_policy
-
     return build_policy("hf", cfg.executor_model, device=cfg.device, max_batch_size=32, continuous=True)
 
 

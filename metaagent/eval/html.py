@@ -15,6 +15,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
 FAMILY_COLORS = {"single": "#60a5fa", "reflection": "#34d399", "ensemble": "#f59e0b", "other": "#9ca3af"}
 SIZE = (8.0, 3.2)
 DPI = 100
@@ -74,10 +79,6 @@ def img(png: bytes | None, alt: str) -> str:
 
 
 def highlight_python(script: str) -> str:
-    from pygments import highlight
-    from pygments.formatters import HtmlFormatter
-    from pygments.lexers import PythonLexer
-
     return highlight(script, PythonLexer(), HtmlFormatter(noclasses=True, linenos="inline"))
 
 
@@ -102,8 +103,6 @@ def palette_png(fig: Any, *, dpi: float | None = None) -> bytes:
     """``fig`` as a 256-colour PNG, for committed curves: a line plot loses nothing visible and the file is a
     third of matplotlib's RGBA one (co-evolution v2 seed 1's curves: 304 kB -> 113 kB), which the repository's
     size budgets need (``tests/test_repository.py``)."""
-    from PIL import Image
-
     raw, out = io.BytesIO(), io.BytesIO()
     fig.savefig(raw, format="png", dpi=dpi)
     raw.seek(0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.metadata as md
 import json
 import logging
 import math
@@ -32,6 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
@@ -40,8 +42,12 @@ from typing import Any
 from metaagent import __version__
 from metaagent.data.tasks import Task
 from metaagent.domain import use_rewards
+from metaagent.execution.isolation import ExecutionConfig, for_config
 from metaagent.learn.checkpoint import checkpoint_model
 from metaagent.policy.base import Policy
+from metaagent.policy.cold_start import model_revision
+from metaagent.policy.factory import batcher_options, build_policy
+from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
 from metaagent.records import (
     RECORD_SUFFIX,
     SCHEMA_VERSION,
@@ -55,6 +61,7 @@ from metaagent.records import (
 from metaagent.rollout.config import RolloutConfig, SamplingConfig
 from metaagent.rollout.engine import RolloutEngine, make_pool
 from metaagent.seeding import derive_seed
+from metaagent.workflow import load_templates
 from metaagent.workflow.protocol import DELIVERY_CLOSE
 
 from .analysis import design_stats, paired_comparison
@@ -174,10 +181,6 @@ class Evaluation:
         observer: EvalObserver | None = None,
         pool: Any = None,
     ) -> None:
-        from metaagent.workflow import load_templates
-
-        from metaagent.execution.isolation import ExecutionConfig, for_config
-
         self.config = cfg = config
         use_rewards(cfg.rewards)  # --rewards: each domain's own reward(task, answer), before any scoring
         self.isolation = for_config(ExecutionConfig(cfg.isolation), purpose="eval")
@@ -322,8 +325,6 @@ class Evaluation:
     def model_revisions(self) -> dict[str, str]:
         """The weights behind each model name whose name alone does not pin them (``embedded-sft``, adapter
         folders): :func:`metaagent.policy.cold_start.model_revision`, kept in run.json and checked on resume."""
-        from metaagent.policy.cold_start import model_revision
-
         if not hasattr(self, "_revisions"):
             names = {checkpoint_model(m, role) for d, e in self.cells for m, role in ((d, "designer"), (e, "executor")) if m}
             revs = {n: model_revision(n) for n in sorted(names)} if self.config.backend == "hf" else {}
@@ -361,8 +362,6 @@ class Evaluation:
     def _policy(self, name: str, role: str) -> Policy:
         key = checkpoint_model(name, role)
         if key not in self._policies:
-            from metaagent.policy.factory import batcher_options, build_policy
-
             cfg = self.config
             try:
                 if cfg.backend == "openai":
@@ -536,14 +535,11 @@ class Evaluation:
         role_models = self.config.effective_role_models()
         if not role_models:
             return executor
-        from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
 
         routes = {p if p.startswith("executor:") else f"executor:{p}": self._policy(m, "executor") for p, m in role_models.items()}
         return RoutingPolicy(PolicyRegistry({**routes, "executor": executor}))
 
     def _run_jobs(self, jobs: list[tuple[Part, Task]], parts: Sequence[Part]) -> None:
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
         cfg = self.config
         rcfg = self.rollout_config()
         for part, _ in jobs:  # load every model before the first task: a bad model fails before any work
@@ -631,8 +627,6 @@ class Evaluation:
 
 
 def versions() -> dict[str, str]:
-    import importlib.metadata as md
-
     out = {"metaagent": __version__, "python": platform.python_version(), "records_schema": str(SCHEMA_VERSION)}
     for pkg in ("torch", "transformers", "vllm", "openai"):
         try:

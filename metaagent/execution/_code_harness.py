@@ -33,6 +33,7 @@ own process decide nothing. Start-up cost matters (one process per test), so the
 only built-in modules; ``traceback`` is imported when a program fails.
 """
 
+import _posixsubprocess  # built in: what subprocess and multiprocessing use to start processes
 import builtins
 import os
 import resource
@@ -156,8 +157,6 @@ def _set_limits(spec):
 
 
 def _guard(confined):
-    import _posixsubprocess  # built in: what subprocess and multiprocessing use to start processes
-
     for name in GUARDED_OS + GUARDED_IDS + (() if confined else GUARDED_FILES):
         if hasattr(os, name):
             setattr(os, name, _disabled("os." + name))

@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
+import importlib.util
 import json
 import logging
 import os
+import site
 import subprocess
 import sys
 import sysconfig
@@ -58,6 +61,8 @@ LAYERS_BY_STRENGTH = ("landlock", "namespaces", "none")
 ENV_VAR = "METAAGENT_ISOLATION"
 SETTINGS_ENV_VAR = "METAAGENT_EXECUTION"  # the other execution.* settings, as JSON
 CHILD_DIR = str(Path(__file__).resolve().parent)  # where _confine.py lives (the harness imports it from here)
+#: how a child Python started with ``-I -S`` (no PYTHONPATH, no site) imports ``_confine``: from :data:`CHILD_DIR`
+CHILD_IMPORT = f"import sys; sys.path.insert(0, {CHILD_DIR!r}); import _confine"
 #: the oldest Landlock ABI used as a layer: 3 is the first that refuses truncating a file
 MIN_LANDLOCK_ABI = 3
 #: library trees a Python program reads (shared libraries of the extension modules, a system Python's
@@ -220,9 +225,6 @@ def _beneath(path: str, root: str) -> bool:
 
 def _site_dirs() -> set[str]:
     """Every site-packages / dist-packages directory of this interpreter and of the library trees."""
-    import glob
-    import site
-
     found = set(site.getsitepackages()) | {site.getusersitepackages()}
     found |= {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     found |= {p for p in sys.path if os.path.basename(p.rstrip(os.sep)) in SITE_DIR_NAMES}
@@ -315,8 +317,6 @@ def link_paths() -> tuple[str, ...]:
 def package_paths(packages: tuple[str, ...]) -> list[str]:
     """The files of the top-level import names ``packages`` (their directory or module file, and a
     ``<name>.libs`` directory of bundled shared libraries next to it); IsolationError for an unknown name."""
-    import importlib.util
-
     out = []
     for name in packages:
         try:
@@ -355,8 +355,7 @@ def _landlock_abi() -> int:
 
 _PROBE = """
 import sys, os
-sys.path.insert(0, {dir!r})
-import _confine
+{child_import}
 _confine.confine({layer!r}, {read!r}, {scratch!r}, 1 if {ns!r} else 0, namespaces={ns!r}, network_ns={ns!r},
                  list_paths={listed!r}, hide_paths={hidden!r}, link_paths={links!r})
 os.chdir({scratch!r}) if not {ns!r} else None
@@ -374,7 +373,7 @@ def _probe_child(layer: str, namespaces: bool) -> tuple[bool, str]:
     """Apply ``layer`` in a short-lived child (never in this process) and report whether it worked."""
     with tempfile.TemporaryDirectory(prefix="metaagent-probe-") as scratch:
         rules = read_rules(hide=namespaces)
-        code = _PROBE.format(dir=CHILD_DIR, layer=layer, read=list(rules.read), listed=list(rules.listed),
+        code = _PROBE.format(child_import=CHILD_IMPORT, layer=layer, read=list(rules.read), listed=list(rules.listed),
                              hidden=list(rules.hidden), ns=namespaces, scratch=scratch,
                              links=list(link_paths()))  # fmt: skip
         try:

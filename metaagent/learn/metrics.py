@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,6 @@ from metaagent.learn.trackers import Tracker, open_trackers, scalars
 def cuda_peak_mib() -> float | None:
     """Peak CUDA memory torch allocated in this process since the previous call, in MiB (the peak counter is reset),
     or None when this process has not initialised CUDA (CPU runs; the verl backend's driver with vLLM)."""
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None

@@ -22,6 +22,7 @@ It is a pure function of the step, so a resumed run continues the schedule exact
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 
 from metaagent.config import Checked, parse_sections, registered_name
 from metaagent.learn.recompute import Recompute
+from metaagent.policy.precision import bf16_supported, cpu_kind
 from metaagent.records import DESIGNER, EXECUTOR, ROLES
 from metaagent.registry import entry_points
 
@@ -193,16 +195,12 @@ def make_adamw(params: Any, cfg: OptimizerConfig) -> Any:
 def autocast_dtype(setting: str | None, device: str) -> str | None:
     """``optim.autocast`` resolved: ``"auto"`` -> ``"bfloat16"`` where the device has bf16 matrix units, else None."""
     if setting == "auto":
-        from metaagent.policy.precision import bf16_supported
-
         return "bfloat16" if bf16_supported(device) else None
     return setting
 
 
 def autocast(cfg: OptimizerConfig, device_type: str) -> Any:
     """The forward passes' autocast context (``cfg.autocast``; fp32 master weights either way)."""
-    import contextlib
-
     import torch
 
     dtype = autocast_dtype(cfg.autocast, device_type)
@@ -237,8 +235,6 @@ def update_defaults(device: str, autocast: str | None) -> dict[str, Any]:
     """``micro_batch_tokens`` and ``recompute`` for an update on ``device`` computing in ``autocast`` (None:
     fp32), from :data:`UPDATE_DEFAULTS` (CPUs by :func:`metaagent.policy.precision.cpu_kind`), else
     :data:`FALLBACK_UPDATE`."""
-    from metaagent.policy.precision import cpu_kind
-
     cpu = str(device).split(":", 1)[0] == "cpu"
     found = UPDATE_DEFAULTS.get((cpu_kind(), autocast or "float32")) if cpu else None
     return dict(found or FALLBACK_UPDATE["cpu" if cpu else "other"])
@@ -247,8 +243,6 @@ def update_defaults(device: str, autocast: str | None) -> dict[str, Any]:
 def resolve_update(cfg: Any, device: str) -> Any:
     """``cfg`` (an :class:`OptimizerConfig` or a subclass) with ``"auto"`` ``micro_batch_tokens`` and
     ``recompute`` replaced by :func:`update_defaults` for ``device`` and ``cfg.autocast`` resolved there."""
-    import dataclasses
-
     auto = [f for f in ("micro_batch_tokens", "recompute") if getattr(cfg, f) == "auto"]
     if not auto:
         return cfg

@@ -23,6 +23,15 @@ import tempfile
 from pathlib import Path
 
 from metaagent.errors import MetaAgentError
+from metaagent.policy.models import (
+    BUILD_VERSION,
+    COLD_START,
+    COLD_START_SUITE,
+    PROMPT_FILE,
+    cache_dir,
+    file_lock,
+    load_model_and_tokenizer,
+)
 from metaagent.resources import cold_start_adapter_dir, suite_cold_start_adapter_dir
 
 ENV_VAR = "METAAGENT_COLD_START"
@@ -39,8 +48,6 @@ class ColdStartError(MetaAgentError, FileNotFoundError):
 def cold_start_dir(alias: str = CACHE_PREFIX) -> Path:
     """Where the cold-start adapter of an alias is read from: ``embedded-sft``'s is ``$METAAGENT_COLD_START`` when
     set, else the packaged one; ``embedded-sft-suite``'s is always the packaged suite adapter."""
-    from metaagent.policy.models import COLD_START_SUITE
-
     if alias == COLD_START_SUITE:
         return suite_cold_start_adapter_dir()
     env = os.environ.get(ENV_VAR)
@@ -60,7 +67,6 @@ def _adapter_hash(folder: Path, base: str) -> str:
             )
         h.update(name.encode())
         h.update(path.read_bytes())
-    from metaagent.policy.models import BUILD_VERSION, PROMPT_FILE
 
     if (folder / PROMPT_FILE).is_file():  # the designer prompt style it was trained on
         h.update((folder / PROMPT_FILE).read_bytes())
@@ -75,8 +81,6 @@ def model_revision(name: str | os.PathLike[str]) -> str | None:
     same hash that names the merged model's cache folder. None for anything else (an alias built from a
     pinned package, or an HF folder, named by its path). Results made with one revision must not be resumed
     with another (``metaagent-eval`` checks it)."""
-    from metaagent.policy.models import COLD_START, COLD_START_SUITE
-
     if os.fspath(name) in (COLD_START, COLD_START_SUITE):
         return _adapter_hash(cold_start_dir(os.fspath(name)), BASE)
     path = Path(name).expanduser()
@@ -101,8 +105,6 @@ def merge_adapter(adapter: str | os.PathLike[str], out: str | os.PathLike[str], 
     """Merge a LoRA adapter into ``base`` (alias or HF folder) and save the full model and tokenizer to ``out``."""
     import torch
     from peft import PeftModel
-
-    from metaagent.policy.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(base, dtype="float32")
     merged = PeftModel.from_pretrained(model, str(adapter), torch_dtype=torch.float32).merge_and_unload()
@@ -132,7 +134,6 @@ def export_adapter(
         for k, v in load_file(str(src / "adapter_model.safetensors")).items()
     }
     dst.mkdir(parents=True, exist_ok=True)
-    from metaagent.policy.models import PROMPT_FILE
 
     if (src / PROMPT_FILE).is_file():
         shutil.copyfile(src / PROMPT_FILE, dst / PROMPT_FILE)
@@ -154,8 +155,6 @@ def load_cold_start(
 
     Safe when several processes call it at once (file lock, temporary folder renamed into place).
     """
-    from metaagent.policy.models import cache_dir, file_lock
-
     folder = Path(adapter).expanduser() if adapter is not None else cold_start_dir()
     key = _adapter_hash(folder, base)
     models = (Path(cache) if cache is not None else cache_dir()) / "models"
@@ -170,7 +169,6 @@ def load_cold_start(
         tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-{key}.tmp-", dir=models))
         try:
             merge_adapter(folder, tmp, base=base)
-            from metaagent.policy.models import PROMPT_FILE
 
             if (folder / PROMPT_FILE).is_file():  # the merged model keeps the designer prompt it was trained on
                 shutil.copyfile(folder / PROMPT_FILE, tmp / PROMPT_FILE)

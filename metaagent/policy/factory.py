@@ -16,7 +16,12 @@ from typing import Any
 from metaagent.registry import Registry
 
 from .base import Policy
+from .batcher import BatchingPolicy
+from .hf import HFPolicy
+from .openai_backend import OpenAIPolicy
 from .registry import PolicyRegistry
+from .scripted import ScriptedPolicy
+from .vllm_backend import VLLMPolicy
 
 #: backend name -> its builder ``(model, **options) -> Policy``; plugins: entry points of the group
 #: ``metaagent.policy_backends``. A builder's ``accepts`` (``"module:Class"``) names the class whose constructor
@@ -38,22 +43,16 @@ def register_policy_backend(name: str, accepts: str | None = None) -> Callable[[
 
 @register_policy_backend("hf", accepts="metaagent.policy.hf:HFPolicy")
 def _hf(model: Any, **options: Any) -> Policy:
-    from .hf import HFPolicy
-
     return HFPolicy(model, **options)
 
 
 @register_policy_backend("vllm", accepts="metaagent.policy.vllm_backend:VLLMPolicy")
 def _vllm(model: str, **options: Any) -> Policy:
-    from .vllm_backend import VLLMPolicy
-
     return VLLMPolicy(model, **options)
 
 
 @register_policy_backend("openai", accepts="metaagent.policy.openai_backend:OpenAIPolicy")
 def _openai(model: str, **options: Any) -> Policy:
-    from .openai_backend import OpenAIPolicy
-
     if "base_url" not in options:
         raise ValueError(
             "the 'openai' backend needs base_url=..., the server's OpenAI-compatible root "
@@ -64,8 +63,6 @@ def _openai(model: str, **options: Any) -> Policy:
 
 @register_policy_backend("scripted", accepts="metaagent.policy.scripted:ScriptedPolicy")
 def _scripted(model: str, **options: Any) -> Policy:
-    from .scripted import ScriptedPolicy
-
     if "replies" not in options:
         raise ValueError("the 'scripted' backend needs replies=[...] (strings) or a callable request -> str")
     return ScriptedPolicy(options.pop("replies"), model_id=model or "scripted", **options)
@@ -135,8 +132,6 @@ def build_policy(backend: str, model: Any, **options: Any) -> Policy:
             )
     policy = builder(model, **options)
     if batching:
-        from .batcher import BatchingPolicy
-
         if "max_batch_size" in options:
             batch_options.setdefault("max_batch_size", options["max_batch_size"])
         policy = BatchingPolicy(policy, close_backend=True, **batch_options)

@@ -38,6 +38,7 @@ nothing is queued or running, and a new call starts it again.
 from __future__ import annotations
 
 import collections
+import contextlib
 import secrets
 import threading
 from collections.abc import Callable
@@ -321,8 +322,6 @@ class HFPolicy(Policy):
     def _run(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on :attr:`decoder` in eval mode without autograd, then restore its training flag."""
         import torch
-
-        import contextlib
 
         model = self._active = self.decoder
         was_training = model.training

@@ -37,6 +37,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from . import precision
+
 #: the attribute a linear layer keeps its packed weight in: ((data_ptr, version), packed tensor)
 CACHE = "_metaagent_packed"
 #: the attribute a linear layer keeps its decode form in (one of FORMS)
@@ -97,9 +99,7 @@ def install(model: Any, kind: str | None = None) -> int:
     nothing."""
     import torch
 
-    from .precision import cpu_kind
-
-    kind = kind or cpu_kind()
+    kind = kind or precision.cpu_kind()  # looked up at the call (tests set the CPU kind)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     count = 0
     for module in model.modules():

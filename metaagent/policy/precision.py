@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 from typing import Any
+
+from .prefix_cache import weights_fingerprint
 
 #: the dtypes models load in
 LOAD_DTYPES = ("float32", "bfloat16", "float16")
@@ -42,8 +45,6 @@ CPU_KIND_ENV = "METAAGENT_CPU_KIND"
 
 @functools.cache
 def _cpu_flags() -> frozenset[str]:
-    import os
-
     flags: frozenset[str] = frozenset()
     try:
         with open("/proc/cpuinfo") as f:
@@ -100,8 +101,6 @@ class DecodeCopy:
     def __init__(self, master: Any, dtype: Any) -> None:
         import torch
 
-        from .prefix_cache import weights_fingerprint
-
         memo = {
             id(p): torch.nn.Parameter(p.detach().to(dtype), requires_grad=False) for p in master.parameters()
         }  # deepcopy takes these instead of copying the fp32 tensors: tied parameters stay one parameter
@@ -114,8 +113,6 @@ class DecodeCopy:
     def model(self) -> Any:
         """The low-precision copy, refreshed first if the master's parameters changed (or were released)."""
         import torch
-
-        from .prefix_cache import weights_fingerprint
 
         fp = weights_fingerprint(self._master)
         if fp != self._fingerprint:

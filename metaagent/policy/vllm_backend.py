@@ -31,6 +31,7 @@ from typing import Any
 
 from .base import ChatRequest, Completion, Policy, PolicyError, RequestError
 from .chat import chat_prompt_ids, resolve_chat_template_kwargs
+from .models import ALIASES, resolve_model
 
 PROCESSED_LOGPROBS = "processed_logprobs"
 
@@ -60,7 +61,6 @@ class VLLMPolicy(Policy):
     ) -> None:
         super().__init__()
         vllm = _import_vllm()
-        from .models import ALIASES, resolve_model
 
         path = resolve_model(model) if model in ALIASES else model
         self.model_id = str(model)

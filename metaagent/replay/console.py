@@ -17,12 +17,12 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from metaagent.records import Design, Execution
+from metaagent.records import Design, Execution, execution_graph, graph_lines
 
 from .comparison import Comparison, TaskComparison, TaskSide
 from .reexecute import RerunResult
 from .run import Run, TreeRef
-from .text import fold, fold_note, num, one_line, pct, reference_text, reward_terms
+from .text import control_rows, fold, fold_note, num, one_line, pct, reference_text, reward_terms
 
 SCRIPT_LINES = 80  # a folded script keeps this many lines
 PROMPT_LINES = 4  # a folded system prompt keeps this many lines
@@ -266,8 +266,6 @@ def print_execution(execution: Execution, task: dict[str, Any], console: Console
     for call in [c for c in calls if c.after_turn >= len(execution.turns)]:
         console.print(_tool_panel(call, full))
     if execution.turns:
-        from metaagent.records import execution_graph, graph_lines
-
         console.print(Text("workflow graph: " + "; ".join(graph_lines(execution_graph(execution))), style="cyan"))
     for group in execution.groups:
         console.print(_group_panel(group, full))
@@ -359,8 +357,6 @@ def print_control(tree: Any, console: Console, *, execution: int | None = None, 
     """The tree's budget-matched single-agent control (``RolloutTree.control``): each design's budget k, the
     control's reward at k and the design's reward minus it (metaagent.credit.control), then the control's
     executions (synthetic: never trained) with their selection marks."""
-    from .text import control_rows
-
     control = tree.control
     console.print(Rule(Text(f"control · {control.source} · {len(control.executions)} executions · select {control.select}")))
     table = Table(title="budget-matched control per design")

@@ -22,8 +22,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metaagent.config import ConfigError, from_dict
+from metaagent.data.tasks import Task
 from metaagent.policy.base import Policy, PolicyError, SamplingParams
+from metaagent.policy.factory import build_policy
 from metaagent.records import CheckReport, Design, Execution, RewardRecord
+from metaagent.rewards import RewardConfig, score_execution
+from metaagent.rewards.score import upgrade_reward_section
+from metaagent.rollout.budget import capped_limits
+from metaagent.workflow import SandboxPool, default_tools
 
 from .errors import ReplayError
 from .run import Run, TreeRef, load_run
@@ -79,10 +86,6 @@ def recorded_settings(
     ref: TreeRef, overrides: Mapping[str, Any] | None = None
 ) -> tuple[SamplingParams, dict[str, Any], Any, list[str]]:
     """Executor sampling, limits and reward config of a record, and notes on what was not recorded."""
-    from metaagent.config import ConfigError, from_dict
-    from metaagent.rewards import RewardConfig
-    from metaagent.rewards.score import upgrade_reward_section
-    from metaagent.rollout.budget import capped_limits
     from metaagent.rollout.config import RolloutConfig, SamplingConfig
 
     notes: list[str] = []
@@ -133,7 +136,6 @@ def recorded_settings(
 def build_rerun_policy(model: str, backend: str = "hf", model_key: str | None = None) -> Policy:
     """The policy for ``--model``: errors (unknown backend, no model there) as :class:`ReplayError`."""
     from metaagent.learn.checkpoint import CheckpointError, checkpoint_model
-    from metaagent.policy.factory import build_policy
 
     try:
         path = checkpoint_model(model, key=model_key)
@@ -230,9 +232,6 @@ def rerun(
         control: re-run execution ``execution`` of the tree's budget-matched control (``design`` is ignored;
             ``RerunResult.design`` is -1).
     """
-    from metaagent.data.tasks import Task
-    from metaagent.workflow import SandboxPool, default_tools
-
     run = load_run(run)
     ref, d, recorded, notes = _pick(run, task, design, execution, step, kind, control)
     params, limits, reward_config, more = recorded_settings(ref, sampling)
@@ -279,8 +278,6 @@ def rerun(
 
 
 def _score(task: Any, execution: Execution, config: Any) -> RewardRecord:
-    from metaagent.rewards import score_execution
-
     try:
         return score_execution(task, execution, config)
     except Exception as e:  # noqa: BLE001 - as the engine: an unscorable execution is recorded, never a 0

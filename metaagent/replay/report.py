@@ -21,13 +21,13 @@ from metaagent.eval.html import highlight_python as _highlight
 from metaagent.eval.html import img as _img
 from metaagent.eval.html import table as _table
 from metaagent.eval.html import write_page
-from metaagent.records import Design, Execution
+from metaagent.records import Design, Execution, execution_graph, graph_lines
 
 from .comparison import Comparison, TaskSide, compare
 from .plots import benchmark_plot, reward_plot, structure_plot
 from .run import Run, TreeRef, load_run
 from .summary import stats
-from .text import num, one_line, pct, reference_text, reward_terms
+from .text import control_rows, num, one_line, pct, reference_text, reward_terms
 
 MAX_TASKS = 50
 MAX_TEXT_CHARS = 20_000
@@ -267,8 +267,6 @@ def _execution(e: Execution, task: dict[str, Any], open_: bool = False) -> str:
         )
     parts += [tool(c) for c in calls if c.after_turn >= len(e.turns)]
     if e.turns:
-        from metaagent.records import execution_graph, graph_lines
-
         items = "".join(f"<li><code>{_e(line)}</code></li>" for line in graph_lines(execution_graph(e)))
         parts.append(f'<div class="graph"><b>workflow graph</b> (nodes and their outgoing edges)<ul>{items}</ul></div>')
     parts += [_group(g) for g in e.groups]
@@ -353,8 +351,6 @@ def _design(d: Design, task: dict[str, Any], open_first: bool = False) -> str:
 def _control(tree: Any) -> str:
     """The budget-matched single-agent control of a tree: per design its budget, the control's reward and the
     difference (metaagent.credit.control), then the control's executions (synthetic: never trained)."""
-    from .text import control_rows
-
     c = tree.control
     rows = "".join(
         "<tr>" + "".join(f"<td>{num(x)}</td>" for x in row) + "</tr>" for row in control_rows(tree)

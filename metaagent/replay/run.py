@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from metaagent.learn.metrics import read_metrics
 from metaagent.records import (
     RECORD_SUFFIX,
     AgentTurn,
@@ -42,6 +45,7 @@ from metaagent.records import (
     read_record_lines,
     record_stem,
 )
+from metaagent.rollout.metrics import rollout_metrics
 
 from .errors import ReplayError
 
@@ -305,7 +309,6 @@ def record_files(directory: PathLike) -> list[Path]:
 def _read_yaml(path: Path, notes: list[str]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
-    import yaml
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -333,8 +336,6 @@ def _read_json(path: Path, notes: list[str]) -> dict[str, Any] | None:
 
 
 def _read_metrics(path: Path, bad: list[BadLine]) -> list[dict[str, Any]]:
-    from metaagent.learn.metrics import read_metrics
-
     rows, bad_numbers = read_metrics(path)
     bad.extend(BadLine(str(path), n, "metrics line is not valid JSON") for n in bad_numbers)
     merged: dict[int, dict[str, Any]] = {}  # the trainer logs validation metrics as a second row of a step
@@ -349,8 +350,6 @@ def _read_metrics(path: Path, bad: list[BadLine]) -> list[dict[str, Any]]:
 def metrics_from_records(refs: Sequence[TreeRef]) -> list[dict[str, Any]]:
     """``rollout/...`` metrics per step computed from the trees (for runs without ``metrics.jsonl``);
     validation trees are left out, as the trainer logs them under ``val/``."""
-    from metaagent.rollout.metrics import rollout_metrics
-
     by_step: dict[int, list[RolloutTree]] = {}
     for r in refs:
         if r.step is not None and r.kind != "val":

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from metaagent.execution.code import extract_program
+from metaagent.execution.code import extract_program, run_code_tests
 from metaagent.records import AgentTurn, Execution, TurnReward
 
 from ..data.tasks import Task
@@ -127,8 +127,6 @@ def code_rounds(
 ) -> list[float]:
     """``R_i`` for every round that ran: the pass rate of coder turn ``i`` (by ``role_turn``) on the task's
     tests; a round whose coder wrote no program has ``R_i = 0``. A runner failure drops the execution."""
-    from metaagent.execution.code import run_code_tests
-
     t = Task.coerce(task)
     coders = sorted((turn for turn in execution.turns if turn.role == coder), key=lambda x: x.role_turn)
     cache: dict[str, float] = {}

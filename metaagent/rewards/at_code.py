@@ -27,7 +27,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from metaagent.data.bundled import code_references
 from metaagent.envs import mix_reward
+from metaagent.execution.code import extract_program, run_code_tests
 from metaagent.records import AgentTurn, TurnReward
 
 from .turn import register_turn_reward
@@ -56,8 +58,6 @@ def parse_test(text: str) -> tuple[str, str] | None:
 def golden_pass_rate(program_text: str, task: Mapping[str, Any]) -> float | str:
     """Pass rate of the program in ``program_text`` on the task's golden tests (0 without a program), or an
     error text when the runner itself failed."""
-    from metaagent.execution.code import extract_program, run_code_tests
-
     program = extract_program(program_text or "")
     if program is None:
         return 0.0
@@ -75,15 +75,12 @@ def reference_solution(task: Mapping[str, Any]) -> str | None:
     ref = (task.get("metadata") or {}).get("reference_solution")
     if ref:
         return str(ref)
-    from metaagent.data.bundled import code_references
 
     return code_references().get(str(task.get("id")))
 
 
 def code_components(task: Mapping[str, Any], turns_so_far: Sequence[AgentTurn], candidate: AgentTurn) -> dict[str, float] | str:
     """The candidate's terms (``team``, ``loc`` and sub-scores), or an error text when not computable."""
-    from metaagent.execution.code import run_code_tests
-
     if not task.get("tests"):
         return "the task has no golden tests"
     text = candidate.delivery if candidate.delivery is not None else candidate.response

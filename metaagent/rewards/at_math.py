@@ -22,9 +22,11 @@ from typing import Any
 
 from metaagent.envs import mix_reward
 from metaagent.envs.base import role_kind
+from metaagent.execution.code import extract_program
 from metaagent.records import AgentTurn, TurnReward
 
 from .math import check_math, extract_answer, find_boxed
+from .plan import run_tool_program, script_text
 from .turn import register_turn_reward
 
 
@@ -37,10 +39,6 @@ def _correct(text: str | None, gold: str, question: str | None = None) -> float 
 
 def math_components(task: Mapping[str, Any], turns_so_far: Sequence[AgentTurn], candidate: AgentTurn) -> dict[str, float] | str:
     """The candidate's terms, or an error text when a check could not be decided."""
-    from metaagent.execution.code import extract_program
-
-    from .plan import run_tool_program, script_text
-
     gold, question = str(task.get("answer") or ""), task.get("question")
     if not gold:
         return "the task has no gold answer"

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metaagent.policy.base import Policy, SamplingParams
+from metaagent.policy.factory import build_policy
 from metaagent.records import Execution, RolloutTree, ToolCall, TurnReward
 from metaagent.registry import Registry
 
@@ -271,8 +272,6 @@ class CoachConfig:
 
 def make_backend(config: CoachConfig) -> Policy:
     """The coach's policy for ``config.backend``, built by the one builder (:func:`metaagent.policy.build_policy`)."""
-    from metaagent.policy.factory import build_policy
-
     if config.backend == "rule":
         rule = RULES.get(config.model)
         # the rule reads the rendered coach prompt (the first user message), as an LLM coach would

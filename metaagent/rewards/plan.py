@@ -20,6 +20,7 @@ from typing import Any
 from metaagent.data.tasks import Task
 from metaagent.envs import PlanEnv, make_env, mix_reward
 from metaagent.envs.base import role_kind
+from metaagent.execution.code import extract_program, run_code_tests
 from metaagent.records import AgentTurn, Execution, TurnReward
 
 from .turn import register_turn_reward
@@ -39,8 +40,6 @@ def plan_success(task: Task, execution: Execution) -> tuple[float, dict[str, Any
 
 def run_tool_program(text: str) -> tuple[bool, str]:
     """Run the program in a Tool agent's reply (no input); (ran without error, what it printed)."""
-    from metaagent.execution.code import extract_program, run_code_tests
-
     code = extract_program(text) or text
     result = run_code_tests(code, {"inputs": [""], "outputs": [""]}, time_limit_s=TOOL_TIME_LIMIT_S, memory_mb=512, workers=1)
     outcome = result.tests[0]

@@ -36,11 +36,14 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from metaagent.envs.base import parse_actions, parse_final, parse_json
+from metaagent.execution.code import extract_program
 from metaagent.records import Execution
 
 from ..workflow.protocol import extract_delivery
 from .math import MAX_TEXT_CHARS, extract_answer
 from .numbers import clean_answer, final_number, normalize_answer
+from .qa import extract_qa_answer, normalize_answer as qa_normal
 
 #: tools whose output counts as the agents' work: tool name -> (the argument that must be an agent's
 #: program, the argument that must be empty, an agent's text or the task's)
@@ -128,8 +131,6 @@ def code_keys(text: str) -> set[str]:
 
 
 def _plan_key(part: str) -> set[str]:
-    from metaagent.envs.base import parse_actions, parse_json
-
     keys = set()
     moves = parse_actions(part)
     if moves is not None:
@@ -142,23 +143,16 @@ def _plan_key(part: str) -> set[str]:
 
 def plan_answer_keys(answer: str) -> set[str]:
     """The keys of what an environment reads from an answer: the part after the final-answer mark."""
-    from metaagent.envs.base import parse_final
-
     return _plan_key(parse_final(answer or ""))
 
 
 def plan_keys(text: str) -> set[str]:
     """The move list (``moves:U,R``) or JSON array (``json:...``) after the final-answer mark, or anywhere."""
-    from metaagent.envs.base import parse_final
-
     return _plan_key(parse_final(text or "")) | _plan_key(text or "")
 
 
 def qa_keys(text: str) -> set[str]:
     """The normalised answer of a QA text (its ``<answer>`` tag, else the text): one key."""
-    from .qa import extract_qa_answer
-    from .qa import normalize_answer as qa_normal
-
     answer = extract_qa_answer(text)
     key = qa_normal(answer) if answer else ""
     return {key} if key else set()
@@ -207,8 +201,6 @@ def agent_texts(execution: Execution) -> list[str]:
 def _agent_program(value: object, program_keys: set[str]) -> bool:
     """Whether a tool's program argument is an agent's program (read as the tool reads it: its last fenced
     block, else the text)."""
-    from metaagent.execution.code import extract_program
-
     if not isinstance(value, str):
         return False
     return normalized_program(extract_program(value) or value) in program_keys
@@ -243,8 +235,6 @@ def occurs(answer: str, texts: Iterable[str], rule: Rule) -> bool:
     if not wanted:
         return True
     if rule.words:
-        from .qa import normalize_answer as qa_normal
-
         # each text as the answer is normalised, and with punctuation as spaces ("<answer>Seine</answer>")
         padded = [f" {qa_normal(form)} " for t in texts for form in (t, _PUNCT_RE.sub(" ", t))]
         return any(f" {key} " in text for key in wanted for text in padded)

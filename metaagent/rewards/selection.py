@@ -16,6 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from metaagent.domain import get_domain
+from metaagent.workflow.tools import RunTests
+
+from .errors import ExecutionError, RewardError, TestsFormatError
 
 #: the selection rules (recorded by eval in ``tree.config["eval"]["select"]``)
 SELECT_PUBLIC_TESTS, SELECT_MAJORITY = "public_tests", "majority"
@@ -59,9 +62,6 @@ def public_tests_pass(task: Any, answer: str | None) -> bool | None:
     tool); False for no answer, None when the test runner itself failed (an error, never a fail)."""
     if not answer or not answer.strip():
         return False
-    from metaagent.workflow.tools import RunTests
-
-    from .errors import ExecutionError, RewardError, TestsFormatError
 
     try:
         return RunTests(task.metadata["public_tests"])(answer).startswith("PASS")

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
+
 from metaagent.domain import FILE_MODULE_PREFIX, RewardFn, Verdict
 from metaagent.execution.process import WALL_FACTOR
 from metaagent.execution.worker_pool import WorkerPool, helper_count, shared_pool
@@ -65,8 +67,6 @@ def reward_name(fn: Any) -> str:
 
 
 def _request(fn: RewardFn, task: Any, answer: str) -> dict[str, Any]:
-    import cloudpickle
-
     files = {
         name: module.__file__
         for name, module in list(sys.modules.items())

@@ -20,6 +20,7 @@ from typing import Any
 
 from metaagent.config import ConfigError
 from metaagent.records import AgentTurn, TurnReward
+from metaagent.rewards.turn import get_turn_reward
 
 
 @dataclass
@@ -88,6 +89,5 @@ def make_brancher(
     """The brancher of one training execution, or None when tree sampling is off (k = 1)."""
     if not config.active:
         return None
-    from metaagent.rewards.turn import get_turn_reward
 
     return RolloutBrancher(config, task, prefix, get_turn_reward(config.turn_reward or ""), env_of(tools))

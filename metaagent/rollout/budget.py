@@ -26,6 +26,7 @@ from pydantic import Field, PositiveInt
 
 from metaagent.config import Checked, ConfigError
 from metaagent.seeding import derive_seed
+from metaagent.workflow.limits import Limits
 
 LOW, HIGH = "LOW", "HIGH"
 #: the budget tags, in one place (configs, prompts, CLI choices)
@@ -98,8 +99,6 @@ def capped_limits(limits: Mapping[str, Any], tag: str | None, low_max_calls: int
     ``low_max_calls`` (never raises it); ``HIGH`` and no tag keep ``limits``."""
     out = dict(limits)
     if check_tag(tag) == LOW:
-        from metaagent.workflow.limits import Limits
-
         current = out.get("max_agent_calls", Limits().max_agent_calls)
         out["max_agent_calls"] = min(int(current), int(low_max_calls))
     return out

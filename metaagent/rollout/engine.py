@@ -24,6 +24,7 @@ derived from (seed, step, task, design, execution), so a rollout is reproducible
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 import time
@@ -36,6 +37,7 @@ from typing import Any
 
 from metaagent.credit import fill_design_rewards
 from metaagent.data.tasks import Task
+from metaagent.domain import domain_tool_names, get_domain
 from metaagent.policy.base import ChatRequest, Completion, Policy, PolicyError, SamplingParams, team_affinity
 from metaagent.records import (
     DESIGNER,
@@ -50,6 +52,10 @@ from metaagent.records import (
     RolloutTree,
     ScriptError,
 )
+from metaagent.resources import fixed_workflow_dir
+from metaagent.rewards import RewardConfig, score_execution
+from metaagent.rewards.selection import selection_marks
+from metaagent.rollout.branching import make_brancher
 from metaagent.rollout.budget import capped_limits, check_tag, sample_tag
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.prompts import (
@@ -58,7 +64,10 @@ from metaagent.rollout.prompts import (
     resolve_domain_hint,
     select_templates,
 )
+from metaagent.rollout.ray_pool import RaySandboxPool
 from metaagent.seeding import derive_seed
+from metaagent.workflow import SandboxPool, load_templates, rules
+from metaagent.workflow.tools import default_tools
 
 
 #: the frozen-designer spec whose design is each task domain's single-agent script (``Domain.solo_script``)
@@ -82,7 +91,6 @@ class FrozenDesign:
         (``per_domain``)."""
         if not self.per_domain:
             return self.script
-        from metaagent.domain import get_domain
 
         solo = get_domain(domain).solo_script
         if solo is None:
@@ -102,8 +110,6 @@ class FrozenDesign:
         path = Path(spec)
         if path.suffix == ".py" and path.is_file():
             return cls(name=f"file:{path}", script=path.read_text())
-        from metaagent.resources import fixed_workflow_dir
-        from metaagent.workflow import load_templates
 
         bank = {t.name: t for t in (templates if templates is not None else load_templates())}
         fixed = {t.name: t for t in load_templates(fixed_workflow_dir())}
@@ -173,22 +179,16 @@ class RolloutEngine:
     budget_tag: str | None = None
 
     def __post_init__(self) -> None:
-        from metaagent.workflow import load_templates
-
         check_tag(self.budget_tag)
 
         if self.templates is None:
             self.templates = load_templates()
         if self.reward_config is None:
-            from metaagent.rewards import RewardConfig
-
             self.reward_config = RewardConfig()
         self._own_pool = self.pool is None
         if self.pool is None:
             self.pool = make_pool(self.config, self.reward_config)
         if self.tools_factory is None:
-            from metaagent.workflow.tools import default_tools
-
             self.tools_factory = default_tools
         self.frozen = (
             FrozenDesign.resolve(self.config.frozen_designer, self.templates) if self.config.frozen_designer else None
@@ -322,7 +322,6 @@ class RolloutEngine:
         :func:`metaagent.rewards.selection.selection_marks`). One run serves every budget: the control at ``k``
         is the choice among its first ``k`` executions. Every turn is marked ``synthetic`` (never trained)."""
         from metaagent.credit.control import control_size
-        from metaagent.rewards.selection import selection_marks
 
         t0 = time.perf_counter()
         solo = FrozenDesign.resolve(SOLO_DESIGN)
@@ -507,9 +506,6 @@ class RolloutEngine:
         return Design(index=index, source=source, sample=sample, script=script, check=report, structure=structure)
 
     def _frozen_design(self, frozen: FrozenDesign, domain: str) -> Design:
-        from metaagent.domain import domain_tool_names
-        from metaagent.workflow import rules
-
         tools = rules.DEFAULT_TOOL_NAMES + domain_tool_names()
         script = frozen.script_for(domain)
         design = self._checked_design(0, f"frozen:{frozen.name}", None, f"```python\n{script}\n```", tools)
@@ -563,8 +559,6 @@ class RolloutEngine:
         tools = self.tools_factory(job.task)
         extra = {}
         if job.branch and self.config.branching.active:
-            from metaagent.rollout.branching import make_brancher
-
             prefix = f"{job.tree_idx}:{job.task.id}/d{job.design.index}/e{job.exec_idx}"
             extra["branching"] = make_brancher(self.config.branching, job.task.to_dict(), prefix, tools)
         try:
@@ -594,7 +588,6 @@ class RolloutEngine:
     def _score(self, task: Task, execution: Execution) -> RewardRecord:
         if execution.reward is not None:  # scored where it ran (Ray actors), or a host failure marked unscorable
             return execution.reward
-        from metaagent.rewards import score_execution
 
         try:
             return score_execution(task, execution, self.reward_config)
@@ -674,8 +667,6 @@ class _TeamPolicy(Policy):
         return self.policy.provides_logprobs
 
     def _generate(self, requests: list[ChatRequest]) -> list[Completion]:
-        import dataclasses
-
         tagged = [
             r if r.affinity else dataclasses.replace(r, affinity=team_affinity(self.step, self.task, self.design, r.agent))
             for r in requests
@@ -687,12 +678,8 @@ def make_pool(config: RolloutConfig, reward_config: Any = None):
     """The sandbox pool for a config: local worker processes, or Ray actors when ``ray_address`` is set
     (then tools and rewards run on the actors too: code tests execute where the script ran)."""
     if config.ray_address:
-        from metaagent.rollout.ray_pool import RaySandboxPool
-
         return RaySandboxPool(
             address=config.ray_address, workers=config.workers(), reward_config=reward_config,
             placement=config.ray_placement, resource=config.ray_resource,
         )  # fmt: skip
-    from metaagent.workflow import SandboxPool
-
     return SandboxPool(workers=config.workers())

@@ -19,6 +19,8 @@ any other model: ``on``, the prompt every model before the key was trained on).
 
 from __future__ import annotations
 
+import json
+import os
 import random
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -27,7 +29,10 @@ from pydantic import BeforeValidator
 
 from metaagent.data.tasks import Task
 from metaagent.domain import get_domain
-from metaagent.policy.models import PROMPT_FILE
+from metaagent.policy.models import PROMPT_FILE, resolve_model
+from metaagent.workflow import api_reference
+
+from .budget import budget_line
 
 DESIGNER_SYSTEM = """\
 You are the designer of a multi-agent team. For the task you are given, write a short Python workflow \
@@ -113,8 +118,6 @@ def designer_messages(
     if style != "full":
         raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPTS}, got {style!r}")
     if api is None:
-        from metaagent.workflow import api_reference
-
         api = api_reference()
     parts = []
     if examples:
@@ -132,16 +135,11 @@ def designer_messages(
 
 def _with_budget(text: str, budget: str | None) -> str:
     """``text`` followed by the budget tag's line (:func:`metaagent.rollout.budget.budget_line`), or as is."""
-    from .budget import budget_line
-
     return text if budget is None else f"{text}\n\n{budget_line(budget)}"
 
 
 def _prompt_record(model_dir: str | None) -> dict | None:
     """``model_dir/PROMPT_FILE`` as a dict, or None (no folder, no file)."""
-    import json
-    import os
-
     if not model_dir:
         return None
     path = os.path.join(os.fspath(model_dir), PROMPT_FILE)
@@ -169,9 +167,6 @@ def trained_domain_hint(model_dir: str | None) -> bool | None:
 
 def write_designer_prompt(model_dir, style: str, domain_hint: bool = True) -> None:
     """Record in a model folder which designer prompt it was trained on: the style and the domain hint."""
-    import json
-    import os
-
     if style not in DESIGNER_PROMPTS:
         raise ValueError(f"designer prompt style must be one of {DESIGNER_PROMPTS}, got {style!r}")
     with open(os.path.join(os.fspath(model_dir), PROMPT_FILE), "w") as f:
@@ -238,8 +233,6 @@ def _designer_folder(policy=None, model: str | None = None) -> str | None:
     """The designer model's folder: ``model`` (an alias or folder, resolved with
     ``metaagent.policy.models.resolve_model``), else the folder ``policy``'s designer model was loaded from."""
     if model is not None:
-        from metaagent.policy.models import resolve_model
-
         try:
             return resolve_model(model)
         except (FileNotFoundError, OSError):

@@ -21,6 +21,7 @@ The bridge stays on the driver's node. Every execution record names the Ray node
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -33,8 +34,10 @@ from metaagent.data.tasks import Task
 from metaagent.errors import MetaAgentError
 from metaagent.policy.base import ChatRequest, Completion, Policy, PolicyError, SamplingParams
 from metaagent.records import Execution
-
+from metaagent.rewards import RewardConfig, score_execution
 from metaagent.rollout.config import RAY_PLACEMENTS
+from metaagent.workflow import SandboxPool
+from metaagent.workflow.tools import default_tools
 
 #: seconds the pool waits for its actors to be placed and started before it names what could not be placed
 ACTOR_START_TIMEOUT_S = 600.0
@@ -106,8 +109,6 @@ class _SandboxActor:
     def __init__(self, bridge: Any, slots: int) -> None:
         import ray
 
-        from metaagent.workflow import SandboxPool
-
         self._bridge = bridge
         self._pool = SandboxPool(workers=slots)
         self._node = ray.get_runtime_context().get_node_id()
@@ -127,8 +128,6 @@ class _SandboxActor:
         seed: int | None,
         reward_config: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        from metaagent.workflow.tools import default_tools
-
         t = Task.coerce(task)
         execution = self._pool.run(
             source,
@@ -140,8 +139,6 @@ class _SandboxActor:
             seed=seed,
         )
         if reward_config is not None:
-            from metaagent.rewards import RewardConfig, score_execution
-
             execution.reward = score_execution(t, execution, RewardConfig(**reward_config))
         execution.node = self._node
         return execution.to_dict()
@@ -376,8 +373,6 @@ def spread_nodes(nodes: list[Mapping[str, Any]], workers: int, resource: str | N
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
-    import dataclasses
-
     if dataclasses.is_dataclass(obj):
         return dataclasses.asdict(obj)
     return dict(obj)

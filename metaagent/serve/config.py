@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from metaagent.config import Checked, ConfigError
 from metaagent.policy.factory import MODEL_BACKENDS
+from metaagent.rewards import RewardConfig
 from metaagent.rollout.budget import BUDGET_TAGS, DEFAULT_LOW_MAX_CALLS
 from metaagent.rollout.config import SamplingConfig
 from metaagent.rollout.prompts import DomainHint
@@ -188,16 +189,12 @@ class ServeConfig(Checked):
         task may set (``metadata.time_limit_s`` / ``memory_limit_bytes`` of a code task) capped at the
         server's own per-test limits, so a client cannot make its tests run longer or larger than the
         server's defaults allow."""
-        from metaagent.rewards import RewardConfig
-
         code = RewardConfig().domain_settings("code")  # the code domain's own settings (reward.domains.code)
         caps = {"max_time_limit_s": code.time_limit_s, "max_memory_mb": code.memory_mb}
         return RewardConfig(domains={"code": caps})
 
     def public(self) -> dict[str, Any]:
         """The config without secrets, for records and logs."""
-        from dataclasses import asdict
-
         data = asdict(self)
         data["api_key"] = "***" if self.api_key else None
         return data

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metaagent.policy.base import Policy
+from metaagent.policy.factory import build_policy
 
 from .config import ServeConfig
 
@@ -55,8 +56,6 @@ def _options(config: ServeConfig) -> dict[str, Any]:
 
 def load_models(config: ServeConfig) -> ServeModels:
     """Load every distinct model of ``config`` and put a batcher in front of each (slow: weights load)."""
-    from metaagent.policy.factory import build_policy
-
     names = {"executor": config.executor_name}
     if config.designer_name is not None:
         names["designer"] = config.designer_name

@@ -21,8 +21,10 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from metaagent.execution.isolation import ExecutionConfig, for_config
 from metaagent.records import RolloutTree, TreeWriter
 from metaagent.rollout.engine import FrozenDesign
+from metaagent.workflow import SandboxPool, load_templates
 
 from .config import ServeConfig
 from .errors import ServeError, unavailable
@@ -74,10 +76,6 @@ class TeamService:
     """
 
     def __init__(self, config: ServeConfig, *, loader: Callable[[], ServeModels] | None = None) -> None:
-        from metaagent.workflow import load_templates
-
-        from metaagent.execution.isolation import ExecutionConfig, for_config
-
         self.config = config
         self.isolation = for_config(ExecutionConfig(config.isolation), purpose="serve")
         self.metrics = Metrics()
@@ -111,8 +109,6 @@ class TeamService:
     # ---- life cycle ---------------------------------------------------------------------------------------
     def load(self) -> None:
         """Load the models, start the sandbox workers and open the record file (blocking)."""
-        from metaagent.workflow import SandboxPool
-
         t0 = time.perf_counter()
         try:
             models = self._loader()

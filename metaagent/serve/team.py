@@ -30,6 +30,7 @@ from metaagent.records import Design, Execution, RewardRecord, RolloutTree
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.engine import FrozenDesign, RolloutEngine, RolloutObserver
 from metaagent.seeding import derive_seed
+from metaagent.workflow import SandboxError
 from metaagent.workflow.protocol import agent_system_prompt, extract_delivery
 
 from . import selection
@@ -198,8 +199,6 @@ def run_team(ctx: TeamContext, spec: TeamSpec, budget: RequestBudget, emit: Even
     except PolicyError as e:
         raise policy_failure(e, budget) from None
     except Exception as e:
-        from metaagent.workflow import SandboxError
-
         if isinstance(e, SandboxError):
             raise unavailable(f"the sandbox is unavailable: {e}", code="sandbox_unavailable") from None
         raise

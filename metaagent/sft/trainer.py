@@ -47,6 +47,7 @@ TRL reads the files as they are: ``SFTTrainer(model, train_dataset=load_dataset(
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
 import random
@@ -61,7 +62,9 @@ from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, Pos
 
 from metaagent.config import ConfigError
 from metaagent.errors import MetaAgentError
+from metaagent.learn.metrics import MetricsLogger
 from metaagent.learn.optim import SCHEDULES, OptimizerConfig, autocast, lr_at, make_adamw
+from metaagent.policy.models import load_model_and_tokenizer
 from metaagent.records import DESIGNER
 from metaagent.records import ROLES as KINDS  # an example trains the designer or an executor call
 from metaagent.rollout.prompts import designer_prompt_of_examples, domain_hint_of_examples, write_designer_prompt
@@ -171,7 +174,6 @@ class SFTTrainer:
     ) -> None:
         import torch
 
-        from metaagent.policy.models import load_model_and_tokenizer
         from metaagent.sft.data import build_sft_samples, data_fingerprint, read_chat_jsonl
 
         self.config = cfg = config
@@ -231,7 +233,6 @@ class SFTTrainer:
         path = latest_checkpoint(self.run_dir) if resume is True else Path(str(resume))
         if path is None:
             raise SFTError(f"--resume: {self.run_dir} has no complete checkpoint; start without --resume")
-        import json
 
         saved = json.loads((Path(path) / "state.json").read_text()).get("sft", {})
         diffs = self._config_diffs(saved.get("config", {}))
@@ -331,8 +332,6 @@ class SFTTrainer:
 
         Returns the folder of the final merged model (a valid ``--model``).
         """
-        from metaagent.learn.metrics import MetricsLogger
-
         cfg = self.config
         logger = MetricsLogger(
             self.run_dir, tensorboard=cfg.tensorboard, resume_step=self.step - 1 if self.step else None
@@ -411,8 +410,6 @@ def _with_lora(model: Any, cfg: SFTConfig) -> Any:
 
 def _load_adapter(model: Any, cfg: SFTConfig) -> None:
     """Copy the adapter weights of ``cfg.init_adapter`` into the fresh LoRA ``model`` (every LoRA tensor must match)."""
-    import json
-
     import torch
     from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
     from safetensors.torch import load_file

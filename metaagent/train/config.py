@@ -26,12 +26,16 @@ from metaagent.learn.optim import (  # noqa: F401
     LossConfig,
     OptimizerConfig,
     autocast_dtype,
+    resolve_update,
     update_defaults,
 )
+from metaagent.learn.trackers import LOGGERS
 from metaagent.policy.factory import MODEL_BACKENDS
 from metaagent.policy.precision import DTYPES, resolve_dtype
 from metaagent.rewards.coach import CoachConfig
+from metaagent.rewards.errors import RewardError
 from metaagent.rewards.score import RewardConfig
+from metaagent.rewards.turn import check_allocator_options
 from metaagent.rollout.config import RolloutConfig, auto_sandbox_workers
 from metaagent.rollout.eval_aligned.config import EvalAlignedConfig
 from metaagent.train.backend_sections import VerlConfig
@@ -291,8 +295,6 @@ class OptimConfig(LossConfig, OptimizerConfig):
     def optimizer(self) -> OptimizerConfig:
         """The optimizer part alone. ``"auto"`` update settings that no TrainConfig resolved (an OptimConfig
         on its own, which knows no device) are resolved for the CPU."""
-        from metaagent.learn.optim import resolve_update
-
         return resolve_update(
             OptimizerConfig(**{f: getattr(self, f) for f in OptimizerConfig.__dataclass_fields__}), "cpu"
         )
@@ -330,7 +332,6 @@ class TrainerConfig(Checked):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from metaagent.learn.trackers import LOGGERS
 
         bad = [n for n in self.loggers if n not in LOGGERS]
         if bad or "jsonl" not in self.loggers:
@@ -359,8 +360,6 @@ class TurnRewardConfig:
             if self.options:
                 raise ConfigError("turn_reward.options needs turn_reward.allocator")
             return
-        from metaagent.rewards.errors import RewardError
-        from metaagent.rewards.turn import check_allocator_options
 
         try:
             check_allocator_options(self.allocator, self.options)

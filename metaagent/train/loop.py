@@ -23,17 +23,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metaagent.data import DataError, DatasetSpec, MixtureSampler
+from metaagent.data import load_tasks as load_dataset
+from metaagent.data.mixture import batch_shares
 from metaagent.domain import get_domain, use_rewards
+from metaagent.execution.isolation import IsolationError, for_config
 from metaagent.interrupts import StopSignalScope
 from metaagent.learn.metrics import MetricsLogger, cuda_peak_mib
-from metaagent.learn.trackers import step_samples
+from metaagent.learn.trackers import check_available, step_samples
 from metaagent.records import DESIGNER, EXECUTOR, RolloutTree
+from metaagent.rewards.coach import Coach
 from metaagent.rollout.engine import RolloutEngine, RolloutObserver
 from metaagent.rollout.metrics import rollout_metrics
 from metaagent.seeding import derive_seed
 from metaagent.train.backend import Backend, Needs, make_backend
 from metaagent.train.config import TrainConfig
 from metaagent.train.errors import TrainError
+from metaagent.train.reward_stages import StageContext, run_stages
 from metaagent.train.run_dir import RunDirectory, config_hash, new_run_info
 
 ROLE_NAMES = {frozenset({EXECUTOR}): EXECUTOR, frozenset({DESIGNER}): DESIGNER}
@@ -132,12 +138,9 @@ def active_name(active: frozenset[str]) -> str:
 
 
 def load_tasks(specs: list[dict[str, Any]]):
-    from metaagent.data import DatasetSpec
-    from metaagent.data import load_tasks as load
-
     tasks = []
     for spec in specs:
-        tasks.extend(load(DatasetSpec(**spec)))
+        tasks.extend(load_dataset(DatasetSpec(**spec)))
     return tasks
 
 
@@ -256,9 +259,6 @@ class TrainLoop:
             )
 
     def _init_data(self, resume: str | bool | None) -> None:
-        from metaagent.data import MixtureSampler
-        from metaagent.learn.trackers import check_available
-
         cfg = self.config
         check_available(cfg.trainer.active_loggers())  # a missing tracker package stops the run before it starts
         use_rewards(cfg.data.rewards)  # data.rewards: each domain's reward(task, answer), before any scoring
@@ -299,8 +299,6 @@ class TrainLoop:
         self.coach = None
         self._stage_context = None  # the reward stages' context, built at the first step
         if cfg.coach.backend is not None:
-            from metaagent.rewards.coach import Coach
-
             self.coach = Coach(cfg.coach)
         designer, executor = self.backend.policies(self.start_step)
         self.engine = RolloutEngine(
@@ -378,8 +376,6 @@ class TrainLoop:
 
     def _annotate(self, trees: list[RolloutTree]) -> dict[str, Any]:
         """The reward stages the config turns on (:mod:`metaagent.train.reward_stages`), in their order."""
-        from metaagent.train.reward_stages import StageContext, run_stages
-
         if self._stage_context is None:
             self._stage_context = StageContext(self.config, self.engine, self.credit_options, self.coach)
         return run_stages(self._stage_context, trees)
@@ -591,9 +587,6 @@ class TrainLoop:
 def batch_mix(cfg: TrainConfig, tasks: list[Any]) -> dict[str, float]:
     """Each loaded domain's weight in a batch (``data.mix``, :func:`metaagent.data.mixture.batch_shares`); a
     loaded domain the mix gives no weight is a :class:`TrainError` naming it, before anything runs."""
-    from metaagent.data import DataError
-    from metaagent.data.mixture import batch_shares
-
     counts = Counter(t.domain for t in tasks)
     try:
         return batch_shares(cfg.data.batch_mix(counts), counts)
@@ -604,8 +597,6 @@ def batch_mix(cfg: TrainConfig, tasks: list[Any]) -> dict[str, float]:
 def _isolation_for_training(cfg: TrainConfig, tasks: list[Any]) -> Any:
     """The isolation layer of this run's model-written code (``execution.isolation``); training on code
     tasks refuses to start without one unless the config accepts that with ``execution.isolation=none``."""
-    from metaagent.execution.isolation import IsolationError, for_config
-
     code = any(get_domain(name).runs_code for name in {t.domain for t in tasks})  # every loaded one is drawn
     try:
         return for_config(cfg.execution, purpose="train", code_tasks=code)

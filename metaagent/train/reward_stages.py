@@ -18,7 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from metaagent.policy.factory import build_policy
 from metaagent.records import EXECUTOR, RolloutTree
+from metaagent.rewards.coach import coach_metrics
+from metaagent.rewards.overlong import apply_overlong_penalty
+from metaagent.rewards.turn import allocate_turn_rewards, turn_reward_metrics
 
 if TYPE_CHECKING:
     from metaagent.train.config import TrainConfig
@@ -44,8 +48,6 @@ def eval_aligned(ctx: StageContext, trees: list[RolloutTree]) -> dict[str, Any]:
     if stage is None:
         reference = None
         if ctx.config.eval_aligned.baseline == "reference":
-            from metaagent.policy.factory import build_policy
-
             reference = build_policy(ctx.config.policy.backend, ctx.config.policy.model_for(EXECUTOR))
         stage = ctx.state["eval_aligned"] = EvalAlignedStage(
             ctx.engine, ctx.config.eval_aligned, ctx.credit_options, reference=reference
@@ -54,21 +56,15 @@ def eval_aligned(ctx: StageContext, trees: list[RolloutTree]) -> dict[str, Any]:
 
 
 def coach(ctx: StageContext, trees: list[RolloutTree]) -> dict[str, Any]:
-    from metaagent.rewards.coach import coach_metrics
-
     return {**ctx.coach.take_metrics(), **coach_metrics(trees)}
 
 
 def turn_reward(ctx: StageContext, trees: list[RolloutTree]) -> dict[str, Any]:
-    from metaagent.rewards.turn import allocate_turn_rewards, turn_reward_metrics
-
     t = ctx.config.turn_reward
     return {**allocate_turn_rewards(trees, t.allocator, **t.options), **turn_reward_metrics(trees)}
 
 
 def overlong(ctx: StageContext, trees: list[RolloutTree]) -> dict[str, Any]:
-    from metaagent.rewards.overlong import apply_overlong_penalty
-
     o, max_len = ctx.config.algo.overlong, ctx.config.rollout.executor.max_tokens
     return apply_overlong_penalty(trees, max_len=max_len, buffer=o.buffer, penalty_factor=o.penalty_factor)
 

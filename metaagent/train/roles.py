@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from metaagent.policy.base import Policy
+from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
 from metaagent.records import DESIGNER, EXECUTOR
 from metaagent.train.config import PolicyConfig
 
@@ -44,7 +45,6 @@ def executor_policy(policies: Mapping[str, Policy], executor_keys: Mapping[str, 
     keys = set(executor_keys.values())
     if len(keys) == 1:
         return policies[keys.pop()]
-    from metaagent.policy.registry import PolicyRegistry, RoutingPolicy
 
     return RoutingPolicy(PolicyRegistry({p: policies[k] for p, k in executor_keys.items()}))
 

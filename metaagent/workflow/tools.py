@@ -12,8 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from metaagent.data.retrieval import CORPUS_FILE, corpus_retriever
 from metaagent.data.tasks import Task
 from metaagent.domain import get_domain
+from metaagent.envs import make_env
+from metaagent.execution.code import extract_program, run_code_tests
 
 #: per-run limits of a program started by a tool (tools must stay fast: they run inside a rollout)
 TOOL_TIME_LIMIT_S = 2.0
@@ -23,8 +26,6 @@ MAX_RESULT_CHARS = 1500
 
 def _program(text: str) -> str:
     """The program inside an agent reply: its last ```python block, else the text itself."""
-    from metaagent.execution.code import extract_program
-
     if not isinstance(text, str):
         raise TypeError(f"the program must be text, got {type(text).__name__}")
     return extract_program(text) or text
@@ -53,7 +54,6 @@ class RunTests:
             return (
                 "NO TESTS: this task has no public tests; check the program by reasoning or with run_program"
             )
-        from metaagent.execution.code import run_code_tests
 
         result = run_code_tests(
             code, self.public_tests, time_limit_s=self.time_limit_s, memory_mb=self.memory_mb, workers=1
@@ -75,7 +75,6 @@ class RunProgram:
         if not isinstance(input, str):
             raise TypeError(f"run_program's input must be text, got {type(input).__name__}")
         code = _program(program)
-        from metaagent.execution.code import run_code_tests
 
         result = run_code_tests(
             code,
@@ -121,8 +120,6 @@ class EnvStep:
 
 def plan_tools(task: Task) -> dict[str, Callable[..., str]]:
     """The environment tools of a plan task: one fresh env per execution, built from the task's seed."""
-    from metaagent.envs import make_env
-
     env = make_env(task.metadata["env"])
     return {"env_observe": EnvObserve(env), "env_step": EnvStep(env)}
 
@@ -139,7 +136,6 @@ class Retrieve:
         "[title] text", or "NO RESULTS" when nothing matches."""
         if not isinstance(query, str):
             raise TypeError(f"retrieve's query must be text, got {type(query).__name__}")
-        from metaagent.data.retrieval import CORPUS_FILE, corpus_retriever
 
         hits = corpus_retriever(self.corpus or str(CORPUS_FILE)).search(query, self.k)
         if not hits:

@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import typing
 from pathlib import Path
 
 from metaagent.cli.flags import field_help
+from metaagent.lazy import import_file
 
 HOOK = Path(__file__).resolve().parents[2] / "docs" / "hooks" / "generated_pages.py"
 
 
 def _commands() -> list[type]:
-    spec = importlib.util.spec_from_file_location("generated_pages", HOOK)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    module = import_file(HOOK, "generated_pages")
     return [module._load(config) for _command, _cli, config, _purpose in module.COMMANDS]
 
 

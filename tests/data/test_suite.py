@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 
 from metaagent.data import DataError, DatasetSpec, load_bundled, load_tasks
 from metaagent.data.suite import FAMILIES, suite_references, suite_rows, trivial_program
+from metaagent.lazy import import_file
 from metaagent.rewards import check_math, run_code_tests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,10 +92,7 @@ NGRAM = 4  # no run of this many words of a held-out template occurs in what tra
 
 
 def _families_script():
-    spec = importlib.util.spec_from_file_location("suite_families", ROOT / "scripts" / "suite_families.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_file(ROOT / "scripts" / "suite_families.py", "suite_families")
 
 
 def _ngrams(text: str) -> set[tuple[str, ...]]:

@@ -128,8 +128,7 @@ def test_a_hidden_site_directory_shows_only_the_packages_kept(tmp_path):
     (site / "dataset" / "answers.jsonl").write_text("gold")
     code = f"""
 import errno, json, os, sys
-sys.path.insert(0, {isolation.CHILD_DIR!r})
-import _confine
+{isolation.CHILD_IMPORT}
 _confine.enter_namespaces(network=False, read_paths=[{str(tmp_path / "lib")!r}], hidden=[{str(site)!r}],
                           keep=[{str(site / "allowed")!r}, {str(site / "allowed.libs")!r}])
 out = {{"listing": sorted(os.listdir({str(site)!r})), "kept": open({str(site / "allowed" / "__init__.py")!r}).read()}}
@@ -157,8 +156,7 @@ def test_without_a_pids_cgroup_a_user_namespace_counts_the_programs_threads():
     spec = dict(isolation.active().child_spec(None), max_tasks=20)
     code = f"""
 import json, os, sys, threading
-sys.path.insert(0, {isolation.CHILD_DIR!r})
-import _confine  # (and json, threading) before the switch: this machine's Python may live in root's home
+{isolation.CHILD_IMPORT}  # (and json, threading) before the switch: this machine's Python may live in root's home
 if os.geteuid() == 0:
     os.setgroups([]); os.setgid(65534); os.setuid(65534)
 applied = _confine.confine(**json.loads(sys.argv[1]))

@@ -14,21 +14,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: builders
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))  # warm_tiny: the reply texts
+from metaagent.lazy import import_file
+from metaagent.policy.hf import HFPolicy
 
-from builders import forced_generate, seed_of  # noqa: E402
-from warm_tiny import TAGGED, UNTAGGED  # noqa: E402
-
-from metaagent.policy.hf import HFPolicy  # noqa: E402
+TESTS = Path(__file__).resolve().parents[1]
+builders = import_file(TESTS / "builders.py", "builders")
+warm_tiny = import_file(TESTS / "train" / "warm_tiny.py", "warm_tiny")  # the reply texts
+TAGGED, UNTAGGED = warm_tiny.TAGGED, warm_tiny.UNTAGGED
 
 
 def scripted(request) -> str:
-    return TAGGED if seed_of(request) % 2 == 0 else UNTAGGED
+    return TAGGED if builders.seed_of(request) % 2 == 0 else UNTAGGED
 
 
 if __name__ == "__main__":
     from metaagent.cli.train import main
 
-    HFPolicy._generate = forced_generate(scripted)
+    HFPolicy._generate = builders.forced_generate(scripted)
     sys.exit(main(sys.argv[1:]))

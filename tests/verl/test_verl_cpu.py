@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from metaagent.lazy import import_file
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "train"))
 
 pytestmark = pytest.mark.slow
 
@@ -117,8 +118,7 @@ def mean_logprobs(model, turn_list) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory) -> str:
-    from warm_tiny import warm_tiny
-
+    warm_tiny = import_file(ROOT / "tests" / "train" / "warm_tiny.py", "warm_tiny").warm_tiny
     return warm_tiny(tmp_path_factory.mktemp("warm"), "executor")
 
 

@@ -11,16 +11,14 @@ log-probs differ from the trainer's, is what gives weights other than a constant
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from test_verl_cpu import rows, train
+
+from metaagent.lazy import import_file
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "train"))
-sys.path.insert(0, str(ROOT / "tests" / "verl"))
-
-from test_verl_cpu import rows, train
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +27,7 @@ CAP = 0.5
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory) -> str:
-    from warm_tiny import warm_tiny
-
+    warm_tiny = import_file(ROOT / "tests" / "train" / "warm_tiny.py", "warm_tiny").warm_tiny
     return warm_tiny(tmp_path_factory.mktemp("warm"), "executor")
 
 

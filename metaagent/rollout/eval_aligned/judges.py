@@ -19,7 +19,9 @@ from typing import Any
 from metaagent.policy.base import Policy, SamplingParams
 from metaagent.records import AgentTurn
 from metaagent.registry import Registry
+from metaagent.rewards.errors import RewardError
 from metaagent.rewards.judge import Judge, JudgeTemplate, rule_judge
+from metaagent.rewards.math import find_boxed, math_equal
 
 _OUTPUT_RE = re.compile(r"<output>(.*?)</output>", re.S)
 _REFERENCE_RE = re.compile(r"<reference>(.*?)</reference>", re.S)
@@ -48,8 +50,6 @@ PREFIX = JudgeTemplate(
 
 
 def _wrong_boxed(output: str, reference: str) -> bool:
-    from metaagent.rewards.math import find_boxed, math_equal
-
     answer = find_boxed(output)
     return answer is not None and not math_equal(answer, reference)
 
@@ -60,7 +60,6 @@ def gold_rule(prompt: str) -> float:
     reference = ref.group(1).strip() if ref else ""
     if not reference:
         return 1.0
-    from metaagent.rewards.errors import RewardError
 
     try:
         return 0.0 if any(_wrong_boxed(o, reference) for o in _OUTPUT_RE.findall(prompt)) else 1.0

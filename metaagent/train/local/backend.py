@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from metaagent.records import RolloutTree
+from metaagent.rollout.prompts import write_designer_prompt
 from metaagent.train.backend import Backend, Capabilities, Needs, Policies
 from metaagent.train.config import TrainConfig
 
@@ -74,7 +75,6 @@ class LocalBackend(Backend):
         self, run_dir: Path, next_step: int, *, state: dict[str, Any], designer_prompt: str, domain_hint: bool = True
     ) -> Path:
         from metaagent.learn.checkpoint import model_path, save_checkpoint
-        from metaagent.rollout.prompts import write_designer_prompt
 
         path = save_checkpoint(
             run_dir,

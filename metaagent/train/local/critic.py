@@ -31,6 +31,7 @@ from metaagent.errors import MetaAgentError
 from metaagent.learn.losses import VALUE_SUMMED_METRICS, GlobalBatch, value_loss
 from metaagent.learn.optim import OptimizerConfig, make_adamw
 from metaagent.learn.samples import Sample, collate, micro_batches
+from metaagent.policy.models import resolve_model
 
 
 class CriticError(MetaAgentError, ValueError):
@@ -43,8 +44,6 @@ def load_value_model(name_or_path: str, *, device: str = "cpu") -> torch.nn.Modu
     reused and the head ``score`` is new; from a saved critic folder everything is loaded."""
     from transformers import AutoConfig, AutoModelForTokenClassification
     from transformers.utils import logging as hf_logging
-
-    from metaagent.policy.models import resolve_model
 
     path = resolve_model(name_or_path)
     config = AutoConfig.from_pretrained(path)

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from metaagent.errors import MetaAgentError
+from metaagent.policy.models import ALIASES
 from metaagent.seeding import derive_seed, seeded_torch
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -64,8 +65,6 @@ def peft_config(settings: Any) -> Any:
 
 def base_name(path: str) -> str:
     """What an adapter records as its base: an alias as is, a folder as an absolute path."""
-    from metaagent.policy.models import ALIASES
-
     return path if path in ALIASES else str(Path(path).expanduser().resolve())
 
 

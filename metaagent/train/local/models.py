@@ -11,12 +11,18 @@ sync step is needed on the local backend.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import functools
+import gc
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from metaagent.learn.optim import OptimizerConfig
 from metaagent.policy.base import Policy
+from metaagent.policy.factory import batcher_options, build_policy
+from metaagent.policy.models import load_model_and_tokenizer
 from metaagent.records import DESIGNER
 from metaagent.train.config import OptimConfig, PolicyConfig
 from metaagent.train.roles import executor_policy, model_plan
@@ -75,17 +81,12 @@ class ModelSet:
 def _libc(function: str) -> Any:
     """The C library's ``function`` (glibc's ``malloc_trim``, ``mallopt``), or None elsewhere; looked up once
     (``find_library`` runs ``ldconfig``)."""
-    import ctypes
-    import ctypes.util
-
     name = ctypes.util.find_library("c")
     return getattr(ctypes.CDLL(name), function, None) if name else None
 
 
 def release_freed_memory() -> None:
     """Collect garbage and hand freed heap pages back to the OS (glibc ``malloc_trim``; elsewhere a no-op)."""
-    import gc
-
     gc.collect()
     trim = _libc("malloc_trim")
     if trim is not None:
@@ -121,9 +122,6 @@ def update_heap() -> Iterator[None]:
 def load_models(cfg: PolicyConfig, *, seed: int = 0) -> ModelSet:
     """Load every physical model of ``cfg`` and wrap each in a batching rollout policy; ``seed`` (the run's
     ``trainer.seed``) seeds the LoRA adapters' initial weights (:class:`~metaagent.train.local.lora.AdapterSet`)."""
-    from metaagent.policy.factory import batcher_options, build_policy
-    from metaagent.policy.models import load_model_and_tokenizer
-
     if cfg.backend != "hf":
         raise ValueError(
             f"the local trainer generates with the model it trains (policy.backend=hf); got {cfg.backend!r}. "
@@ -190,8 +188,6 @@ def make_updaters(
             if key in models.adapters:  # the reference is the frozen base under the adapters
                 reference = {"ref_context": models.adapters[key].reference}
             else:
-                from metaagent.policy.models import load_model_and_tokenizer
-
                 ref, _ = load_model_and_tokenizer(models.paths[key], dtype="float32", device=str(model.device))
                 reference = {"ref_model": ref}
         updaters[key] = PolicyUpdater(
@@ -206,7 +202,6 @@ def make_critics(models: ModelSet, critic: Any, optim: OptimConfig) -> dict[str,
     model from ``critic.model`` or else the same weights as the policy it pairs with; AdamW at ``critic.lr``
     with the policy's betas, epsilon and micro-batch budget."""
     from metaagent.train.local.critic import Critic, load_value_model
-    from metaagent.learn.optim import OptimizerConfig
 
     base = optim.optimizer()
     settings = {f: getattr(base, f) for f in OptimizerConfig.__dataclass_fields__}

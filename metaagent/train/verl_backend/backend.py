@@ -34,12 +34,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from metaagent.policy.models import ALIASES, fix_chat_tokens, resolve_model
 from metaagent.records import DESIGNER, RolloutTree
 from metaagent.train.backend import Backend, Capabilities, Needs, Policies
 from metaagent.train.backend_sections import VerlConfig
 from metaagent.train.config import TrainConfig
 from metaagent.train.roles import executor_policy
+from metaagent.train.schedule import ROLES
 
+from .cpu import HFRollout, activate, cpu_pool
 from .errors import VerlBackendError
 from .plan import Plan, model_loss, resolve_plan
 
@@ -75,8 +78,6 @@ class VerlBackend(Backend):
         self._given = dict(groups) if groups is not None else None
         self.groups: dict[str, Any] = {}
         if groups is None:  # before verl picks its platform: the plugin must be loaded (cpu: the CPU platform)
-            from .cpu import activate
-
             require_gpus(self.plan)  # a clear refusal instead of a Ray scheduling hang
             self._worker_env = activate(self.verl.device, self.verl.hf_rollout)
 
@@ -106,8 +107,6 @@ class VerlBackend(Backend):
     def _start_models(self) -> dict[str, Any]:
         import ray
         from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
-
-        from metaagent.policy.models import ALIASES, fix_chat_tokens, resolve_model
 
         from .verl_config import compose_verl_config
         from .workers import ModelGroup
@@ -139,8 +138,6 @@ class VerlBackend(Backend):
                 chat_template_kwargs=self.config.policy.chat_template_kwargs,
             )  # fmt: skip
             if self.verl.hf_rollout:  # the HF policy in this process as the rollout (CPU, or CUDA without vLLM)
-                from .cpu import HFRollout, cpu_pool
-
                 max_batch, device = self.config.policy.max_batch_size, self.verl.device
                 group.start(
                     pool=cpu_pool(mp.gpus) if device == "cpu" else None,
@@ -248,7 +245,6 @@ class VerlBackend(Backend):
                 "set optim.dpo=false or trainer.backend=local"
             )
         from metaagent.learn.samples import route_samples
-        from metaagent.train.schedule import ROLES
 
         from .batch import build_update_batch
 

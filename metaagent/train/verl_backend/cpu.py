@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from metaagent.policy.factory import build_policy
+
 from .device import process_env
 from .errors import VerlBackendError
 
@@ -70,8 +72,6 @@ class HFRollout:
         self, group: Any, chat_template_kwargs: dict[str, Any] | None = None, *, max_batch_size: int = 32,
         device: str = "cpu",
     ) -> None:
-        from metaagent.policy.factory import build_policy
-
         self.group = group
         self.colocated = group.plan.colocated
         path = group.plan.path

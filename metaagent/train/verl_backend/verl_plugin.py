@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import resource
 import sys
 import types
 from contextlib import contextmanager
+
+import psutil
 
 from .device import CPU_ROLLOUT_NAME, HF_ROLLOUT_ENV
 
@@ -83,9 +86,6 @@ def install_value_model_attention() -> None:
 
 
 def _device_module():
-    import resource
-
-    import psutil
     import torch
 
     rss = staticmethod(lambda *a, **k: psutil.Process().memory_info().rss)

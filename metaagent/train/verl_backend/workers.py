@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -148,8 +149,6 @@ class ModelGroup:
         spawned = group.spawn(prefix_set=set(classes))
         self.wg = spawned[role]
         if self.use_critic:  # as verl's PPOTrainer._setup: engine up, then verl's value loss with our critic config
-            from functools import partial
-
             from verl.workers.utils.losses import value_loss
 
             self.critic_wg = spawned[CRITIC]
