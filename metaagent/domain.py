@@ -6,13 +6,16 @@ one file that builds its record and calls :func:`register_domain` (the built-ins
 rooms that branch on a task's domain (data, workflow, rewards, rollout, eval, serve) look it up with
 :func:`get_domain`; none of them names a domain.
 
+Domains are a :class:`metaagent.registry.Registry`, :data:`DOMAINS`, the table style of every extension point.
 Lookup order: the built-in domains (the package :mod:`metaagent.domains`, imported on the first lookup by its
-name, the way a plugin is found: a lower room never imports it) and the modules named in the environment
-variable :data:`PLUGINS_ENV` (comma-separated, e.g. ``METAAGENT_DOMAINS=mypkg.arith``), whose import registers
-more. To add a domain: write a module that calls ``register_domain(Domain(name=..., ...))`` and import it before
-the tasks are built, or name it in ``METAAGENT_DOMAINS`` so every command (``train-metaagent``, ...) loads it.
-The module also owns the domain's data (``metaagent.data.register_source``: a source is looked up after the
-plugins are loaded) and its settings (``Domain.settings``: the config section ``reward.domains.<name>``).
+name, the way a plugin is found: a lower room never imports it), the modules named in the environment variable
+:data:`PLUGINS_ENV` (comma-separated, e.g. ``METAAGENT_DOMAINS=mypkg.arith``), whose import registers more,
+and an installed distribution's entry points of the group ``metaagent.domains`` (loaded on the first lookup
+of their name). To add a domain: write a module that calls ``register_domain(Domain(name=..., ...))`` and
+import it before the tasks are built, name it in ``METAAGENT_DOMAINS`` so every command (``train-metaagent``,
+...) loads it, or install it with an entry point (``arith = "my_package.arith:ARITH"``). The module also owns
+the domain's data (``metaagent.data.register_source``: a source is looked up after the plugins are loaded) and
+its settings (``Domain.settings``: the config section ``reward.domains.<name>``).
 
 A domain's R_correct can also be a plain Python function ``reward(task, answer) -> float`` in [0, 1]
 (TRL-style), registered for it in :data:`REWARDS` (:func:`register_reward`, or a ``module:function`` spec in
@@ -198,8 +201,11 @@ def use_rewards(specs: Mapping[str, str]) -> None:
         register_reward(domain, load_reward(spec))
 
 
-_DOMAINS: dict[str, Domain] = {}
-_loaded: set[str] = set()
+#: domain name -> its record. Built-ins: :data:`BUILTIN`; plugins: an installed distribution's entry point
+#: of the group ``metaagent.domains`` (``arith = "my_package.arith:ARITH"``, the record its module
+#: registers), or a module named in :data:`PLUGINS_ENV`
+DOMAINS: Registry[Domain] = Registry("domain", DomainError, group="metaagent.domains")
+_loaded: set[str] = set()  # the modules of BUILTIN and PLUGINS_ENV imported so far
 _lock = threading.RLock()
 
 
@@ -208,14 +214,15 @@ def register_domain(domain: Domain) -> Domain:
     if not isinstance(domain, Domain) or not domain.name:
         raise DomainError(f"register_domain takes a Domain with a non-empty name, got {domain!r}")
     with _lock:
-        old = _DOMAINS.get(domain.name)
+        old = DOMAINS.loaded(domain.name)
         if old is not None and old is not domain:
             raise DomainError(f"domain {domain.name!r} is already registered; pick another name")
-        _DOMAINS[domain.name] = domain
+        DOMAINS.register(domain.name)(domain)
     return domain
 
 
 def _load_plugins() -> None:
+    """Import the built-in domains and the modules of :data:`PLUGINS_ENV` (each once)."""
     names = [BUILTIN, *(m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip())]
     with _lock:
         for module in names:
@@ -229,27 +236,41 @@ def _load_plugins() -> None:
                 raise DomainError(f"cannot import domain module {module!r} (from {PLUGINS_ENV}): {e}") from e
 
 
+def _entry(name: str) -> Domain:
+    """The domain ``name`` from :data:`DOMAINS` (an entry point's loaded now): a Domain of that name."""
+    found = DOMAINS.get(name)
+    if not isinstance(found, Domain) or found.name != name:
+        raise DomainError(
+            f"the entry point {name!r} of group {DOMAINS.group} must name a Domain whose name is {name!r}, "
+            f"got {getattr(found, 'name', found)!r}"
+        )
+    return found
+
+
 def domains() -> Mapping[str, Domain]:
     """Every registered domain by name (built-ins and plugins loaded)."""
     _load_plugins()
-    return dict(_DOMAINS)
+    return {name: _entry(name) for name in DOMAINS.names()}
 
 
 def domain_names() -> tuple[str, ...]:
-    return tuple(sorted(domains()))
+    """Every registered domain's name, sorted (an installed plugin's listed without importing it)."""
+    _load_plugins()
+    return tuple(DOMAINS.names())
 
 
 def get_domain(name: str) -> Domain:
     """The domain registered as ``name``; the error names the registered ones and how to add one."""
-    found = _DOMAINS.get(name) if isinstance(name, str) else None
+    found = DOMAINS.loaded(name)
     if found is not None:
         return found
-    registered = domain_names()
-    if name in registered:
-        return _DOMAINS[name]
+    _load_plugins()
+    if name in DOMAINS:
+        return _entry(name)
     raise DomainError(
-        f"unknown domain {name!r}; registered: {list(registered)}. To add one, call "
-        f"metaagent.domain.register_domain(Domain(...)) in a module and name it in {PLUGINS_ENV}"
+        f"unknown domain {name!r}; registered: {list(domain_names())}. To add one, call "
+        f"metaagent.domain.register_domain(Domain(...)) in a module and name it in {PLUGINS_ENV}, "
+        f"or install it as an entry point of the group {DOMAINS.group}"
     )
 
 

@@ -524,13 +524,14 @@ def load_plugin_domain(monkeypatch, module: str = "arith_domain"):
     from metaagent.data.sources import SOURCES
 
     registry.domains()  # the built-ins first, so the restored registry keeps them (imported once)
-    saved = dict(registry._DOMAINS), set(registry._loaded), dict(SOURCES._table), dict(registry.REWARDS._table)
+    tables = (registry.DOMAINS._table, registry._loaded, SOURCES._table, registry.REWARDS._table)
+    saved = [type(table)(table) for table in tables]
     monkeypatch.syspath_prepend(str(DOMAINS_DIR))
     monkeypatch.setenv(registry.PLUGINS_ENV, module)
     sys.modules.pop(module, None)
 
     def unload() -> None:
-        for table, old in zip((registry._DOMAINS, registry._loaded, SOURCES._table, registry.REWARDS._table), saved):
+        for table, old in zip(tables, saved):
             table.clear()
             table.update(old)
         sys.modules.pop(module, None)

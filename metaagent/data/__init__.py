@@ -4,9 +4,9 @@ the mixture sampler and the bundled offline task set."""
 from .bundled import code_references, load_bundled
 from .errors import DataError
 from .files import task_file_source
-from .loaders import DatasetSpec, load_tasks
+from .loaders import DatasetSpec, get_source, load_tasks, source_names
 from .mixture import MixtureSampler
-from .sources import SOURCES, Source, get_source, register_source
+from .sources import SOURCES, Source, register_source
 from .tasks import Task, TaskError
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "TaskError",
     "get_source",
     "register_source",
+    "source_names",
     "task_file_source",
     "code_references",
     "load_bundled",

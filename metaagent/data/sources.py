@@ -7,9 +7,10 @@ a task file shipped beside it::
 
     register_source(task_file_source("arith", Path(__file__).with_name("arith_tasks.jsonl"), domain="arith"))
 
-(:func:`metaagent.data.files.task_file_source`). Lookups go through :func:`get_source` and
-:func:`source_names`, which load the plugin domains first, so a plugin's sources are known wherever a name is
-checked.
+(:func:`metaagent.data.files.task_file_source`). Lookups go through
+:func:`metaagent.data.loaders.get_source` and :func:`~metaagent.data.loaders.source_names`, which load the
+plugin domains first, so a plugin's sources are known wherever a name is checked, and which give every
+registered environment its source of generated boards (:func:`metaagent.data.plan.plan_source`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from metaagent.domain import domains
 from metaagent.registry import Registry
 
 from .errors import DataError
@@ -59,7 +59,9 @@ class Source:
         return self.hub is None
 
 
-SOURCES: Registry[Source] = Registry("dataset source", DataError)  # name -> Source
+#: name -> Source; plugins: an installed distribution's entry points of the group ``metaagent.sources`` (a
+#: ``module:SOURCE`` naming a Source), besides a domain module's own ``register_source`` calls
+SOURCES: Registry[Source] = Registry("dataset source", DataError, group="metaagent.sources")
 
 
 def register_source(source: Source) -> Source:
@@ -67,16 +69,3 @@ def register_source(source: Source) -> Source:
     if not isinstance(source, Source):
         raise DataError(f"register_source takes a metaagent.data.sources.Source, got {source!r}")
     return SOURCES.register(source.name)(source)
-
-
-def get_source(name: str) -> Source:
-    """The source registered as ``name``, the plugin domains' included; the error lists the known ones."""
-    if name not in SOURCES:
-        domains()  # a plugin domain's module registers its sources when it is imported
-    return SOURCES.get(name)
-
-
-def source_names() -> list[str]:
-    """Every registered source's name, sorted (the plugin domains' included)."""
-    domains()
-    return SOURCES.names()

@@ -4,7 +4,9 @@ An environment is a :class:`PlanEnv` subclass registered under its ``name`` with
 (``@register_env`` on the class); every list of environment names (the ``plan`` data sources, the factory's
 error, the appendix's lambdas) is derived from :data:`ENVS`. The built-ins register themselves in their own
 modules (:mod:`.planpath`, :mod:`.sudoku`, :mod:`.sokoban`); a plugin domain's module (``METAAGENT_DOMAINS``)
-registers its own the same way, and its data source with ``metaagent.data.plan.plan_source(name)``.
+registers its own the same way, or an installed distribution names it as an entry point of the group
+``metaagent.envs``. Its data source (generated boards) follows from the name
+(:func:`metaagent.data.loaders.get_source`).
 """
 
 from __future__ import annotations
@@ -143,7 +145,10 @@ class PlanEnv:
         return out
 
 
-ENVS: Registry[type[PlanEnv]] = Registry("planning environment", EnvError)  # name -> its PlanEnv subclass
+#: name -> its PlanEnv subclass; plugins: an installed distribution's entry points of the group
+#: ``metaagent.envs`` (``counter = "my_package.counter:Counter"``, a class its module registers with
+#: :func:`register_env`)
+ENVS: Registry[type[PlanEnv]] = Registry("planning environment", EnvError, group="metaagent.envs")
 
 
 def register_env(cls: type[PlanEnv]) -> type[PlanEnv]:

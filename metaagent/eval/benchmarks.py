@@ -21,8 +21,7 @@ from dataclasses import dataclass
 
 from metaagent.data import DataError, DatasetSpec, Task, load_tasks
 from metaagent.data.files import SOURCE as FILE_SOURCE
-from metaagent.data.loaders import BENCHMARKS_ENV, placed_copy
-from metaagent.data.sources import get_source, source_names
+from metaagent.data.loaders import BENCHMARKS_ENV, get_source, placed_copy, source_names
 
 from .errors import EvalError
 

@@ -250,11 +250,11 @@ def test_the_turn_reward_of_an_unparseable_sudoku_reply_is_0():
 
 
 def test_the_name_lists_derive_from_the_registered_environments():
-    from metaagent.data.sources import SOURCES
+    from metaagent.data import get_source
     from metaagent.envs import ENVS, env_names, lambda_of
 
     assert env_names() == ("planpath", "sokoban", "sudoku")
-    assert {n: SOURCES.get(n).domain for n in env_names()} == dict.fromkeys(env_names(), "plan")
+    assert {n: get_source(n).domain for n in env_names()} == dict.fromkeys(env_names(), "plan")
     assert [lambda_of(n) for n in env_names()] == [0.5, 0.4, 0.6] and lambda_of("math") == 0.7
     with pytest.raises(EnvError, match=r"no lambda for task 'chess'; known: \['math', 'planpath'"):
         lambda_of("chess")
@@ -263,10 +263,9 @@ def test_the_name_lists_derive_from_the_registered_environments():
 
 
 def test_an_environment_registered_later_is_made_loaded_and_listed():
-    """A plugin's environment: ``@register_env`` on its class and ``register_source(plan_source(name))`` give
-    its tasks (the task text from its ``rules``), ``make_env`` and the lists; nothing else names it."""
-    from metaagent.data import load_tasks, register_source
-    from metaagent.data.plan import plan_source
+    """A plugin's environment: ``@register_env`` on its class gives its tasks (its data source follows from
+    its name, the task text from its ``rules``), ``make_env`` and the lists; nothing else names it."""
+    from metaagent.data import get_source, load_tasks, source_names
     from metaagent.data.sources import SOURCES
     from metaagent.envs import ENVS, PlanEnv, env_names, register_env
 
@@ -295,8 +294,8 @@ def test_an_environment_registered_later_is_made_loaded_and_listed():
         register_env(type("Bare", (PlanEnv,), {"name": "bare"}))
     try:
         register_env(Counter)
-        register_source(plan_source("counter"))
         assert "counter" in env_names() and make_env({"name": "counter", "seed": 1}).observe() == "value 1 of 3"
+        assert "counter" in source_names() and get_source("counter").domain == "plan"
         tasks = load_tasks({"source": "counter", "split": "test", "limit": 2})
         assert [t.domain for t in tasks] == ["plan", "plan"]
         assert tasks[0].question.startswith("Count up to 3. Answer with the next number.\n\nInitial state:\nvalue")
