@@ -186,3 +186,133 @@ def test_the_builtin_policy_losses_are_the_registered_ones():
     from metaagent.learn.optim import POLICY_LOSSES
 
     assert core_algos.POLICY_LOSS_REGISTRY.names() == sorted(POLICY_LOSSES)
+
+
+DOMAIN_PLUGIN = """
+    from metaagent.domain import Domain, Verdict, register_domain
+
+    def score(task, execution, cfg):
+        return Verdict(float((execution.answer or "").strip() == task.answer))
+
+    PARITY = register_domain(Domain(
+        name="parity", reference="gold answer", has_reference=lambda task: task.answer in ("even", "odd"),
+        score=score, solution_format=lambda answer, fences: 1.0,
+    ))
+"""
+
+ENV_PLUGIN = """
+    from metaagent.envs import PlanEnv, register_env
+
+    @register_env
+    class Counter(PlanEnv):
+        name = "counter"
+        rules = "Count up to {size}. Answer with the next number."
+        default_size = 3
+
+        def __init__(self, spec):
+            super().__init__(spec)
+            self.size, self.value = int(spec.get("size", self.default_size)), int(spec["seed"]) % 2
+
+        @property
+        def success(self):
+            return self.value >= self.size
+
+        def observe(self):
+            return f"value {self.value} of {self.size}"
+
+        def apply(self, answer):
+            self.value += 1
+            return {}
+"""
+
+SOURCE_PLUGIN = """
+    from metaagent.data import Source, Task
+
+    def row(row, index, spec):
+        return Task(id=f"sq-{index}", domain="math", question=f"What is {row['n']} squared?",
+                    answer=str(row["n"] ** 2), source="squares", split=spec.split_name)
+
+    SQUARES = Source("squares", "math", None, "train", row, rows=lambda spec: [{"n": n} for n in range(3)])
+"""
+
+
+def test_a_plugin_domain_environment_and_source_load_from_entry_points(tmp_path, monkeypatch):
+    """Domains, planning environments and data sources are Registry tables like every other: an installed
+    distribution's entry points (groups metaagent.domains, metaagent.envs, metaagent.sources) are listed
+    without being imported and load on the first lookup of their name; an environment's data source follows
+    from it."""
+    import metaagent.domain as registry
+    from metaagent.data import Task, get_source, load_tasks, source_names
+    from metaagent.data.sources import SOURCES
+    from metaagent.envs import ENVS, env_names, make_env
+
+    for table in (registry.DOMAINS, ENVS, SOURCES):
+        isolate(monkeypatch, table)
+    for group, module, entries, code in (
+        ("metaagent.domains", "fake_parity", {"parity": "fake_parity:PARITY"}, DOMAIN_PLUGIN),
+        ("metaagent.envs", "fake_counter", {"counter": "fake_counter:Counter"}, ENV_PLUGIN),
+        ("metaagent.sources", "fake_squares", {"squares": "fake_squares:SQUARES"}, SOURCE_PLUGIN),
+    ):
+        install_fake_distribution(tmp_path / module, monkeypatch, group=group, module=module, entries=entries,
+                                  code=code)  # fmt: skip
+
+    assert "parity" in registry.domain_names() and "counter" in env_names() and "squares" in SOURCES.names()
+    assert not {"fake_parity", "fake_counter", "fake_squares"} & set(sys.modules)  # listed, none imported
+    assert {"counter", "squares"} <= set(source_names())  # (this loads the domains: they register sources)
+    assert Task(id="p", domain="parity", question="Is 3 even or odd?", answer="odd").domain == "parity"
+    assert registry.get_domain("parity") is sys.modules["fake_parity"].PARITY
+    assert make_env({"name": "counter", "seed": 1}).observe() == "value 1 of 3"
+    boards = load_tasks({"source": "counter", "split": "test", "limit": 2})
+    assert [t.domain for t in boards] == ["plan", "plan"] and get_source("counter").domain == "plan"
+    assert [t.answer for t in load_tasks("squares:train")] == ["0", "1", "4"]
+
+
+def test_a_domain_entry_point_must_name_a_domain_of_its_name(tmp_path, monkeypatch):
+    import metaagent.domain as registry
+
+    isolate(monkeypatch, registry.DOMAINS)
+    install_fake_distribution(
+        tmp_path, monkeypatch, group="metaagent.domains", module="fake_parity",
+        entries={"odd_even": "fake_parity:PARITY"}, code=DOMAIN_PLUGIN,
+    )  # fmt: skip
+    with pytest.raises(registry.DomainError, match="entry point 'odd_even' of group metaagent.domains must"):
+        registry.get_domain("odd_even")
+
+
+def test_every_extension_table_is_a_registry_and_the_extension_points_take_plugins():
+    """One registration style: each extension table of the package is a Registry (none a dict that a
+    register function fills); estimators, losses, template banks, domains, environments and backends load
+    plugins."""
+    from package_graph import PLUGIN_KINDS, extension_tables
+
+    tables = extension_tables()
+    assert [t for t in tables if t.style != "Registry"] == []
+    kinds = {t.kind: t.group for t in tables}
+    assert {k: kinds.get(k, "no table") for k in PLUGIN_KINDS if not kinds.get(k)} == {}
+    assert len(tables) >= 14
+
+
+def test_the_table_inventory_finds_another_registration_style():
+    """The inventory would report a dict filled by a register function (the style domains had), and a
+    Registry's group given by a constant."""
+    import ast
+
+    from package_graph import PACKAGE, Package, extension_tables
+
+    package = Package()
+    fake = "metaagent.policy.fake_tables"
+    package.paths[fake] = PACKAGE / "policy" / "fake_tables.py"
+    package.trees[fake] = ast.parse(
+        "GROUP = 'metaagent.widgets'\n"
+        "WIDGETS = Registry('widget', ValueError, group=GROUP)\n"
+        "_TABLE: dict[str, object] = {}\n"
+        "_CACHE = {}\n"
+        "def register_thing(name, thing):\n"
+        "    _TABLE[name] = thing\n"
+        "def remember(key, value):\n"
+        "    _CACHE[key] = value\n"
+    )
+    found = {(t.name, t.style, t.kind, t.group) for t in extension_tables(package) if "fake_" in t.where}
+    assert found == {
+        ("WIDGETS", "Registry", "widget", "metaagent.widgets"), ("_TABLE", "dict", "register_thing", None),
+    }  # fmt: skip

@@ -48,6 +48,14 @@ def test_unknown_domain_names_the_registered_ones_and_how_to_add_one():
         DatasetSpec("arith")
 
 
+def test_the_domain_is_one_file_plus_its_data_and_nothing_of_the_package_names_it():
+    from package_graph import EXAMPLE_DOMAIN, domain_files, files_naming
+
+    assert [f.name for f in domain_files(EXAMPLE_DOMAIN)] == ["arith_domain.py", "arith_tasks.jsonl"]
+    assert files_naming("arith") == []
+    assert files_naming("planpath")  # the check finds a name the package does use (the built-in environment)
+
+
 def test_a_loaded_domain_builds_scores_and_formats_its_tasks(plugin):
     assert "arith" in domain_names() and plugin.name == "arith"
     task = Task(id="t", domain="arith", question="What is 2 + 3?", answer="5")
