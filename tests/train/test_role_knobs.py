@@ -230,7 +230,6 @@ def test_one_coupled_step_applies_the_knobs_and_records_the_designer_prompt(tmp_
     from metaagent.policy.hf import HFPolicy
     from metaagent.policy.models import PROMPT_FILE
     from metaagent.records import read_trees
-    from metaagent.train.local import LocalBackend
     from metaagent.train.loop import TrainLoop
 
     def reply(request) -> str:
@@ -248,7 +247,7 @@ def test_one_coupled_step_applies_the_knobs_and_records_the_designer_prompt(tmp_
         "schedule.mode=coupled", "algo.normalize=role", "optim.per_role.designer.loss_agg_mode=token-sum",
         "trainer.steps=1", "trainer.save_every=1", "trainer.tensorboard=false", f"trainer.out={out}",
     ])  # fmt: skip
-    with TrainLoop(cfg, LocalBackend(cfg)) as trainer:
+    with TrainLoop(cfg) as trainer:
         assert trainer.backend.updaters["policy"].loss.for_role("designer").loss_agg_mode == "token-sum"
         trainer.train()
     (row,) = [r for r in read_metrics(out / "metrics.jsonl")[0] if r["step"] == 0]

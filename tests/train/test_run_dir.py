@@ -65,3 +65,24 @@ def test_the_config_hash_ignores_where_the_run_goes_and_how_long_it_is():
 def test_the_schedule_section_builds_the_schedule():
     assert ScheduleConfig(mode="coupled", stage_len=3).build() == StageSchedule("coupled", 3)
     assert TrainConfig.load("tiny", ["schedule.stage_len=2"]).schedule.build().active_roles(2) == {"designer"}
+
+
+def test_only_the_schedule_section_builds_a_schedule():
+    """The loop, the verl plan and the display all take their schedule from ``ScheduleConfig.build()``: no
+    other code of the package constructs a ``StageSchedule``."""
+    import ast
+
+    from package_graph import Package
+
+    built, users = [], set()
+    for module, tree in Package().trees.items():
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "StageSchedule":
+                    built.append((module, fn.name))
+                if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("schedule.build"):
+                    users.add(module)
+    assert sorted(set(built)) == [("metaagent.train.config", "build")]
+    assert {"metaagent.train.loop", "metaagent.train.verl_backend.plan", "metaagent.cli.display"} <= users

@@ -1,7 +1,8 @@
 """The resolved plan of a verl run: physical models on GPUs, sizes per step, and their validation.
 
 Pure and cheap (no torch, Ray, verl or vLLM import): ``train-metaagent --backend verl --dry-run`` prints it on
-any machine, and :func:`metaagent.train.verl_backend.run` starts from the same object on the GPU node.
+any machine, and the backend (:class:`metaagent.train.verl_backend.backend.VerlBackend`, given it as ``plan=``)
+starts from the same object on the GPU node.
 
 Sizes of one training step (B tasks, M designs, N executions, K steps per stage)::
 
