@@ -16,9 +16,10 @@ a job with nothing to train runs the held-out evaluations of the modes that have
 
 - the suite's test split per family (v2's: ``auto``, ``sa``, the family's oracle, ``sa@auto``, ``fixed:pot``,
   ``best-per-domain`` chosen on val) into ``<runs>/seed<S>/heldout_<mode>/evals/<family>``;
-- :data:`EXTERNAL` (GSM8K's seeded 300, HumanEval 164, MBPP's sanitized test 257 where placed, the suite's
-  held-out templates per family) with ``auto``, ``sa``, ``sa@auto``, ``fixed:pot`` on answer tasks and
-  ``best-per-domain`` where the benchmark has a selection split disjoint from the scored one, into
+- :data:`EXTERNAL` (GSM8K's seeded 300, HumanEval 164, MBPP's sanitized test 257, the suite's held-out
+  templates per family; GSM8K and MBPP ship with the package, and a placed copy under
+  ``$METAAGENT_BENCHMARKS_DIR`` takes priority) with ``auto``, ``sa``, ``sa@auto``, ``fixed:pot`` on answer
+  tasks and ``best-per-domain`` where the benchmark has a selection split disjoint from the scored one, into
   ``<runs>/seed<S>/heldout_<mode>/external/<name>``;
 - the start model (``--model``, no training) once, with evaluation seed 0: the suite into the first seed's
   ``heldout_start`` and the external benchmarks into ``<runs>/start/external/<name>``.
@@ -42,6 +43,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from metaagent.data.loaders import placed_copy, shipped_copy
 from metaagent.lazy import import_file
 
 # benchmarks/ is not a package: the scripts load each other from their files
@@ -71,26 +73,27 @@ SESSION_H = 2.5  # one background session's hours
 class External:
     """A held-out benchmark beside the suite's test split: its metaagent-eval label, the tasks evaluated, the
     split best-per-domain chooses on (None: the benchmark has none disjoint from the scored one), whether its
-    tasks are code (no ``fixed:pot``), the file it needs under ``$METAAGENT_BENCHMARKS_DIR`` (None: ships
-    with a package) and the suite family whose best-per-domain candidates it uses."""
+    tasks are code (no ``fixed:pot``), whether it is a hub source (read from a placed copy, else the copy
+    shipped in the package, else the hub; False: built into a package) and the suite family whose
+    best-per-domain candidates it uses."""
 
     label: str
     limit: int
     selection: str | None
     code: bool
-    data: str | None
+    hub: bool
     family: str | None
 
 
 def externals(families: list[str]) -> dict[str, External]:
     """name -> :class:`External`; the held-out templates one per family (``heldout_<family>``, 40 tasks)."""
     out = {
-        "gsm8k": External("gsm8k:test", 300, None, False, "gsm8k/test.jsonl", None),
-        "humaneval": External("humaneval", 164, None, True, None, None),
-        "mbpp": External("mbpp:test", 257, "validation", True, "mbpp/sanitized-mbpp.json", "code"),
+        "gsm8k": External("gsm8k:test", 300, None, False, True, None),
+        "humaneval": External("humaneval", 164, None, True, False, None),
+        "mbpp": External("mbpp:test", 257, "validation", True, True, "code"),
     }
     for f in families:
-        out[f"heldout_{f}"] = External(f"suite_{f}:heldout", 40, "val", f == "code", None, f)
+        out[f"heldout_{f}"] = External(f"suite_{f}:heldout", 40, "val", f == "code", False, f)
     return out
 
 
@@ -178,22 +181,26 @@ def seed_args(args: argparse.Namespace, seed: int) -> tuple[argparse.Namespace, 
 
 def chosen_externals(args: argparse.Namespace, families: list[str], cuts: tuple[str, ...] = ()) -> dict:
     """The external benchmarks to evaluate: ``--external`` less the plan's cuts, with ``--external-limit``;
-    a benchmark whose data is not placed is left out (listed by :func:`unplaced`)."""
+    a benchmark with no local copy is left out (listed by :func:`unavailable`)."""
     out = {}
     for name, ext in externals(families).items():
         group = "heldout" if name.startswith("heldout_") else name
-        if group not in args.external or group in cuts or name in unplaced(args, families):
+        if group not in args.external or group in cuts or name in unavailable(args, families):
             continue
         limit = args.limits.get(group, ext.limit)
-        out[name] = External(ext.label, limit, ext.selection, ext.code, ext.data, ext.family)
+        out[name] = External(ext.label, limit, ext.selection, ext.code, ext.hub, ext.family)
     return out
 
 
-def unplaced(args: argparse.Namespace, families: list[str]) -> list[str]:
-    """External benchmarks named by ``--external`` whose data file is not under ``$METAAGENT_BENCHMARKS_DIR``."""
-    base = os.environ.get("METAAGENT_BENCHMARKS_DIR")
-    return [n for n, e in externals(families).items()
-            if e.data and n in args.external and not (base and (Path(base) / e.data).is_file())]  # fmt: skip
+def unavailable(args: argparse.Namespace, families: list[str]) -> list[str]:
+    """External hub benchmarks named by ``--external`` with no local copy: none placed (under
+    ``$METAAGENT_BENCHMARKS_DIR`` or the checkout's ``shared/benchmarks``) and none shipped in the package
+    (GSM8K's test split and MBPP are), so evaluating them would need the hub."""
+    def local(label: str) -> bool:
+        name, _, split = label.partition(":")
+        return (placed_copy(name, split) or shipped_copy(name, split)) is not None
+
+    return [n for n, e in externals(families).items() if e.hub and n in args.external and not local(e.label)]
 
 
 def methods_of(ext: External, a2=None, mode: str | None = None) -> tuple[str, ...]:
@@ -463,10 +470,11 @@ def plan(args: argparse.Namespace) -> Plan:
         )
         + ".",
     ]
-    unplaced_names = unplaced(args, a2.families)
-    if unplaced_names:
+    missing = unavailable(args, a2.families)
+    if missing:
         lines.append(
-            f"Not placed under $METAAGENT_BENCHMARKS_DIR, so not evaluated: {', '.join(unplaced_names)}."
+            f"No local copy (none placed under $METAAGENT_BENCHMARKS_DIR, none shipped with the package), so "
+            f"not evaluated: {', '.join(missing)}."
         )
     return Plan(lines, cuts, total)
 
@@ -738,9 +746,10 @@ def checkpoint_hashes(args: argparse.Namespace) -> dict:
 def copy_records(args: argparse.Namespace, results: Path) -> None:
     """The held-out evaluations travel with the report, compressed (``records/start``, ``records/seed<S>/
     heldout_<mode>``): the suite's whole folders (metaagent-replay opens them), and of the external benchmarks
-    only results.json and table.md (their rollouts quote the benchmark's questions, data that is placed, never
-    committed); never a checkpoint. ``--scale session`` keeps of the suite's rollouts the teams' (``auto``)
-    only: three seeds of everything would pass the committed results' 10 MB budget."""
+    only results.json and table.md (their rollouts quote the benchmark's questions, data kept in its own copy,
+    shipped or placed, not in the records); never a checkpoint. ``--scale session`` keeps of the suite's
+    rollouts the teams' (``auto``) only: three seeds of everything would pass the committed results' 10 MB
+    budget."""
     import lzma
 
     def summaries(src: Path, dst: Path) -> None:
@@ -896,9 +905,9 @@ def write_status(args: argparse.Namespace) -> None:
         rows=rows,
         how_title="How to continue",
         how=[
-            "From the repository root with `PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python` and",
-            "`METAAGENT_BENCHMARKS_DIR` set (GSM8K and MBPP are read from there); rerunning continues every run and",
-            "evaluation where it stopped:",
+            "From the repository root with `PYTHONPATH=$PWD HF_HUB_OFFLINE=1 .venv/bin/python` (GSM8K and",
+            "MBPP ship with the package; a placed copy under $METAAGENT_BENCHMARKS_DIR takes priority);",
+            "rerunning continues every run and evaluation where it stopped:",
         ],
         command=command(args),
         log=_report.home_short(Path(args.runs) / "evidence.log"),
@@ -910,11 +919,10 @@ def write_command(args: argparse.Namespace) -> None:
     records)."""
     path = Path(args.results) / "COMMAND.md"
     path.parent.mkdir(parents=True, exist_ok=True)  # a run's first write, before any report
-    old = path.read_text().splitlines() if path.is_file() else ["# Commands", "",
-                                                                 "Each ran from the repository root with "
-                                                                 "`PYTHONPATH=$PWD HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "
-                                                                 ".venv/bin/python` and `METAAGENT_BENCHMARKS_DIR` "
-                                                                 "set:", ""]  # fmt: skip
+    header = ["# Commands", "", "Each ran from the repository root with `PYTHONPATH=$PWD HF_HUB_OFFLINE=1 "
+              "OMP_NUM_THREADS=1 .venv/bin/python` (GSM8K and MBPP ship with the package; a placed copy under "
+              "$METAAGENT_BENCHMARKS_DIR takes priority):", ""]  # fmt: skip
+    old = path.read_text().splitlines() if path.is_file() else header
     line = f"    {command(args)}"
     if line not in old and not args.report_only and not args.plan:
         old += [line, ""]

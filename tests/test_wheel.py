@@ -1,7 +1,8 @@
 """A non-editable install works: build the wheel, install it into a fresh venv outside the checkout, train
 one step of the packaged ``tiny`` config and one of the default config on ``--model tiny``, evaluate with
 ``metaagent-eval``, load the template bank and a fixed workflow, resolve ``embedded-sft``; the wheel carries
-the checkout's ``configs/`` and ``templates/`` inside the package, the licence and the project metadata.
+the checkout's ``configs/`` and ``templates/`` inside the package, the shipped GSM8K and MBPP copies with
+their licences, the licence and the project metadata.
 
 The fresh venv reuses this venv's third-party packages through a ``.pth`` line (no network), but not its
 editable metaagent: a ``.pth`` line adds a directory to ``sys.path`` without running the ``.pth`` files in
@@ -57,6 +58,9 @@ def test_the_wheel_carries_the_data(venv):
     assert "metaagent/templates/fixed/unity_qa_parallel.py" in names
     assert "metaagent/policy/cold_start_adapter/adapter_model.safetensors" in names
     assert "metaagent/data/suite/heldout/code.jsonl.gz" in names  # the suite's held-out split, compressed
+    for shipped in ("gsm8k/test.jsonl.xz", "mbpp/sanitized-mbpp.json.xz"):  # the public benchmarks shipped
+        folder = f"metaagent/data/benchmarks/{shipped.split('/')[0]}"
+        assert {f"{folder}/{shipped.split('/')[1]}", f"{folder}/LICENSE", f"{folder}/SOURCE.md"} <= set(names)
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names[-10:]
     (meta_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     meta = zipfile.ZipFile(wheel).read(meta_name).decode()

@@ -1,5 +1,6 @@
 """Task records, dataset loaders, the table of data sources (a domain registers its own: ``register_source``),
-the mixture sampler and the bundled offline task set."""
+the mixture sampler, the bundled offline task set and the public benchmarks shipped with their licences
+(``benchmarks/``: GSM8K's test split, MBPP sanitized)."""
 
 from .bundled import code_references, load_bundled
 from .errors import DataError

@@ -2,9 +2,10 @@
 
 ``load_tasks(DatasetSpec("polaris", path="polaris.parquet"))`` reads a local json / jsonl / parquet file in
 the source's own schema; without ``path`` a placed copy ``<benchmark dir>/<source>/<split>.jsonl`` (or
-``.json`` / ``.parquet``; directories: :func:`benchmark_dirs`) is read, else the hub is asked (which needs
-network access; the error says to pass a local file when it is not there). ``DatasetSpec("bundled")`` is
-the offline set shipped in the package. Field mapping per source: :mod:`metaagent.data.mappers`.
+``.json`` / ``.parquet``; directories: :func:`benchmark_dirs`) is read, else the copy shipped in the package
+(GSM8K's test split and MBPP sanitized, :func:`shipped_copy`), else the hub is asked (which needs network
+access; the error says to pass a local file when it is not there). ``DatasetSpec("bundled")`` is the offline
+set shipped in the package. Field mapping per source: :mod:`metaagent.data.mappers`.
 
 The built-in sources are registered here in the table of :mod:`metaagent.data.sources`; a domain registers its
 own there (``register_source``), and every name is looked up in that table.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import lzma
 import os
 import random
 from collections import Counter
@@ -46,6 +48,9 @@ BENCHMARKS_ENV = "METAAGENT_BENCHMARKS_DIR"
 #: placed copies are looked for under these folders of the checkout, after $METAAGENT_BENCHMARKS_DIR:
 #: ``shared/benchmarks`` inside it and ``../shared/benchmarks`` beside it
 CHECKOUT_BENCHMARK_DIRS = ("shared/benchmarks", "../shared/benchmarks")
+#: public benchmarks shipped in the package, each beside its licence and a SOURCE.md (origin, commit, sha256):
+#: ``<dir>/<source>/<placed name>.xz``, read when no copy is placed
+SHIPPED_DIR = Path(__file__).resolve().with_name("benchmarks")
 GSM8K_SEED = 20261201  # the seeded order of GSM8K's rows: the first N tasks are a seeded subset of N
 __all__ = ["SOURCES", "DatasetSpec", "Source", "get_source", "load_tasks", "register_source", "source_names"]
 
@@ -114,7 +119,7 @@ for _source in (
         mappers.mbpp_row,
         subset="sanitized",
         placed_names=("sanitized-mbpp.json", *PLACED_NAMES),
-        note="sanitized MBPP (CC-BY 4.0): first assert public, the rest hidden; split = task_id range",
+        note="sanitized MBPP (CC BY 4.0, shipped): first assert public, the rest hidden; split = task_ids",
     ),
     Source(
         "gsm8k",
@@ -124,7 +129,7 @@ for _source in (
         mappers.gsm8k_row,
         subset="main",
         shuffle_seed=GSM8K_SEED,
-        note="grade-school math word problems (MIT); seeded order, so a limit of N is a seeded subset",
+        note="grade-school math (MIT, test split shipped); seeded order, so a limit of N is a seeded subset",
     ),
     Source(
         "bundled", "math+code", None, "all", mappers.bundled_row, rows=lambda spec: bundled_rows(spec.split_name),
@@ -290,6 +295,35 @@ def placed_copy(source: str, split: str) -> Path | None:
     return None
 
 
+def shipped_copy(source: str, split: str) -> Path | None:
+    """The copy of a hub source shipped in the package, or None: ``SHIPPED_DIR/<source>/<name>.xz`` for the
+    first of its ``placed_names`` there (GSM8K: ``test.jsonl.xz``, the test split only; MBPP:
+    ``sanitized-mbpp.json.xz``, which holds every split). A placed copy takes priority over it."""
+    if source not in SOURCES or SOURCES.get(source).offline:
+        return None
+    for name in SOURCES.get(source).placed_names:
+        path = SHIPPED_DIR / source / f"{name.format(split=split)}.xz"
+        if path.is_file():
+            return path
+    return None
+
+
+def shipped_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a shipped copy, decompressed with the standard library's ``lzma`` (no ``datasets``): one
+    JSON object a line for ``.jsonl.xz``, else one JSON list of objects (MBPP's ``sanitized-mbpp.json``)."""
+    try:
+        text = lzma.decompress(path.read_bytes()).decode("utf-8")
+        if path.name.endswith(".jsonl.xz"):
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = json.loads(text)
+    except (OSError, lzma.LZMAError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        reason = f"{type(e).__name__}: {e}"
+        raise DataError(f"cannot read the shipped copy {path}: {reason}; reinstall metaagent") from e
+    if not isinstance(rows, list):
+        raise DataError(f"the shipped copy {path} is not a JSON list of rows; reinstall metaagent")
+    return rows
+
+
 def _seeded_order(rows: Iterable[Mapping[str, Any]], seed: int) -> list[dict[str, Any]]:
     """The rows in the order of ``random.Random(seed).shuffle`` of their positions, each with its position
     in the source as ``index``; so the first N rows are a seeded sample of N and a larger N extends it."""
@@ -306,8 +340,8 @@ def _rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
 
 def _source_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
     """A source's rows: its own reader when it reads ``path`` itself (``file``: rows checked and built into
-    tasks, errors naming file, line and field), else the local file given, else a placed copy, else its own
-    reader (package-local sources), else the hub."""
+    tasks, errors naming file, line and field), else the local file given, else a placed copy, else the copy
+    shipped in the package, else its own reader (package-local sources), else the hub."""
     info = spec.info
     if info.reads_path:
         return info.rows(spec)
@@ -317,6 +351,10 @@ def _source_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
     if placed is not None:
         log.info("%s: reading the placed copy %s", spec.source, placed)
         return _local_rows(placed)
+    shipped = shipped_copy(spec.source, spec.split_name)
+    if shipped is not None:
+        log.info("%s: reading the copy shipped in the package, %s", spec.source, shipped)
+        return shipped_rows(shipped)
     if info.rows is not None:
         return info.rows(spec)
     return _hub_rows(spec)

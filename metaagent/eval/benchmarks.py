@@ -9,8 +9,9 @@ AT-GRPO (``planpath``, ``sudoku``, ``sokoban``: boards generated from seeds, the
 others (GSM8K, MBPP sanitized, AIME 2024/2025, OlympiadBench, APPS, LiveCodeBench v6, CodeContests) are read from a local copy
 given after ``@``, else from a placed copy ``$METAAGENT_BENCHMARKS_DIR/<name>/<split>.jsonl`` (or the
 checkout's ``shared/benchmarks``, ``../shared/benchmarks``: ``metaagent.data.loaders.benchmark_dirs``), else
-from the Hugging Face hub when the machine is online. ``gsm8k`` serves its rows in a seeded order, so
-``--limit 300`` is a seeded subset of 300.
+from the copy shipped in the package (GSM8K's test split and MBPP sanitized, so these two work offline too:
+``metaagent.data.loaders.shipped_copy``), else from the Hugging Face hub when the machine is online.
+``gsm8k`` serves its rows in a seeded order, so ``--limit 300`` is a seeded subset of 300.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from metaagent.data import DataError, DatasetSpec, Task, load_tasks
 from metaagent.data.files import SOURCE as FILE_SOURCE
-from metaagent.data.loaders import BENCHMARKS_ENV, get_source, placed_copy, source_names
+from metaagent.data.loaders import BENCHMARKS_ENV, get_source, placed_copy, shipped_copy, source_names
 
 from .errors import EvalError
 
@@ -70,12 +71,14 @@ def parse_benchmark(text: str, *, split: str | None = None, limit: int | None = 
     if path is not None and not os.path.exists(path):
         raise EvalError(f"benchmark {name}: local copy {path!r} does not exist; give an existing file or directory")
     chosen = own_split.strip() or split
-    placed = placed_copy(name, chosen or get_source(name).default_split)
+    split_name = chosen or get_source(name).default_split
+    local = placed_copy(name, split_name) or shipped_copy(name, split_name)
     # a package-local source (bundled, humaneval, the generated planning boards, a domain's own file) needs
-    # neither a local copy nor the hub
-    if path is None and placed is None and not get_source(name).offline and _offline():
+    # neither a local copy nor the hub, and a shipped benchmark (GSM8K's test split, MBPP) has its copy
+    if path is None and local is None and not get_source(name).offline and _offline():
         raise EvalError(
-            f"benchmark {name} is not shipped and this machine is offline (HF_*_OFFLINE set); "
+            f"benchmark {name} is not shipped (split {split_name}) and this machine is offline "
+            f"(HF_*_OFFLINE set); "
             f"download it elsewhere and give a local copy: --benchmarks {name}@/path/to/{name}.jsonl, "
             f"or place it as ${BENCHMARKS_ENV}/{name}/<split>.jsonl (docs/guide/serve-replay-eval.md, External benchmarks)"
         )

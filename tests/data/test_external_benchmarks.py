@@ -1,5 +1,6 @@
 """Benchmarks nobody here wrote: GSM8K (file, placed copy, hub) and HumanEval's docstring examples as public
-tests. The GSM8K rows are written here in the exact format of ``grade_school_math/data/test.jsonl``."""
+tests (the copies shipped in the package: tests/data/test_shipped_benchmarks.py). The GSM8K rows are written
+here in the exact format of ``grade_school_math/data/test.jsonl``."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def test_gsm8k_placed_copy_is_found_offline_and_its_absence_says_where_to_put_it
 ):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(EvalError, match=r"place it as \$METAAGENT_BENCHMARKS_DIR/gsm8k/<split>.jsonl"):
-        parse_benchmark("gsm8k:test")
+        parse_benchmark("gsm8k:train")  # only the test split ships with the package
     _write_gsm8k(tmp_path / "benchmarks" / "gsm8k" / "test.jsonl")
     monkeypatch.setenv(loaders.BENCHMARKS_ENV, str(tmp_path / "benchmarks"))
     assert loaders.placed_copy("gsm8k", "test") == tmp_path / "benchmarks" / "gsm8k" / "test.jsonl"
@@ -100,11 +101,13 @@ def test_benchmark_dirs_env_first_then_in_and_beside_the_checkout(tmp_path, monk
 
 
 def test_gsm8k_from_the_hub_through_the_hub_loader(tmp_path, monkeypatch, no_placed_copies):
-    """Without a file or a placed copy the hub is asked for ``openai/gsm8k``, config ``main``; the hub here
-    is a local parquet copy the test writes (the machine is offline)."""
+    """Without a file, a placed copy or the shipped one the hub is asked for ``openai/gsm8k``, config
+    ``main``; the hub here is a local parquet copy the test writes (the machine is offline)."""
     import datasets
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    monkeypatch.setattr(loaders, "SHIPPED_DIR", tmp_path / "none-shipped")
 
     cache = tmp_path / "hub" / "openai___gsm8k" / "main" / "test.parquet"
     cache.parent.mkdir(parents=True)

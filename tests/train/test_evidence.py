@@ -45,13 +45,20 @@ def test_plan_cuts_in_the_issues_order_and_never_the_seeds(tmp_path, monkeypatch
     }
 
 
-def test_unplaced_benchmarks_are_named_and_left_out(tmp_path, monkeypatch):
+def test_shipped_benchmarks_need_no_placed_copy_and_one_without_a_copy_is_left_out(tmp_path, monkeypatch):
+    from metaagent.data import loaders
+
     ev = benchmark_script("evidence")
     monkeypatch.setenv("METAAGENT_BENCHMARKS_DIR", str(tmp_path / "empty"))
+    monkeypatch.setattr(loaders, "CHECKOUT_BENCHMARK_DIRS", ())
     args = ev.parse(["--runs", str(tmp_path / "runs")])
-    assert ev.unplaced(args, ["arith"]) == ["gsm8k", "mbpp"]
+    assert ev.unavailable(args, ["arith"]) == []  # none placed: GSM8K and MBPP ship with the package
+    assert set(ev.chosen_externals(args, ["arith"])) == {"gsm8k", "humaneval", "mbpp", "heldout_arith"}
+    assert not any("No local copy" in line for line in ev.plan(args).lines)
+    monkeypatch.setattr(loaders, "SHIPPED_DIR", tmp_path / "none-shipped")  # an install without them
+    assert ev.unavailable(args, ["arith"]) == ["gsm8k", "mbpp"]
     assert set(ev.chosen_externals(args, ["arith"])) == {"humaneval", "heldout_arith"}
-    assert "Not placed" in ev.plan(args).lines[-1]
+    assert "No local copy" in ev.plan(args).lines[-1]
     assert ev.methods_of(ev.externals(["code"])["humaneval"]) == ("auto", "sa", "sa@auto")  # no pot on code
     assert ev.methods_of(ev.externals(["arith"])["heldout_arith"])[-2:] == ("fixed:pot", "best-per-domain")
     with pytest.raises(SystemExit, match="NAME=N"):
@@ -138,7 +145,7 @@ def test_driver_trains_two_seeds_evaluates_and_reports(tmp_path):
 
 def test_committed_records_keep_external_rollouts_out(tmp_path, monkeypatch):
     """The suite's held-out folders are copied whole (compressed); of an external benchmark only its summary:
-    its rollouts quote the placed benchmark's questions."""
+    its rollouts quote the benchmark's questions, kept in its own copy (shipped or placed)."""
     import lzma
 
     ev = benchmark_script("evidence")
