@@ -189,13 +189,11 @@ class RaySandboxPool:
             )
         self._ray = ray
         self._reward = None if reward_config is None else _as_dict(reward_config)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        targets = spread_nodes(ray.nodes(), workers, resource) if placement == "spread" or resource else []
+        targets = actor_targets(ray.nodes(), workers, placement, resource or None)
 
         concurrency = max(1, workers) * slots_per_actor + 8
         # the bridge relays every agent call to this process: on the driver's node (soft: anywhere if it cannot)
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        here = _node_affinity(ray.get_runtime_context().get_node_id(), soft=True)
         self._bridge = (
             ray.remote(_PolicyBridge)
             .options(max_concurrency=concurrency + 8, num_cpus=0, scheduling_strategy=here)
@@ -225,10 +223,8 @@ class RaySandboxPool:
         """Actor ``i``; spread pins it hard to its node: a soft pin falls back to the driver's node whenever
         the driver's raylet does not see the target's resources yet (all executions of a measured run landed
         there), and Ray's own "SPREAD" is best effort per raylet too."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         spread = self._placement == "spread"
-        strategy = NodeAffinitySchedulingStrategy(self._targets[i], soft=False) if spread else "DEFAULT"
+        strategy = _node_affinity(self._targets[i], soft=False) if spread else "DEFAULT"
         actor = self._actor_cls.options(**self._asks, scheduling_strategy=strategy)
         return actor.remote(self._bridge, self._slots)
 
@@ -343,18 +339,41 @@ class RaySandboxPool:
         self.close()
 
 
-def spread_nodes(nodes: list[Mapping[str, Any]], workers: int, resource: str | None = None) -> list[str]:
-    """The node id of each of ``workers`` actors: round-robin over the alive ``nodes`` (``ray.nodes()`` rows,
-    in their order), or, with ``resource``, over the nodes that advertise it, each taking at most its amount of
-    it (a node whose amount is used up is passed over). Raises :class:`RayPoolError` when the cluster cannot
-    take them all (hard-pinned actors would wait forever)."""
+def _node_affinity(node_id: str, *, soft: bool) -> Any:
+    """Ray's node-affinity scheduling strategy for ``node_id`` (hard, or soft: elsewhere when that node cannot
+    take it). The one import of ``ray.util.scheduling_strategies``, made when a pool starts: Ray is heavy and
+    optional, so importing this module must not load it."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id, soft=soft)
+
+
+def actor_targets(
+    nodes: list[Mapping[str, Any]], workers: int, placement: str, resource: str | None
+) -> list[str]:
+    """The node id each of ``workers`` actors is pinned to: :func:`spread_nodes` with placement "spread", none
+    with "default" (Ray places them). With a ``resource`` the default placement still checks that the alive
+    nodes advertise a unit for every actor (:func:`node_capacity`), since actors asking for more than the
+    cluster has would wait forever."""
+    if placement == "spread":
+        return spread_nodes(nodes, workers, resource)
+    if resource is not None:
+        node_capacity(nodes, workers, resource)
+    return []
+
+
+def node_capacity(
+    nodes: list[Mapping[str, Any]], workers: int, resource: str | None = None
+) -> dict[str, int]:
+    """How many of ``workers`` actors each alive node of ``nodes`` (``ray.nodes()`` rows, in their order) can
+    host: every one without ``resource``, else its amount of it. Raises :class:`RayPoolError` when no node is
+    alive or the nodes together cannot take them all."""
     alive = [n for n in nodes if n.get("Alive", n.get("alive", False))]
-    if resource is None:
-        capacity = {n["NodeID"]: workers for n in alive}
-    else:
-        capacity = {n["NodeID"]: int(n.get("Resources", {}).get(resource, 0)) for n in alive}
     if not alive:
         raise RayPoolError("the Ray cluster lists no alive node to place sandbox actors on; check `ray status`")
+    if resource is None:
+        return {n["NodeID"]: workers for n in alive}
+    capacity = {n["NodeID"]: int(n.get("Resources", {}).get(resource, 0)) for n in alive}
     if sum(capacity.values()) < workers:
         have = sum(capacity.values())
         raise RayPoolError(
@@ -362,6 +381,15 @@ def spread_nodes(nodes: list[Mapping[str, Any]], workers: int, resource: str | N
             f"rollout.sandbox_workers={workers} actors ask for one unit each; start the sandbox nodes with "
             f"ray start --resources='{{\"{resource}\": <actors there>}}', or lower rollout.sandbox_workers"
         )
+    return capacity
+
+
+def spread_nodes(nodes: list[Mapping[str, Any]], workers: int, resource: str | None = None) -> list[str]:
+    """The node id of each of ``workers`` actors: round-robin over the alive ``nodes`` (``ray.nodes()`` rows,
+    in their order), or, with ``resource``, over the nodes that advertise it, each taking at most its amount of
+    it (a node whose amount is used up is passed over). Raises :class:`RayPoolError` when the cluster cannot
+    take them all (hard-pinned actors would wait forever): :func:`node_capacity`."""
+    capacity = node_capacity(nodes, workers, resource)
     placed: list[str] = []
     used = dict.fromkeys(capacity, 0)
     while len(placed) < workers:
