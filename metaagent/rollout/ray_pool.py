@@ -9,7 +9,9 @@
 
 The model stays in the driver (the local trainer updates it in place); only chat requests and
 completions cross the network. With a vLLM server behind an OpenAI-compatible endpoint the same relay
-applies, or actors may be given the endpoint directly.
+applies, or actors may be given the endpoint directly. The task rewards registered in the driver
+(``register_reward``, ``data.rewards``) go with each run and score on the actor as they would in the driver
+(:func:`~metaagent.rewards.task_reward.reward_bundle`).
 
 Placement (``rollout.ray_placement``, ``rollout.ray_resource``): the sandbox actors ask for no CPU and are
 pinned (hard node affinity) round-robin to the cluster's alive nodes that can host them when the pool starts
@@ -35,6 +37,7 @@ from metaagent.errors import MetaAgentError
 from metaagent.policy.base import ChatRequest, Completion, Policy, PolicyError, SamplingParams
 from metaagent.records import Execution
 from metaagent.rewards import RewardConfig, score_execution
+from metaagent.rewards.task_reward import load_rewards, reward_bundle
 from metaagent.rollout.config import RAY_PLACEMENTS
 from metaagent.workflow import SandboxPool
 from metaagent.workflow.tools import default_tools
@@ -104,7 +107,8 @@ class _BridgePolicy(Policy):
 
 
 class _SandboxActor:
-    """One node-local SandboxPool; runs the script, its tools and (optionally) its reward on that node."""
+    """One node-local SandboxPool; runs the script, its tools and (optionally) its reward on that node, with
+    the task rewards registered in the driver (:func:`~metaagent.rewards.task_reward.reward_bundle`)."""
 
     def __init__(self, bridge: Any, slots: int) -> None:
         import ray
@@ -112,6 +116,9 @@ class _SandboxActor:
         self._bridge = bridge
         self._pool = SandboxPool(workers=slots)
         self._node = ray.get_runtime_context().get_node_id()
+        self._rewards: dict[str, Any] = {}
+        self._rewards_key: str | None = None
+        self._rewards_lock = threading.Lock()  # a threaded actor: concurrent runs unpack a new bundle once
 
     def node(self) -> str:
         """The Ray node id of this actor."""
@@ -127,6 +134,7 @@ class _SandboxActor:
         sampling: dict[str, Any] | None,
         seed: int | None,
         reward_config: dict[str, Any] | None,
+        rewards: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         t = Task.coerce(task)
         execution = self._pool.run(
@@ -139,9 +147,19 @@ class _SandboxActor:
             seed=seed,
         )
         if reward_config is not None:
-            execution.reward = score_execution(t, execution, RewardConfig(**reward_config))
+            config = RewardConfig(**reward_config)
+            execution.reward = score_execution(t, execution, config, rewards=self._task_rewards(rewards))
         execution.node = self._node
         return execution.to_dict()
+
+    def _task_rewards(self, bundle: dict[str, Any] | None) -> dict[str, Any]:
+        """The driver's task rewards, unpacked from ``bundle`` when it differs from the last one."""
+        if bundle is None:
+            return {}
+        with self._rewards_lock:
+            if bundle["key"] != self._rewards_key:
+                self._rewards, self._rewards_key = load_rewards(bundle), bundle["key"]
+            return self._rewards
 
     def close(self) -> None:
         self._pool.close()
@@ -154,7 +172,8 @@ class RaySandboxPool:
         address: a Ray address, or "local" to start (or join) a Ray instance on this machine.
         workers: number of sandbox actors.
         slots_per_actor: concurrent executions per actor (each is one sandbox worker process there).
-        reward_config: when given, executions are scored on the actors (code tests run there).
+        reward_config: when given, executions are scored on the actors (code tests run there), with the task
+            rewards registered in this process at each run (``register_reward``, ``data.rewards``) sent along.
         relay_threads: driver threads serving agent calls (each blocks on ``policy.generate``).
         placement: "spread" (the actors pinned round-robin to the cluster's alive nodes: :func:`spread_nodes`)
             or "default" (Ray's default policy: zero-CPU actors mostly stay on the driver's node).
@@ -292,6 +311,7 @@ class RaySandboxPool:
                 _as_dict(sampling) if sampling is not None else None,
                 seed,
                 self._reward,
+                None if self._reward is None else reward_bundle(),
             )
             return Execution.from_dict(self._ray.get(ref))
         finally:
