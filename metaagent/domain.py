@@ -29,8 +29,9 @@ import hashlib
 import importlib
 import os
 import re
+import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +194,14 @@ def import_reward_module(module: str) -> Any:
         return importlib.import_module(module)
     path = os.path.abspath(module)
     return import_file(path, FILE_MODULE_PREFIX + hashlib.sha1(path.encode()).hexdigest()[:12])
+
+
+def extend_path(entries: Iterable[str]) -> None:
+    """Append to ``sys.path`` each of ``entries`` (another process's search path, where its rewards' modules
+    are found) that it lacks."""
+    for entry in entries:
+        if entry not in sys.path:
+            sys.path.append(entry)
 
 
 def use_rewards(specs: Mapping[str, str]) -> None:

@@ -1,10 +1,12 @@
-"""Loading code on demand: lazy package exports (PEP 562), so ``import metaagent.replay`` stays cheap, and
+"""Loading code on demand: lazy package exports (PEP 562), so ``import metaagent.replay`` stays cheap,
 :func:`import_file`, the one loader of a module from a file path (a script's sibling, a test helper, a user's
-``.py`` reward), so no code edits ``sys.path`` to reach a file."""
+``.py`` reward), so no code edits ``sys.path`` to reach a file, and :func:`after_import`, a patch of a heavy
+module applied when something imports it, not by importing it."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.util
 import os
 import sys
@@ -60,3 +62,37 @@ def import_file(path: str | os.PathLike[str], name: str) -> ModuleType:
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def after_import(name: str, patch: Callable[[ModuleType], None]) -> None:
+    """Run ``patch(module)`` on the module ``name`` once it is imported: now if it is, else right after its code
+    runs on its first import (a finder at the front of ``sys.meta_path`` that removes itself on that import),
+    so a patch of a heavy module does not load it in a process that never uses it."""
+    if name in sys.modules:
+        patch(sys.modules[name])
+        return
+    sys.meta_path.insert(0, _AfterImport(name, patch))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """The finder of :func:`after_import`: finds ``name`` with the other finders and wraps its loader's
+    ``exec_module`` to run ``patch`` after the module's code."""
+
+    def __init__(self, name: str, patch: Callable[[ModuleType], None]) -> None:
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        run, patch = spec.loader.exec_module, self.patch
+
+        def exec_module(module: ModuleType) -> None:
+            run(module)
+            patch(module)
+
+        spec.loader.exec_module = exec_module
+        return spec

@@ -130,6 +130,12 @@ class Registry(Generic[F]):
         """The entry registered as ``name``, or None (a lazy built-in or a plugin is loaded now)."""
         return self.get(name) if name in self else None
 
+    def registered(self) -> dict[str, F]:
+        """A copy of the entries registered in code so far, by name, without the lazy built-ins and the
+        plugins not yet loaded (another process finds those itself): what only this process knows."""
+        with self._lock:
+            return dict(self._table)
+
     def names(self) -> list[str]:
         """Every name: registered, lazy and installed plugins (none imported)."""
         with self._lock:

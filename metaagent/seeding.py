@@ -39,6 +39,12 @@ def branch_seed(seed: int | None, call_index: int, candidate: int) -> int | None
     return None if seed is None else _seed31(f"{seed}:{call_index}:b{candidate}")
 
 
+def lora_seed(run_seed: int, key: str) -> int:
+    """The seed a new LoRA adapter of model ``key`` draws its initial weights under, in a run seeded with
+    ``run_seed``: the same on every backend (local adapters, verl's FSDP engine)."""
+    return derive_seed(run_seed, "lora", key)
+
+
 @contextlib.contextmanager
 def seeded_torch(seed: int) -> Iterator[None]:
     """torch's CPU generator seeded with ``seed`` for the block and put back as it was after it: what a library

@@ -1,4 +1,5 @@
-"""``metaagent.lazy.import_file``: the one loader of a module from a file path (scripts, tests and reward files)."""
+"""``metaagent.lazy.import_file``: the one loader of a module from a file path (scripts, tests and reward files);
+``after_import``: a patch applied when a module is first imported."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import sys
 
 import pytest
 
-from metaagent.lazy import import_file
+from metaagent.lazy import after_import, import_file
 
 
 def test_a_file_is_imported_once_under_its_name(tmp_path, monkeypatch):
@@ -40,3 +41,19 @@ def test_a_file_that_raises_leaves_no_module_behind(tmp_path, monkeypatch):
     path.write_text("VALUE = 3\n")
     assert import_file(path, "broken_x").VALUE == 3  # fixed, it imports
     monkeypatch.delitem(sys.modules, "broken_x")
+
+
+def test_a_patch_runs_on_the_modules_first_import_or_at_once_when_it_is_imported(tmp_path, monkeypatch):
+    (tmp_path / "late_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "late_module", raising=False)
+    seen = []
+    finders = len(sys.meta_path)
+    after_import("late_module", lambda m: seen.append(m.VALUE))
+    assert seen == []  # not imported yet: nothing is loaded now
+    import late_module  # noqa: F401
+
+    assert seen == [1] and len(sys.meta_path) == finders  # patched once, after its code ran; the finder gone
+    after_import("late_module", lambda m: seen.append(m.VALUE + 1))
+    assert seen == [1, 2]
+    monkeypatch.delitem(sys.modules, "late_module")

@@ -9,7 +9,7 @@ corrupt an answer.
 Request: ``{"fn": b64, "call": b64, "path": [dir, ...], "files": {module: path}}``: the function and the
 ``(task, answer)`` pair pickled with cloudpickle (base64), the caller's ``sys.path`` (entries missing here are
 appended) and the reward modules the caller loaded from ``.py`` files (:func:`metaagent.domain.import_reward_module`),
-imported here from the same files before the function is unpickled.
+imported here from the same files under the caller's module names before the function is unpickled.
 Response: ``{"ok": true, "value": float}`` (a real number or a bool, not yet range-checked), ``{"ok": true,
 "invalid": repr}`` (any other value), ``{"ok": false, "error": "Type: message"}`` (the function raised) or
 ``{"ok": false, "load": true, "error": ...}`` (the function or its arguments could not be unpickled here).
@@ -44,13 +44,13 @@ def _protocol_streams() -> tuple[Any, Any]:
 def _load(request: dict, cache: dict[str, Any]) -> tuple[Any, Any, str]:
     import cloudpickle
 
-    from metaagent.domain import import_reward_module
+    from metaagent.domain import extend_path
+    from metaagent.lazy import import_file
 
-    for entry in request.get("path", []):
-        if entry not in sys.path:
-            sys.path.append(entry)
-    for path in request.get("files", {}).values():
-        import_reward_module(path)
+    extend_path(request.get("path", []))
+    for name, path in request.get("files", {}).items():  # under the caller's name: its functions refer to it
+        if name not in sys.modules:  # one name, one module: the same file's, or a copy of its source
+            import_file(path, name)
     fn_bytes = base64.b64decode(request["fn"])
     key = hashlib.sha1(fn_bytes).hexdigest()
     fn = cache.get(key)

@@ -34,7 +34,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from metaagent.config import Checked, ConfigError, from_dict
-from metaagent.domain import REWARDS, DomainError, get_domain
+from metaagent.domain import REWARDS, DomainError, RewardFn, get_domain
 from metaagent.execution.code import DEFAULT_FENCE_LANGUAGES
 from metaagent.records import Execution, RewardRecord, RolloutTree
 
@@ -148,9 +148,17 @@ def _as_task(task: Task | Mapping[str, Any]) -> Task:
 
 
 def score_execution(
-    task: Task | Mapping[str, Any], execution: Execution, config: RewardConfig | None = None
+    task: Task | Mapping[str, Any],
+    execution: Execution,
+    config: RewardConfig | None = None,
+    *,
+    rewards: Mapping[str, RewardFn] | None = None,
 ) -> RewardRecord:
     """Reward of one execution (Eq. 10) with all components; errors are recorded, not raised.
+
+    R_correct is the domain's registered reward when it has one (``rewards``, the registrations of the process
+    that started the run as :func:`~.task_reward.load_rewards` unpacks them elsewhere, before this process's
+    ``REWARDS``), else the domain's scorer.
 
     The answer scored is ``execution.answer`` (what the script submitted): for math the final answer is
     extracted from it (:func:`~metaagent.rewards.math.extract_answer`), for code the last fenced program
@@ -193,7 +201,7 @@ def score_execution(
         details["unsubmitted"] = execution.status
         correct = 0.0
     else:
-        fn = REWARDS.find(task.domain)  # a registered reward(task, answer) replaces the domain's scorer
+        fn = (rewards or {}).get(task.domain) or REWARDS.find(task.domain)  # replaces the domain's scorer
         if fn is not None:
             verdict = task_reward_verdict(
                 task.domain, fn, task, execution.answer, timeout_s=cfg.task_reward_timeout_s

@@ -16,6 +16,11 @@ module loaded from a ``.py`` file (``my_rewards.py:exact``) is imported in the h
 function works on copies: what it changes (a list it appends to, a counter) changes in the helper, not in the
 caller, and what a closure captures is sent with each call (keep it small; load big things in its module).
 
+Another process that scores executions (a Ray sandbox actor, maybe on another machine) knows none of the
+rewards registered here: :func:`reward_bundle` packs them the same way (each function pickled, ``sys.path``,
+and the source of each reward module loaded from a ``.py`` file, which may not exist over there) and
+:func:`load_rewards` unpacks them there for :func:`~.score.score_execution`'s ``rewards``.
+
 The verdict: a number in [0, 1] (a bool counts as 0 or 1) is R_correct. Everything else is a reward error,
 recorded in ``RewardRecord.error`` with the reason and counted by :func:`~.score.reward_metrics`, never a 0:
 ``reward/errors/task_reward`` for an exception, another value, a function that cannot be sent to the helper or
@@ -25,20 +30,26 @@ a helper that died; ``reward/errors/task_reward_timeout`` for a call past its de
 from __future__ import annotations
 
 import base64
+import functools
+import hashlib
+import json
 import math
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
-from metaagent.domain import FILE_MODULE_PREFIX, RewardFn, Verdict
+from metaagent.domain import FILE_MODULE_PREFIX, REWARDS, RewardFn, Verdict, extend_path
 from metaagent.execution.process import WALL_FACTOR
 from metaagent.execution.worker_pool import WorkerPool, helper_count, shared_pool
+from metaagent.lazy import import_file
 
-from .errors import CheckTimeout, ExecutionError
+from .errors import CheckTimeout, ExecutionError, RewardError
 
 #: CPU seconds one call of a registered reward may take (``reward.task_reward_timeout_s``; wall clock 3x)
 DEFAULT_TIMEOUT_S = 10.0
@@ -66,19 +77,110 @@ def reward_name(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', fn)}"
 
 
-def _request(fn: RewardFn, task: Any, answer: str) -> dict[str, Any]:
-    files = {
+def _pickled(obj: Any) -> str:
+    return base64.b64encode(cloudpickle.dumps(obj)).decode("ascii")
+
+
+def _file_modules() -> dict[str, str]:
+    """The reward modules this process imported from ``.py`` files: module name -> file (a file removed since
+    is left out: no other process could import it, and its functions were pickled by value or not used)."""
+    return {
         name: module.__file__
         for name, module in list(sys.modules.items())
-        if name.startswith(FILE_MODULE_PREFIX) and getattr(module, "__file__", None)
+        if name.startswith(FILE_MODULE_PREFIX) and os.path.isfile(getattr(module, "__file__", None) or "")
     }
-    path = [os.path.abspath(p) if p else os.getcwd() for p in sys.path if isinstance(p, str)]
-    return {
-        "fn": base64.b64encode(cloudpickle.dumps(fn)).decode("ascii"),
-        "call": base64.b64encode(cloudpickle.dumps((task, answer))).decode("ascii"),
-        "path": path,
-        "files": files,
-    }
+
+
+def _search_path() -> list[str]:
+    """This process's ``sys.path``, each entry absolute (the working directory for an empty one)."""
+    return [os.path.abspath(p) if p else os.getcwd() for p in sys.path if isinstance(p, str)]
+
+
+def _request(fn: RewardFn, task: Any, answer: str) -> dict[str, Any]:
+    call = _pickled((task, answer))
+    return {"fn": _pickled(fn), "call": call, "path": _search_path(), "files": _file_modules()}
+
+
+def reward_bundle() -> dict[str, Any] | None:
+    """The task rewards registered in this process (``REWARDS``) packed for another process that scores
+    executions (:func:`load_rewards` there); None when none is registered. ``key`` changes with what is
+    packed, so the receiver unpacks a bundle once. A function that cannot be pickled is a
+    :class:`RewardError` naming it: left out, it would silently give way to the domain's scorer there."""
+    table = REWARDS.registered()
+    if not table:
+        return None
+    rewards = {}
+    for domain, fn in sorted(table.items()):
+        try:
+            rewards[domain] = _pickled(fn)
+        except Exception as e:  # noqa: BLE001 - what the user's function refers to decides whether it pickles
+            raise RewardError(
+                f"reward {reward_name(fn)} of {domain} cannot be sent to the processes that score executions "
+                f"({type(e).__name__}: {e}); define it at module level of an importable module or of a .py "
+                "file named in data.rewards"
+            ) from None
+    files = {}
+    for name, path in sorted(_file_modules().items()):
+        text = _source(path)
+        if text is not None:
+            files[name] = {"path": path, "source": text}
+    key = hashlib.sha1(json.dumps([rewards, files], sort_keys=True).encode()).hexdigest()
+    return {"key": key, "rewards": rewards, "path": _search_path(), "files": files}
+
+
+def _source(path: str) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def load_rewards(bundle: Mapping[str, Any]) -> dict[str, RewardFn]:
+    """The rewards of a :func:`reward_bundle` from another process, by domain: ``sys.path`` extended with its
+    entries, each reward module of a ``.py`` file imported under the sender's module name (from the same path
+    where that file has the same source, else from a copy of the source), then each function unpickled. What
+    cannot be loaded is a :class:`RewardError` naming the domain and how to fix it."""
+    extend_path(bundle.get("path", ()))
+    for name, file in bundle.get("files", {}).items():
+        try:
+            _import_reward_file(name, file["path"], file["source"])
+        except Exception as e:  # noqa: BLE001 - the user's module (raising on import): one line
+            raise _unloadable(f"the reward module {file['path']}", e) from None
+    loaded: dict[str, RewardFn] = {}
+    for domain, pickled in bundle["rewards"].items():
+        try:
+            loaded[domain] = cloudpickle.loads(base64.b64decode(pickled))
+        except Exception as e:  # noqa: BLE001 - its module is missing here, or raises on import: one line
+            raise _unloadable(f"the reward of {domain}", e) from None
+    return loaded
+
+
+def _unloadable(what: str, e: Exception) -> RewardError:
+    return RewardError(
+        f"{what}, registered where the run started, cannot be loaded in this process "
+        f"({type(e).__name__}: {e}); make its module importable here (the same checkout and environment on "
+        "every node) or name it as a .py file in data.rewards"
+    )
+
+
+def _import_reward_file(name: str, path: str, source: str) -> None:
+    """The reward module ``name`` imported from ``path``, or, where that file is missing or differs from
+    ``source``, from a copy of ``source`` in this process's own temporary folder (:func:`_copies`)."""
+    if name in sys.modules:
+        return
+    if _source(path) == source:
+        import_file(path, name)
+        return
+    copy = _copies() / name / Path(path).name  # the file's own name: what its messages and tracebacks show
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_text(source, encoding="utf-8")
+    import_file(copy, name)
+
+
+@functools.cache
+def _copies() -> Path:
+    """A folder of this process's (made once, readable by its user only) for the reward files it copies."""
+    return Path(tempfile.mkdtemp(prefix="metaagent-rewards-"))
 
 
 def task_reward_verdict(

@@ -9,7 +9,9 @@
 
 The model stays in the driver (the local trainer updates it in place); only chat requests and
 completions cross the network. With a vLLM server behind an OpenAI-compatible endpoint the same relay
-applies, or actors may be given the endpoint directly.
+applies, or actors may be given the endpoint directly. The task rewards registered in the driver
+(``register_reward``, ``data.rewards``) go with each run and score on the actor as they would in the driver
+(:func:`~metaagent.rewards.task_reward.reward_bundle`).
 
 Placement (``rollout.ray_placement``, ``rollout.ray_resource``): the sandbox actors ask for no CPU and are
 pinned (hard node affinity) round-robin to the cluster's alive nodes that can host them when the pool starts
@@ -35,6 +37,7 @@ from metaagent.errors import MetaAgentError
 from metaagent.policy.base import ChatRequest, Completion, Policy, PolicyError, SamplingParams
 from metaagent.records import Execution
 from metaagent.rewards import RewardConfig, score_execution
+from metaagent.rewards.task_reward import load_rewards, reward_bundle
 from metaagent.rollout.config import RAY_PLACEMENTS
 from metaagent.workflow import SandboxPool
 from metaagent.workflow.tools import default_tools
@@ -104,7 +107,8 @@ class _BridgePolicy(Policy):
 
 
 class _SandboxActor:
-    """One node-local SandboxPool; runs the script, its tools and (optionally) its reward on that node."""
+    """One node-local SandboxPool; runs the script, its tools and (optionally) its reward on that node, with
+    the task rewards registered in the driver (:func:`~metaagent.rewards.task_reward.reward_bundle`)."""
 
     def __init__(self, bridge: Any, slots: int) -> None:
         import ray
@@ -112,6 +116,9 @@ class _SandboxActor:
         self._bridge = bridge
         self._pool = SandboxPool(workers=slots)
         self._node = ray.get_runtime_context().get_node_id()
+        self._rewards: dict[str, Any] = {}
+        self._rewards_key: str | None = None
+        self._rewards_lock = threading.Lock()  # a threaded actor: concurrent runs unpack a new bundle once
 
     def node(self) -> str:
         """The Ray node id of this actor."""
@@ -127,6 +134,7 @@ class _SandboxActor:
         sampling: dict[str, Any] | None,
         seed: int | None,
         reward_config: dict[str, Any] | None,
+        rewards: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         t = Task.coerce(task)
         execution = self._pool.run(
@@ -139,9 +147,19 @@ class _SandboxActor:
             seed=seed,
         )
         if reward_config is not None:
-            execution.reward = score_execution(t, execution, RewardConfig(**reward_config))
+            config = RewardConfig(**reward_config)
+            execution.reward = score_execution(t, execution, config, rewards=self._task_rewards(rewards))
         execution.node = self._node
         return execution.to_dict()
+
+    def _task_rewards(self, bundle: dict[str, Any] | None) -> dict[str, Any]:
+        """The driver's task rewards, unpacked from ``bundle`` when it differs from the last one."""
+        if bundle is None:
+            return {}
+        with self._rewards_lock:
+            if bundle["key"] != self._rewards_key:
+                self._rewards, self._rewards_key = load_rewards(bundle), bundle["key"]
+            return self._rewards
 
     def close(self) -> None:
         self._pool.close()
@@ -154,7 +172,8 @@ class RaySandboxPool:
         address: a Ray address, or "local" to start (or join) a Ray instance on this machine.
         workers: number of sandbox actors.
         slots_per_actor: concurrent executions per actor (each is one sandbox worker process there).
-        reward_config: when given, executions are scored on the actors (code tests run there).
+        reward_config: when given, executions are scored on the actors (code tests run there), with the task
+            rewards registered in this process at each run (``register_reward``, ``data.rewards``) sent along.
         relay_threads: driver threads serving agent calls (each blocks on ``policy.generate``).
         placement: "spread" (the actors pinned round-robin to the cluster's alive nodes: :func:`spread_nodes`)
             or "default" (Ray's default policy: zero-CPU actors mostly stay on the driver's node).
@@ -189,13 +208,11 @@ class RaySandboxPool:
             )
         self._ray = ray
         self._reward = None if reward_config is None else _as_dict(reward_config)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        targets = spread_nodes(ray.nodes(), workers, resource) if placement == "spread" or resource else []
+        targets = actor_targets(ray.nodes(), workers, placement, resource or None)
 
         concurrency = max(1, workers) * slots_per_actor + 8
         # the bridge relays every agent call to this process: on the driver's node (soft: anywhere if it cannot)
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        here = _node_affinity(ray.get_runtime_context().get_node_id(), soft=True)
         self._bridge = (
             ray.remote(_PolicyBridge)
             .options(max_concurrency=concurrency + 8, num_cpus=0, scheduling_strategy=here)
@@ -225,10 +242,8 @@ class RaySandboxPool:
         """Actor ``i``; spread pins it hard to its node: a soft pin falls back to the driver's node whenever
         the driver's raylet does not see the target's resources yet (all executions of a measured run landed
         there), and Ray's own "SPREAD" is best effort per raylet too."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         spread = self._placement == "spread"
-        strategy = NodeAffinitySchedulingStrategy(self._targets[i], soft=False) if spread else "DEFAULT"
+        strategy = _node_affinity(self._targets[i], soft=False) if spread else "DEFAULT"
         actor = self._actor_cls.options(**self._asks, scheduling_strategy=strategy)
         return actor.remote(self._bridge, self._slots)
 
@@ -296,6 +311,7 @@ class RaySandboxPool:
                 _as_dict(sampling) if sampling is not None else None,
                 seed,
                 self._reward,
+                None if self._reward is None else reward_bundle(),
             )
             return Execution.from_dict(self._ray.get(ref))
         finally:
@@ -343,18 +359,41 @@ class RaySandboxPool:
         self.close()
 
 
-def spread_nodes(nodes: list[Mapping[str, Any]], workers: int, resource: str | None = None) -> list[str]:
-    """The node id of each of ``workers`` actors: round-robin over the alive ``nodes`` (``ray.nodes()`` rows,
-    in their order), or, with ``resource``, over the nodes that advertise it, each taking at most its amount of
-    it (a node whose amount is used up is passed over). Raises :class:`RayPoolError` when the cluster cannot
-    take them all (hard-pinned actors would wait forever)."""
+def _node_affinity(node_id: str, *, soft: bool) -> Any:
+    """Ray's node-affinity scheduling strategy for ``node_id`` (hard, or soft: elsewhere when that node cannot
+    take it). The one import of ``ray.util.scheduling_strategies``, made when a pool starts: Ray is heavy and
+    optional, so importing this module must not load it."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id, soft=soft)
+
+
+def actor_targets(
+    nodes: list[Mapping[str, Any]], workers: int, placement: str, resource: str | None
+) -> list[str]:
+    """The node id each of ``workers`` actors is pinned to: :func:`spread_nodes` with placement "spread", none
+    with "default" (Ray places them). With a ``resource`` the default placement still checks that the alive
+    nodes advertise a unit for every actor (:func:`node_capacity`), since actors asking for more than the
+    cluster has would wait forever."""
+    if placement == "spread":
+        return spread_nodes(nodes, workers, resource)
+    if resource is not None:
+        node_capacity(nodes, workers, resource)
+    return []
+
+
+def node_capacity(
+    nodes: list[Mapping[str, Any]], workers: int, resource: str | None = None
+) -> dict[str, int]:
+    """How many of ``workers`` actors each alive node of ``nodes`` (``ray.nodes()`` rows, in their order) can
+    host: every one without ``resource``, else its amount of it. Raises :class:`RayPoolError` when no node is
+    alive or the nodes together cannot take them all."""
     alive = [n for n in nodes if n.get("Alive", n.get("alive", False))]
-    if resource is None:
-        capacity = {n["NodeID"]: workers for n in alive}
-    else:
-        capacity = {n["NodeID"]: int(n.get("Resources", {}).get(resource, 0)) for n in alive}
     if not alive:
         raise RayPoolError("the Ray cluster lists no alive node to place sandbox actors on; check `ray status`")
+    if resource is None:
+        return {n["NodeID"]: workers for n in alive}
+    capacity = {n["NodeID"]: int(n.get("Resources", {}).get(resource, 0)) for n in alive}
     if sum(capacity.values()) < workers:
         have = sum(capacity.values())
         raise RayPoolError(
@@ -362,6 +401,15 @@ def spread_nodes(nodes: list[Mapping[str, Any]], workers: int, resource: str | N
             f"rollout.sandbox_workers={workers} actors ask for one unit each; start the sandbox nodes with "
             f"ray start --resources='{{\"{resource}\": <actors there>}}', or lower rollout.sandbox_workers"
         )
+    return capacity
+
+
+def spread_nodes(nodes: list[Mapping[str, Any]], workers: int, resource: str | None = None) -> list[str]:
+    """The node id of each of ``workers`` actors: round-robin over the alive ``nodes`` (``ray.nodes()`` rows,
+    in their order), or, with ``resource``, over the nodes that advertise it, each taking at most its amount of
+    it (a node whose amount is used up is passed over). Raises :class:`RayPoolError` when the cluster cannot
+    take them all (hard-pinned actors would wait forever): :func:`node_capacity`."""
+    capacity = node_capacity(nodes, workers, resource)
     placed: list[str] = []
     used = dict.fromkeys(capacity, 0)
     while len(placed) < workers:

@@ -9,7 +9,13 @@ from metaagent.config import ConfigError
 from metaagent.records import CheckReport, Design, Execution, RolloutTree
 from metaagent.rollout.config import RolloutConfig
 from metaagent.rollout.metrics import node_metrics, rollout_metrics
-from metaagent.rollout.ray_pool import RayPoolError, RaySandboxPool, spread_nodes
+from metaagent.rollout.ray_pool import (
+    RayPoolError,
+    RaySandboxPool,
+    actor_targets,
+    node_capacity,
+    spread_nodes,
+)
 from metaagent.train.config import TrainConfig
 from metaagent.train.verl_backend.plan import resolve_plan
 
@@ -64,6 +70,28 @@ def test_a_resource_keeps_the_actors_on_the_nodes_that_advertise_it_up_to_their_
         spread_nodes(nodes, 5, "sandbox")
     with pytest.raises(RayPoolError, match="advertise 0 of it"):  # a typo of the name
         spread_nodes(nodes, 1, "sandbx")
+
+
+def test_the_default_placement_pins_nothing_but_checks_the_resource_capacity():
+    nodes = [node("head"), node("w1", sandbox=1.0), node("w2", sandbox=1.0)]
+    assert actor_targets(nodes, 2, "default", "sandbox") == []  # Ray places them: no spread targets computed
+    assert actor_targets(nodes, 3, "default", None) == []  # no resource: nothing to check
+    assert actor_targets(nodes, 2, "spread", "sandbox") == ["w1", "w2"]
+    with pytest.raises(RayPoolError, match=r"advertise 2 of it, but rollout.sandbox_workers=3"):
+        actor_targets(nodes, 3, "default", "sandbox")
+    assert node_capacity(nodes, 2, "sandbox") == {"head": 0, "w1": 1, "w2": 1}
+    with pytest.raises(RayPoolError, match="no alive node"):
+        node_capacity([node("gone", alive=False, sandbox=4.0)], 1, "sandbox")
+
+
+def test_the_default_placement_does_not_go_through_the_spread_targets(monkeypatch):
+    import metaagent.rollout.ray_pool as ray_pool
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("spread targets computed for the default placement")
+
+    monkeypatch.setattr(ray_pool, "spread_nodes", refuse)
+    assert actor_targets([node("w1", sandbox=2.0)], 2, "default", "sandbox") == []
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ import torch
 
 from metaagent.errors import MetaAgentError
 from metaagent.policy.models import ALIASES
-from metaagent.seeding import derive_seed, seeded_torch
+from metaagent.seeding import lora_seed, seeded_torch
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -77,7 +77,7 @@ class AdapterSet:
         settings: the ``policy.lora`` section.
         base: what the saved adapters record as their base (an alias or an absolute folder).
         seed: the run's seed (``trainer.seed``): adapter ``key`` starts from the weights peft draws under
-            ``derive_seed(seed, "lora", key)``, so runs with one seed start from bit-identical adapters whatever
+            ``lora_seed(seed, key)``, so runs with one seed start from bit-identical adapters whatever
             ran before, and other seeds (or other keys) from other ones.
     """
 
@@ -88,10 +88,10 @@ class AdapterSet:
             raise LoraError("an adapter set needs at least one adapter name")
         self.base = base
         config = peft_config(settings)
-        with seeded_torch(derive_seed(seed, "lora", keys[0])):
+        with seeded_torch(lora_seed(seed, keys[0])):
             self.peft = get_peft_model(model, config, adapter_name=keys[0])
         for key in keys[1:]:
-            with seeded_torch(derive_seed(seed, "lora", key)):
+            with seeded_torch(lora_seed(seed, key)):
                 self.peft.add_adapter(key, copy.deepcopy(config))
         self.keys = list(keys)
         self.model = self.peft.base_model.model  # the HF model, LoRA layers inside: what rollout and updater call

@@ -17,6 +17,7 @@ from typing import Any
 
 from metaagent.config import ConfigError
 from metaagent.policy.models import ALIASES, resolve_model
+from metaagent.seeding import lora_seed
 from metaagent.train.config import TrainConfig
 
 from .device import critic_device_settings, device_settings
@@ -82,7 +83,7 @@ def metaagent_settings(
         "algorithm.norm_adv_by_std_in_grpo": cfg.algo.norm_by_std,
         "algorithm.use_kl_in_reward": False,
     }
-    settings.update(_lora_settings(cfg))
+    settings.update(_lora_settings(cfg, model))
     if o.tis_cap is not None:  # rollout-training mismatch correction: verl's decoupled-mode truncated IS
         # (pi_old recomputed by the actor, the plan forces verl.old_log_prob=recompute; ModelGroup.update adds
         # verl's rollout_is_weights to the batch, which verl's policy loss multiplies in)
@@ -197,8 +198,12 @@ def _rollout_settings(cfg: TrainConfig, plan: Plan, model: ModelPlan) -> dict[st
     }
 
 
-def _lora_settings(cfg: TrainConfig) -> dict[str, Any]:
-    """One adapter on the actor's base (per-role adapters are refused by TrainConfig); empty without LoRA."""
+def _lora_settings(cfg: TrainConfig, model: ModelPlan) -> dict[str, Any]:
+    """One adapter on the actor's base (per-role adapters are refused by TrainConfig); empty without LoRA.
+
+    The engine's ``seed`` is the adapter's: verl draws its initial weights under it (:mod:`.verl_plugin`,
+    ``install_seeded_lora``), derived from ``trainer.seed`` and the model's key as the local backend's adapters
+    are (:class:`metaagent.train.local.lora.AdapterSet`), so one seed gives one starting adapter."""
     lora = cfg.policy.lora
     if not lora.enabled:
         return {}
@@ -206,6 +211,7 @@ def _lora_settings(cfg: TrainConfig) -> dict[str, Any]:
         f"{AR}.model.lora_rank": lora.rank,
         f"{AR}.model.lora_alpha": int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha,
         f"{AR}.model.target_modules": lora.target_modules,
+        f"{AR}.actor.fsdp_config.seed": lora_seed(cfg.trainer.seed, model.key),
     }
 
 

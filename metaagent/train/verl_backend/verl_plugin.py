@@ -14,6 +14,13 @@ Always (GPU and CPU):
   (``critic.model.override_config.attn_implementation``, see :mod:`.device`); flash-attention configs keep
   verl's own loader.
 
+- **seeded LoRA.** verl 0.9.1's FSDP engine draws a new LoRA adapter's initial weights (peft's
+  ``get_peft_model`` in ``FSDPEngine._build_lora_module``) from torch's generator in whatever state the worker
+  process left it: the run's seed did not decide them. :func:`install_seeded_lora` draws them under the
+  engine's ``seed`` (``actor.fsdp_config.seed``, which the verl backend sets from ``trainer.seed`` and the
+  model's key: :func:`metaagent.seeding.lora_seed`), as the local backend's adapters are. The engine module
+  loads peft and FSDP, so it is patched when a process first imports it, not when this plugin loads.
+
 With ``VERL_PLATFORM=cpu`` (``verl.device=cpu``), :func:`install_cpu`:
 
 - a ``cpu`` verl platform: gloo, Ray asks for CPUs and no accelerator, a ``torch.cuda``-like device module over
@@ -36,12 +43,18 @@ import resource
 import sys
 import types
 from contextlib import contextmanager
+from typing import Any
 
 import psutil
+
+from metaagent.lazy import after_import
+from metaagent.seeding import seeded_torch
 
 from .device import CPU_ROLLOUT_NAME, HF_ROLLOUT_ENV
 
 _installed: set[str] = set()
+#: the verl module whose ``FSDPEngine`` builds the LoRA adapter (:func:`install_seeded_lora`)
+LORA_ENGINE_MODULE = "verl.workers.engine.fsdp.transformer_impl"
 
 
 def install_trl_guard() -> None:
@@ -83,6 +96,25 @@ def install_value_model_attention() -> None:
 
     load_valuehead_model.__wrapped__ = original
     verl_model.load_valuehead_model = load_valuehead_model
+
+
+def install_seeded_lora() -> None:
+    if "lora_seed" in _installed:
+        return
+    _installed.add("lora_seed")
+    after_import(LORA_ENGINE_MODULE, seed_lora_build)
+
+
+def seed_lora_build(module: Any) -> None:
+    """Wrap ``module.FSDPEngine._build_lora_module`` (verl's engine module) so that the adapter it creates draws
+    its initial weights under the engine's ``seed`` (module docstring)."""
+    original = module.FSDPEngine._build_lora_module
+
+    def _build_lora_module(self, base):
+        with seeded_torch(int(self.engine_config.seed)):
+            return original(self, base)
+
+    module.FSDPEngine._build_lora_module = _build_lora_module
 
 
 def _device_module():
@@ -305,6 +337,7 @@ def _rollout_class():
 
 install_trl_guard()
 install_value_model_attention()
+install_seeded_lora()
 if os.environ.get("VERL_PLATFORM", "").strip().lower() == "cpu":
     install_cpu()
 elif os.environ.get(HF_ROLLOUT_ENV) == "1":
