@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from metaagent.lazy import import_file
+from metaagent.policy.precision import resolve_dtype
 
 # benchmarks/ is not a package: the scripts load each other from their files
 v1 = import_file(Path(__file__).with_name("coevolution_cpu.py"), "coevolution_cpu")
@@ -587,7 +588,9 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, Oracle]:
     p.add_argument("--batch-size", type=int, default=4, help="B: tasks a step")
     p.add_argument("--designs", type=int, default=4, help="M: designs a task")
     p.add_argument("--executions", type=int, default=2, help="N: executions a design")
-    p.add_argument("--dtype", default="bfloat16", help="held-out evaluation weights (training: the config's)")
+    p.add_argument("--dtype", default="auto", type=resolve_dtype,
+                   help="held-out evaluation weights (training: the config's); auto: bfloat16 where the CPU has "
+                   "bf16 units, else float32 (bf16 is emulated there)")  # fmt: skip
     p.add_argument(
         "--baselines",
         action="store_true",

@@ -40,6 +40,7 @@ from typing import Any
 from metaagent.data.suite import FAMILIES, family_source
 from metaagent.eval import Evaluation, make_config
 from metaagent.eval.runner import EvalObserver
+from metaagent.policy.precision import resolve_dtype
 from metaagent.records import read_trees
 
 #: the committed held-out settings (benchmarks/coevolution_v2.py, coevolution_cpu.py: evaluate)
@@ -228,7 +229,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--limit", type=int, default=2, help="tasks of each family's test split")
     p.add_argument("--n", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", default="bfloat16", help="the held-out runs' dtype on this CPU kind")
+    p.add_argument("--dtype", default="auto", type=resolve_dtype,
+                   help="the held-out runs' dtype on this CPU kind (auto: bfloat16 where the CPU has bf16 units, "
+                   "else float32)")  # fmt: skip
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--designer-max-tokens", type=int, default=384)
     p.add_argument("--executor-max-tokens", type=int, default=192)

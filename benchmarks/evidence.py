@@ -230,7 +230,7 @@ def external_evaluations(args, a2, oracle, seed: int, mode: str, chosen: dict) -
         sub = argparse.Namespace(
             **{**vars(a2), "eval_limit": ext.limit, "seed": 0 if mode == START else seed}
         )
-        extra = ["--dtype", a2.dtype, "--sandbox-workers", "2"]
+        extra = ["--dtype", a2.dtype]
         methods = methods_of(ext, a2, mode)
         if ext.selection and "best-per-domain" in methods:
             extra += ["--selection-split", ext.selection, "--best-of", *v2.best_of(oracle, ext.family, a2.best_of_top)]
