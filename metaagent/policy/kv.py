@@ -44,7 +44,6 @@ from typing import Any
 import torch
 
 from .base import PolicyError
-from .prefix_cache import shared_prefix_lengths
 
 #: the attention implementation name registered with transformers
 DECODE_ATTENTION = "metaagent_decode"
@@ -55,8 +54,12 @@ REPLACEABLE = ("sdpa", "eager")
 UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks")
 #: spare columns added when a running batch's buffer grows: at least this many, or an eighth of its length
 GROW_MIN = 32
-#: the shortest prompt prefix a running batch keeps once for the rows that share it (shorter: each row its own)
-SHARE_MIN = 16
+#: a prompt prefix several rows of a running batch start with is kept once for them (cascade attention) where
+#: that saves reading at least this many key columns a layer, (rows - 1) x prefix tokens: below it the extra
+#: small ops of the cascade cost more than the reading saved (one layer of SmolLM2-135M on a 2-core AVX2 CPU,
+#: benchmarks/decode_cascade.py: 0.53x at 8 rows in pairs over a 229-token prefix, 1.7x over 3000 tokens, 1.8x
+#: at 32 rows in eights over 400 tokens; benchmarks/results/decode_cascade_avx2.txt)
+SHARE_MIN_SAVED = 8192
 
 _ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("metaagent_kv_store", default=None)
 
@@ -211,18 +214,40 @@ class PromptKV:
 
 def shared_prefixes(prompts: list[list[int]], held: Sequence[tuple[int, ...]] = ()) -> list[tuple[int, ...]]:
     """Per prompt, the token ids of the prefix its row keeps once with other rows in a :class:`KVStore` (``()``:
-    none): the longest prefix it shares with another prompt of the list when another row shares that same one,
-    or a longer prefix the running batch holds already (``held``, :attr:`KVStore.prefix_ids`) that the prompt
-    starts with; at least :data:`SHARE_MIN` tokens, and never a prompt's last token."""
-    lengths = shared_prefix_lengths(prompts, 1)
-    keys = [tuple(p[:n]) if n >= SHARE_MIN else () for p, n in zip(prompts, lengths)]
-    counts = collections.Counter(keys)
-    out = []
-    for prompt, key in zip(prompts, keys):
-        key = key if counts[key] > 1 else ()
-        longer = [h for h in held if len(key) < len(h) < len(prompt) and tuple(prompt[: len(h)]) == h]
-        out.append(max(longer, key=len) if longer else key)
+    none), never a prompt's last token. Rows that start with one prefix share it where that saves reading at least
+    :data:`SHARE_MIN_SAVED` columns a layer, ``(rows - 1) * len(prefix)``: the prefixes saving most are taken first,
+    each row in one. A row whose prompt starts with a longer prefix the running batch holds already (``held``,
+    :attr:`KVStore.prefix_ids`) joins that one."""
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    common = [_common(prompts[a], prompts[b]) for a, b in zip(order, order[1:])]  # neighbours in sorted order
+    ranges = set()  # (columns saved, length, first, last): the sorted rows order[first..last] share `length`
+    for k, n in enumerate(common):
+        lo, hi = k, k + 1
+        while lo > 0 and common[lo - 1] >= n:
+            lo -= 1
+        while hi < len(common) and common[hi] >= n:
+            hi += 1
+        ranges.add(((hi - lo) * n, n, lo, hi))
+    out: list[tuple[int, ...]] = [()] * len(prompts)
+    for _, n, lo, hi in sorted(ranges, reverse=True):
+        free = [order[j] for j in range(lo, hi + 1) if not out[order[j]]]
+        n = min([n] + [len(prompts[i]) - 1 for i in free])
+        if len(free) > 1 and n > 0 and (len(free) - 1) * n >= SHARE_MIN_SAVED:
+            for i in free:
+                out[i] = tuple(prompts[i][:n])
+    for i, prompt in enumerate(prompts):
+        longer = [h for h in held if len(out[i]) < len(h) < len(prompt) and tuple(prompt[: len(h)]) == h]
+        if longer:
+            out[i] = max(longer, key=len)
     return out
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
 
 
 class KVStore:

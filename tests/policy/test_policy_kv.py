@@ -289,20 +289,22 @@ def test_rows_without_any_shared_prefix_take_the_plain_path(monkeypatch):
     assert calls == [] and store.prefix_ids == []
 
 
-def test_shared_prefixes_pick_prefixes_several_rows_start_with():
-    """The prefix a row shares: the longest one another row has too (never its last token), at least SHARE_MIN
-    tokens; or a longer prefix the running batch holds already."""
-    from metaagent.policy.kv import SHARE_MIN, shared_prefixes
+def test_shared_prefixes_pick_prefixes_that_save_enough_reading(monkeypatch):
+    """A prefix is shared where (rows - 1) x its tokens >= SHARE_MIN_SAVED, never a prompt's last token, the one
+    saving most first (samples of one prompt before a system prompt of all); or a longer prefix held already."""
+    import metaagent.policy.kv as kv
 
-    system = list(range(SHARE_MIN + 4))
-    a, b = system + [901, 902], system + [903]
-    short = list(range(SHARE_MIN - 2)) + [7, 8]
-    got = shared_prefixes([a, a, b, short, short[:-1] + [9]])
-    assert got[0] == got[1] == tuple(a[:-1])  # two samples of one prompt: all but the last token
-    assert got[2] == ()  # b shares only `system` with a, and no other row shares that same prefix
-    assert got[3] == got[4] == ()  # shorter than SHARE_MIN
-    assert shared_prefixes([b], held=[tuple(system)]) == [tuple(system)]  # joins a held prefix
-    assert shared_prefixes([system], held=[tuple(system)]) == [()]  # a held prefix never covers a whole prompt
+    monkeypatch.setattr(kv, "SHARE_MIN_SAVED", 60)
+    system = list(range(40))
+    a, b, c = system + list(range(500, 530)) + [901], system + [903, 904], system + [905]
+    got = kv.shared_prefixes([a, a, b, a, c, a])
+    assert got[0] == got[1] == got[3] == got[5] == tuple(a[:-1])  # four samples of a: 3 x 70 columns saved ...
+    assert got[2] == got[4] == ()  # ... before the system prompt of all six (5 x 40); b and c alone: 1 x 40 < 60
+    assert kv.shared_prefixes([a, b, c]) == [tuple(system)] * 3  # 2 x 40 >= 60
+    monkeypatch.setattr(kv, "SHARE_MIN_SAVED", 41)
+    assert kv.shared_prefixes([a, b]) == [(), ()]  # 1 x 40 < 41
+    assert kv.shared_prefixes([b], held=[tuple(system)]) == [tuple(system)]  # joins a held prefix
+    assert kv.shared_prefixes([system], held=[tuple(system)]) == [()]  # a held prefix never covers a whole prompt
 
 
 def test_extend_refuses_a_shared_prefix_as_long_as_the_row():
@@ -315,8 +317,10 @@ def test_extend_refuses_a_shared_prefix_as_long_as_the_row():
 def test_samples_of_one_prompt_share_its_keys_in_the_decode_loop(forward_logprobs, monkeypatch):
     """Four samples of one prompt and two of another through a continuous batch of 3 (rows join as others leave):
     the running batch holds each prompt's keys once, and every row's log-probs equal one full forward's."""
+    import metaagent.policy.kv as kv
     from metaagent.policy import hf
 
+    monkeypatch.setattr(kv, "SHARE_MIN_SAVED", 16)  # the tiny prompts are short
     held = []
     step = hf._RunningBatch.step
     monkeypatch.setattr(hf._RunningBatch, "step", lambda self: (held.append(len(self.store.prefix_ids)), step(self)))
