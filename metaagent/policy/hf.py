@@ -445,8 +445,8 @@ class _RunningBatch:
 
         With a prefix cache, prefixes that several of ``rows`` share are prefilled once first, and each row
         then prefills only what follows its longest cached prefix. Whatever the cache, the running batch keeps
-        the keys and values of a prefix several rows share once, for all of them (cascade attention,
-        :func:`~metaagent.policy.kv.shared_prefixes`).
+        the keys and values of a prefix several rows share once, for all of them, where that saves enough
+        reading (cascade attention, :func:`~metaagent.policy.kv.shared_prefixes`).
         """
         from .kv import shared_prefixes
 

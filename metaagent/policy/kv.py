@@ -16,19 +16,34 @@ Two stores:
 - :class:`PromptKV`: one prefill. Rows left-padded to a common width (optionally after cached prefixes,
   :meth:`~PromptKV.preload`); column ``j`` of row ``i`` holds position ``positions[i, j]`` where ``valid[i, j]``.
 - :class:`KVStore`: the running batch, one slot per row: per layer a buffer ``(rows, kv_heads, capacity,
-  head_dim)`` in which row ``i``'s token at position ``p`` sits in column ``p`` (no padding columns), ``lengths``
-  tokens per row. A decode step writes one column per row in place; a row that finishes is replaced by the
-  last row (one row copied, :meth:`~KVStore.keep`); admitted rows are copied into free slots
-  (:meth:`~KVStore.extend`). Nothing copies the whole batch except a buffer growing (columns in steps of at
-  least :data:`GROW_MIN`).
+  head_dim)`` of each row's own columns, ``lengths`` tokens per row. A prompt prefix that several rows start with
+  (the G samples of one prompt, a system prompt) can be kept once for all of them (``prefix_ids``, per layer
+  ``(segments, kv_heads, prefix_capacity, head_dim)``); a row's own columns then start after it (``offsets``):
+  row ``i``'s token at position ``p`` sits in own column ``p - offsets[i]`` (no padding columns). A decode step
+  writes one column per row in place; a row that finishes is replaced by the last row (one row copied,
+  :meth:`~KVStore.keep`; a prefix no row uses any more is dropped); admitted rows are copied into free slots
+  (:meth:`~KVStore.extend`, :meth:`~KVStore.absorb`: a prefix held already is not copied again). Nothing copies
+  the whole batch except a buffer growing (columns in steps of at least :data:`GROW_MIN`).
 
 Attention of one new token (decode) is two matmuls on the grouped heads, queries ``(n, kv_heads, groups, d)``
 against the contiguous buffer ``(n, kv_heads, capacity, d)`` (columns past a row's length masked), softmax in
 fp32. On CPU in bf16 that is ~9x faster than torch's SDPA kernel at one query, and reading the whole buffer is
 ~5x faster than a column slice of it, which bf16 matmuls copy first (measured in ``benchmarks/step.py``'s decode
-profile). Several new tokens (prefill) go to torch SDPA with a boolean mask. Both equal transformers' ``sdpa``
-up to float summation order (``tests/policy/test_policy_kv.py``). Sliding-window layers (the ``sliding_window``
-keyword transformers passes per layer) are masked by position distance, ``q_pos - k_pos < window``, exact
+profile). With shared prefixes it is cascade attention (as FlashInfer's and Hydragen's): per prefix one matmul
+of all its rows' queries against its one copy, per row the same two matmuls over its own columns, the two
+softmaxes merged exactly by their maxima and sums (log-sum-exp). Which prefixes are kept once
+(:func:`shared_prefixes`) follows what that saves: at least :data:`SHARE_MIN_SAVED` key columns a layer, because
+on CPU a decode layer's attention at these sizes is bound by its number of small operations more than by the
+bytes it reads (measured with SmolLM2-135M on a 2-core AVX2 CPU, ``benchmarks/decode_cascade.py``: a whole decode
+step there goes ~55-65% to the linears and LM head, ~15-19% to attention, ~7-12% to sampling; one layer's cascade
+is 0.53x the plain attention at 8 rows in pairs over a 229-token prefix, 1.2x over 3,000 tokens, 1.3-3.5x at 32
+rows in eights or all together). With the default config's designer prompts, 32 rows keep their 197-token system
+prompt once (a decode step 1.28x faster); 8 rows save too little and decode as before.
+
+Several new tokens (prefill) go to torch SDPA with a boolean mask. All of these equal transformers' ``sdpa`` up
+to float summation order (``tests/policy/test_policy_kv.py``: within 1e-6 in fp32, through rows finishing and
+joining). Sliding-window layers (the ``sliding_window`` keyword transformers passes per layer) are masked by
+position distance, ``q_pos - k_pos < window``, in a row's own columns and in its shared prefix alike, exact
 because nothing is evicted. Attention variants with extra terms (logit soft-capping, attention sinks) are
 refused with :class:`DecodeAttentionError`.
 """
@@ -56,10 +71,11 @@ UNSUPPORTED_KWARGS = ("softcap", "s_aux", "sinks")
 GROW_MIN = 32
 #: a prompt prefix several rows of a running batch start with is kept once for them (cascade attention) where
 #: that saves reading at least this many key columns a layer, (rows - 1) x prefix tokens: below it the extra
-#: small ops of the cascade cost more than the reading saved (one layer of SmolLM2-135M on a 2-core AVX2 CPU,
-#: benchmarks/decode_cascade.py: 0.53x at 8 rows in pairs over a 229-token prefix, 1.7x over 3000 tokens, 1.8x
-#: at 32 rows in eights over 400 tokens; benchmarks/results/decode_cascade_avx2.txt)
-SHARE_MIN_SAVED = 8192
+#: small operations of the cascade cost more than the reading saved (one layer of SmolLM2-135M on a 2-core AVX2
+#: CPU, benchmarks/decode_cascade.py: every measured case saving under 6,000 columns slower, 0.53-0.90x; from 7,000
+#: up 1.05-3.5x but one, 0.96x; the whole decode step at 32 rows over the default designer prompts' 197-token
+#: system prompt, 6,107 columns, 1.28x; benchmarks/results/decode_cascade_avx2.txt)
+SHARE_MIN_SAVED = 6000
 
 _ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("metaagent_kv_store", default=None)
 
