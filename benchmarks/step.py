@@ -22,8 +22,13 @@ tree with ``policy.dtype=float32 optim.autocast=null policy.continuous=false``; 
 (on a CPU with avx512_bf16/amx_bf16: bf16 rollout from a copy of the fp32 weights, bf16 autocast in the update,
 TIS at 2.0, continuous batching, decode weights prepacked); ``bf16-plain`` = ``bf16`` with
 ``policy.prepack=false``; ``fp32-plain`` = ``fp32`` with ``policy.prepack=false`` (torch's linear for the LM head
-too, where ``fp32`` takes the per-kind decode forms of ``metaagent.policy.packed``). Ratios are against ``today``: they are what the change bought; seconds depend on
-the load of this shared machine (the load average is printed with every row).
+too, where ``fp32`` takes the per-kind decode forms of ``metaagent.policy.packed``); ``fp32-unshared`` = ``fp32``
+with every decode row keeping its own copy of its prompt's keys and values (``metaagent.policy.kv.SHARE_MIN_SAVED``
+out of reach: no cascade attention), ``fp32-shareall`` = ``fp32`` with every prefix several rows share kept once
+(``SHARE_MIN_SAVED`` = 1: cascade attention wherever it applies, also where it does not pay). Ratios are against ``today`` (``--against`` another
+variant): they are what the change bought; seconds depend on the load of this shared machine (the load average is
+printed with every row). The bf16 matmul peak is measured only where the CPU has bf16 units or a ``bf16`` variant
+runs (it is emulated, minutes at 2048^3, elsewhere).
 
 ``--part limit``: one step of the configured variant split into designer generation, executions and update,
 beside "the limit" (the same model generating exactly the tokens that step produced, in one batched generate per
@@ -59,7 +64,13 @@ VARIANTS = {
     "bf16-plain": ["policy.prepack=false"],  # the bf16 path without prepacked decode weights
     # the fp32 path with torch's plain linear everywhere (fp32 = the per-kind decode forms: the W @ h.T LM head)
     "fp32-plain": ["policy.dtype=float32", "optim.autocast=null", "policy.continuous=false", "policy.prepack=false"],
+    # the fp32 path with every row keeping its own copy of its prompt's keys and values (no cascade attention),
+    # and with every prefix several rows share kept once (cascade attention wherever it applies)
+    "fp32-unshared": ["policy.dtype=float32", "optim.autocast=null", "policy.continuous=false"],
+    "fp32-shareall": ["policy.dtype=float32", "optim.autocast=null", "policy.continuous=false"],
 }
+#: metaagent.policy.kv.SHARE_MIN_SAVED per variant that sets it (module docstring)
+SHARE_MIN_SAVED = {"fp32-unshared": sys.maxsize, "fp32-shareall": 1}
 
 
 def in_thread(fn):
@@ -244,12 +255,12 @@ def _load() -> str:
     return f"load {os.getloadavg()[0]:.1f}"
 
 
-def matmul_peak(n: int) -> dict[str, float]:
-    """GFLOP/s of the best of 5 n x n matmuls, fp32 and bf16."""
+def matmul_peak(n: int, bf16: bool = True) -> dict[str, float]:
+    """GFLOP/s of the best of 5 n x n matmuls, fp32 and (``bf16``) bf16."""
     import torch
 
     out = {}
-    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))[: 2 if bf16 else 1]:
         a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         a @ b
         best = min(_timed(lambda: a @ b) for _ in range(5))
@@ -360,6 +371,10 @@ def _runner(args) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.variant in SHARE_MIN_SAVED:
+        import metaagent.policy.kv as kv
+
+        kv.SHARE_MIN_SAVED = SHARE_MIN_SAVED[args.variant]
     out = tempfile.mkdtemp(prefix="metaagent-step-")
     overrides = [*VARIANTS[args.variant], *args.set, f"trainer.out={out}", "trainer.save_every=0",
                  "trainer.val_every=0", "trainer.tensorboard=false"]  # fmt: skip
@@ -423,22 +438,28 @@ def speed(args) -> None:
     variants = args.variants.split(",")
     tree = _export(args.baseline) if "today" in variants else None
     print(f"torch threads {torch.get_num_threads()}, {_load()}; baseline 'today' = commit {args.baseline}")
-    peak = matmul_peak(args.peak_n)
-    print(f"matmul peak ({args.peak_n}^3, best of 5): fp32 {peak['float32']:.1f} GFLOP/s, bf16 {peak['bfloat16']:.1f} "
-          f"GFLOP/s ({peak['bfloat16'] / peak['float32']:.2f}x)  [{_load()}]")  # fmt: skip
+    from metaagent.policy.precision import bf16_supported
+
+    # bf16 matmuls are emulated (minutes at 2048^3) on a CPU without bf16 units: measured only where some variant runs bf16
+    bf16 = bf16_supported("cpu") or any(v.startswith("bf16") for v in variants)
+    peak = matmul_peak(args.peak_n, bf16)
+    bf16_peak = (f"bf16 {peak['bfloat16']:.1f} GFLOP/s ({peak['bfloat16'] / peak['float32']:.2f}x)" if bf16
+                 else "bf16 not measured (no bf16 units, no bf16 variant)")  # fmt: skip
+    print(f"matmul peak ({args.peak_n}^3, best of 5): fp32 {peak['float32']:.1f} GFLOP/s, {bf16_peak}  [{_load()}]")
     decode = {}
     for v in variants:
         decode[v], _ = _spawn(args, v, "decode", tree if v == "today" else None)
     print(f"decode ({args.max_tokens}-token budget, the default config's designer prompts):")
-    print(f"  {'variant':<8}{'rows':>6}{'tokens':>8}{'decode s':>10}{'tok/s':>9}{'GFLOP/s':>9}{'of peak':>9}{'vs today':>10}")
+    print(f"  {'variant':<14}{'rows':>6}{'tokens':>8}{'decode s':>10}{'tok/s':>9}{'GFLOP/s':>9}{'of peak':>9}"
+          f"{'vs ' + args.against:>18}")  # fmt: skip
     for rows in args.rows.split(","):
         for v in variants:
             d = decode[v][rows]
-            dtype = "bfloat16" if "bfloat16" in d["dtype"] else "float32"
-            base = decode.get("today", {}).get(rows)
+            dtype = "bfloat16" if "bfloat16" in d["dtype"] and "bfloat16" in peak else "float32"
+            base = decode.get(args.against, {}).get(rows)
             ratio = f"{d['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "-"
-            print(f"  {v:<8}{rows:>6}{d['tokens']:>8}{d['decode_s']:>10.1f}{d['tokens_per_s']:>9.1f}{d['gflops']:>9.1f}"
-                  f"{d['gflops'] / peak[dtype]:>9.0%}{ratio:>10}")  # fmt: skip
+            print(f"  {v:<14}{rows:>6}{d['tokens']:>8}{d['decode_s']:>10.1f}{d['tokens_per_s']:>9.1f}{d['gflops']:>9.1f}"
+                  f"{d['gflops'] / peak[dtype]:>9.0%}{ratio:>18}")  # fmt: skip
     if args.steps == 0:  # the decode table only
         print(f"[{_load()}]")
         return
@@ -480,6 +501,7 @@ def main() -> None:
                    help="speed part: training steps per variant (0: only the matmul peak and the decode table)")
     p.add_argument("--variants", default="today,fp32,bf16", help=f"speed part: any of {sorted(VARIANTS)}")
     p.add_argument("--baseline", default=BASELINE, help="speed part: the commit 'today' runs")
+    p.add_argument("--against", default="today", help="speed part: the variant the decode table's ratios are against")
     p.add_argument("--rows", default="8,32", help="speed part: decode rows (the default B*M, max_batch_size)")
     p.add_argument("--max-tokens", type=int, default=128, help="speed part: decode budget per row")
     p.add_argument("--peak-n", type=int, default=2048, help="speed part: matmul size of the peak")

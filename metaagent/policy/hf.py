@@ -444,8 +444,12 @@ class _RunningBatch:
         """Prefill ``rows``, sample their first tokens and merge the unfinished ones into the batch.
 
         With a prefix cache, prefixes that several of ``rows`` share are prefilled once first, and each row
-        then prefills only what follows its longest cached prefix.
+        then prefills only what follows its longest cached prefix. Whatever the cache, the running batch keeps
+        the keys and values of a prefix several rows share once, for all of them, where that saves enough
+        reading (cascade attention, :func:`~metaagent.policy.kv.shared_prefixes`).
         """
+        from .kv import shared_prefixes
+
         p, pc = self.policy, self.policy.prefix_cache
         prompts = [r.prompt_ids for r in rows]
         chains: list[list[Any]] = [[] for _ in rows]
@@ -456,14 +460,17 @@ class _RunningBatch:
             pc.stats.hit_tokens += sum(len(c) * pc.block for c in chains)
         new = type(self)(p)  # a subclass's sampling applies to the first token too
         new.rows = list(rows)
-        logits = new.prefill(prompts, chains)
+        logits = new.prefill(prompts, chains, shared=shared_prefixes(prompts, self.store.prefix_ids if self.store else ()))
         new._sample(logits)
         if new.rows:
             self._merge(new)
 
-    def prefill(self, prompts: list[list[int]], chains: list[list[Any]], keep: bool = True) -> torch.Tensor:
+    def prefill(
+        self, prompts: list[list[int]], chains: list[list[Any]], keep: bool = True, shared: list[tuple[int, ...]] | None = None
+    ) -> torch.Tensor:
         """Prefill ``prompts`` into this (empty) batch (``keep=False``: only into the prefix cache); return the
-        last positions' logits (B, V).
+        last positions' logits (B, V). ``shared[i]``: the prefix row ``i``'s keys and values share with other rows
+        in the store (:meth:`~metaagent.policy.kv.KVStore.extend`).
 
         Each row is prefilled alone: no padding to compute, and a row's prompt keys and values do not depend on
         which rows it was admitted with (left padding of a batched prefill changes bf16 roundings). The prefill
@@ -477,11 +484,11 @@ class _RunningBatch:
 
         logits = []
         store = KVStore()
-        for prompt, chain in zip(prompts, chains):
+        for i, (prompt, chain) in enumerate(zip(prompts, chains)):
             row_logits, kv = self._prefill_row(prompt, chain)
             logits.append(row_logits)
             if keep:
-                store.extend(kv)
+                store.extend(kv, [shared[i]] if shared is not None else None)
         if keep:
             self.store = store
         return torch.cat(logits)  # (B, V)
