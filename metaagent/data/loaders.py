@@ -351,7 +351,8 @@ def _source_rows(spec: DatasetSpec) -> Iterable[Mapping[str, Any]]:
     if placed is not None:
         log.info("%s: reading the placed copy %s", spec.source, placed)
         return _local_rows(placed)
-    shipped = shipped_copy(spec.source, spec.split_name)
+    # the shipped copy is the source's default subset (GSM8K main, MBPP sanitized): another subset is not it
+    shipped = shipped_copy(spec.source, spec.split_name) if spec.subset in (None, info.subset) else None
     if shipped is not None:
         log.info("%s: reading the copy shipped in the package, %s", spec.source, shipped)
         return shipped_rows(shipped)

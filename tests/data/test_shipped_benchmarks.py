@@ -111,3 +111,12 @@ def test_a_damaged_shipped_copy_is_a_clear_error(tmp_path, monkeypatch, shipped_
     monkeypatch.setattr(loaders, "SHIPPED_DIR", tmp_path)
     with pytest.raises(DataError, match=r"cannot read the shipped copy .*test.jsonl.xz.*reinstall metaagent"):
         load_tasks(DatasetSpec("gsm8k"))
+
+
+def test_another_subset_is_not_read_from_the_shipped_copy(shipped_only):
+    """GSM8K ships its ``main`` subset and MBPP its ``sanitized`` one: asking for another goes past the copy."""
+    with pytest.raises(AssertionError, match="gsm8k read from the hub"):
+        load_tasks(DatasetSpec("gsm8k", subset="socratic"))
+    with pytest.raises(AssertionError, match="mbpp read from the hub"):
+        load_tasks(DatasetSpec("mbpp", subset="full"))
+    assert len(load_tasks(DatasetSpec("gsm8k", subset="main", limit=2))) == 2  # the shipped subset named
