@@ -119,8 +119,11 @@ def reward_bundle() -> dict[str, Any] | None:
                 f"({type(e).__name__}: {e}); define it at module level of an importable module or of a .py "
                 "file named in data.rewards"
             ) from None
-    files = {}
+    files = {}  # the .py files the registered functions come from (not every file an earlier run imported)
+    wanted = {getattr(fn, "__module__", None) for fn in table.values()}
     for name, path in sorted(_file_modules().items()):
+        if name not in wanted:
+            continue
         text = _source(path)
         if text is not None:
             files[name] = {"path": path, "source": text}

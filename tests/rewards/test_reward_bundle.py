@@ -110,3 +110,16 @@ def test_a_ray_actor_scores_with_the_rewards_registered_in_the_driver(rewards):
         execution = pool.run(script, TASK, executor)
     assert execution.status == "ok", execution.error
     assert execution.reward.correct == 0.25 and execution.reward.details["task_reward"]["status"] == "ok"
+
+
+def test_only_the_files_of_the_registered_rewards_travel(tmp_path, rewards, monkeypatch):
+    """A reward file an earlier run of this process imported (its module still in ``sys.modules``, its file
+    still there) is not packed once no registered reward comes from it."""
+    (tmp_path / "old_rewards.py").write_text("def half(task, answer):\n    return 0.5\n")
+    (tmp_path / "new_rewards.py").write_text("def third(task, answer):\n    return 1 / 3\n")
+    monkeypatch.chdir(tmp_path)
+    use_rewards({"math": "old_rewards.py:half"})
+    rewards._table.clear()
+    use_rewards({"math": "new_rewards.py:third"})
+    files = reward_bundle()["files"]
+    assert [f["path"] for f in files.values()] == [str(tmp_path / "new_rewards.py")]
