@@ -14,7 +14,7 @@ was trained with; issue 62 measures ``on`` and ``off`` side by side):
     .venv/bin/python benchmarks/designer_valid_rate.py --models embedded-sft-suite --suite-families arith code \
         lookup start strings --per-family 12 --designs 60 --max-tokens 384 --domain-hint on off --json OUT.json
  ``embedded-sft`` is the alias of the committed cold-start adapter merged into the embedded model
-(``metaagent.policy.cold_start.load_cold_start()``); any other name is a model alias or HF directory.
+(``metaagent.policy.models.load_cold_start()``); any other name is a model alias or HF directory.
 """
 
 from __future__ import annotations

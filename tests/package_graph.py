@@ -189,8 +189,6 @@ ENTRY_POINTS: dict[str, frozenset[str]] = {
 
 #: (module, what it imports inside a function) -> why it is not imported at module level
 DEFERRED: dict[tuple[str, str], str] = {
-    ("metaagent.policy.models", "metaagent.policy.cold_start"):
-        "a real cycle: cold_start builds on models' names at its module level; models loads a cold start on request",
     ("metaagent.credit.control", "metaagent.rewards.selection"):
         "the rewards package (code runner, sandbox tools) would double the cost of importing credit (~300 ms more)",
     ("metaagent.cli.flags", "json"):

@@ -53,8 +53,8 @@ def adapter_folder(path: Path, key: str | None) -> Path:
 
 def _main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    from metaagent.policy.cold_start import adapter_base, merge_adapter
-    from metaagent.policy.models import PROMPT_FILE
+    from metaagent.policy.cold_start import adapter_base
+    from metaagent.policy.models import PROMPT_FILE, merge_adapter
 
     adapter = adapter_folder(Path(args.adapter), args.key)
     out = Path(args.out)

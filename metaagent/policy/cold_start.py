@@ -1,12 +1,15 @@
 """The committed cold-start adapter: a LoRA trained on sft_data/ with metaagent-sft, merged on demand.
 
-``load_cold_start()`` returns a local HF model folder: the embedded SmolLM2-135M-Instruct with the adapter
-in ``metaagent/policy/cold_start_adapter/`` (shipped in the wheel) merged in, built once (~10 s) into the metaagent cache
+This module knows the adapter folders: where one is read from, its hash (which names the merged model's cache
+folder), its base, and its export for shipping. Merging and caching are :mod:`metaagent.policy.models`'
+(``resolve_model("embedded-sft")`` merges the shipped one): ``load_cold_start()`` returns a local HF model
+folder, the embedded SmolLM2-135M-Instruct with the adapter in ``metaagent/policy/cold_start_adapter/``
+(shipped in the wheel) merged in, built once (~10 s) into the metaagent cache
 (``metaagent.policy.models.cache_dir()/models/embedded-sft-<hash>``) and reused; the folder name changes
 when the adapter or the base model recipe changes. It is a valid ``--model`` for train-metaagent and
 metaagent-serve, so ``make demo`` can start RL from the cold start without retraining::
 
-    from metaagent.policy.cold_start import load_cold_start
+    from metaagent.policy.models import load_cold_start
     path = load_cold_start()          # e.g. ~/.cache/metaagent/models/embedded-sft-3f2a...
 
 The adapter folder is ``$METAAGENT_COLD_START`` when set, else the packaged ``metaagent/policy/cold_start_adapter``
@@ -19,19 +22,10 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from metaagent.errors import MetaAgentError
-from metaagent.policy.models import (
-    BUILD_VERSION,
-    COLD_START,
-    COLD_START_SUITE,
-    PROMPT_FILE,
-    cache_dir,
-    file_lock,
-    load_model_and_tokenizer,
-)
+from metaagent.policy.model_files import BUILD_VERSION, COLD_START, COLD_START_SUITE, PROMPT_FILE
 from metaagent.resources import cold_start_adapter_dir, suite_cold_start_adapter_dir
 
 ENV_VAR = "METAAGENT_COLD_START"
@@ -56,7 +50,7 @@ def cold_start_dir(alias: str = CACHE_PREFIX) -> Path:
     return cold_start_adapter_dir()
 
 
-def _adapter_hash(folder: Path, base: str) -> str:
+def adapter_hash(folder: Path, base: str) -> str:
     h = hashlib.sha256()
     for name in ADAPTER_FILES:
         path = folder / name
@@ -82,10 +76,10 @@ def model_revision(name: str | os.PathLike[str]) -> str | None:
     pinned package, or an HF folder, named by its path). Results made with one revision must not be resumed
     with another (``metaagent-eval`` checks it)."""
     if os.fspath(name) in (COLD_START, COLD_START_SUITE):
-        return _adapter_hash(cold_start_dir(os.fspath(name)), BASE)
+        return adapter_hash(cold_start_dir(os.fspath(name)), BASE)
     path = Path(name).expanduser()
     if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
-        return _adapter_hash(path, adapter_base(path))
+        return adapter_hash(path, adapter_base(path))
     return None
 
 
@@ -99,20 +93,6 @@ def adapter_base(adapter: str | os.PathLike[str]) -> str:
     if not base:
         raise ColdStartError(f"{path} names no base_model_name_or_path; merge it with metaagent-export --base MODEL")
     return str(base)
-
-
-def merge_adapter(adapter: str | os.PathLike[str], out: str | os.PathLike[str], *, base: str = BASE) -> Path:
-    """Merge a LoRA adapter into ``base`` (alias or HF folder) and save the full model and tokenizer to ``out``."""
-    import torch
-    from peft import PeftModel
-
-    model, tokenizer = load_model_and_tokenizer(base, dtype="float32")
-    merged = PeftModel.from_pretrained(model, str(adapter), torch_dtype=torch.float32).merge_and_unload()
-    merged = merged.to(torch.float32)
-    out = Path(out)
-    merged.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    return out
 
 
 def export_adapter(
@@ -142,41 +122,3 @@ def export_adapter(
     (dst / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     save_file(tensors, str(dst / "adapter_model.safetensors"), metadata={"format": "pt"})
     return dst
-
-
-def load_cold_start(
-    adapter: str | os.PathLike[str] | None = None,
-    *,
-    base: str = BASE,
-    cache: str | os.PathLike[str] | None = None,
-) -> str:
-    """Path of ``base`` (the embedded model) with the cold-start adapter merged in (built once, then cached
-    under ``cache``, default ``metaagent.policy.models.cache_dir()``).
-
-    Safe when several processes call it at once (file lock, temporary folder renamed into place).
-    """
-    folder = Path(adapter).expanduser() if adapter is not None else cold_start_dir()
-    key = _adapter_hash(folder, base)
-    models = (Path(cache) if cache is not None else cache_dir()) / "models"
-    models.mkdir(parents=True, exist_ok=True)
-    prefix = CACHE_PREFIX if base == BASE else f"{Path(base).name}-sft"
-    final = models / f"{prefix}-{key}"
-    if (final / MARKER).is_file():
-        return str(final)
-    with file_lock(models / f".{prefix}-{key}.lock"):
-        if (final / MARKER).is_file():
-            return str(final)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-{key}.tmp-", dir=models))
-        try:
-            merge_adapter(folder, tmp, base=base)
-
-            if (folder / PROMPT_FILE).is_file():  # the merged model keeps the designer prompt it was trained on
-                shutil.copyfile(folder / PROMPT_FILE, tmp / PROMPT_FILE)
-            (tmp / MARKER).write_text(json.dumps({"adapter": str(folder), "hash": key, "base": base}))
-            os.chmod(tmp, 0o755)
-            if final.exists():
-                shutil.rmtree(final)
-            os.rename(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(final)

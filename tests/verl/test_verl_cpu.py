@@ -88,11 +88,12 @@ def converted(proc: subprocess.Popen, out: Path) -> Path:
     return out
 
 
-def fsdp_model(ckpt: Path, like: str):
-    """The fp32 policy of a one-worker verl checkpoint (the converter writes bf16, too coarse for 1e-5 checks)."""
+def fsdp_model(ckpt: Path, like: str, key: str = "policy"):
+    """The fp32 weights of physical model ``key`` in a one-worker verl checkpoint, in a model like ``like`` (the
+    converter writes bf16, too coarse for 1e-5 checks)."""
     from transformers import AutoModelForCausalLM
 
-    shard = torch.load(ckpt / "verl" / "policy" / "model_world_size_1_rank_0.pt", weights_only=False, map_location="cpu")
+    shard = torch.load(ckpt / "verl" / key / "model_world_size_1_rank_0.pt", weights_only=False, map_location="cpu")
     state = {k: (v._local_tensor if hasattr(v, "_local_tensor") else v).float() for k, v in shard.items()}
     model = AutoModelForCausalLM.from_pretrained(like, dtype=torch.float32, attn_implementation="sdpa")
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -101,18 +102,20 @@ def fsdp_model(ckpt: Path, like: str):
     return model.eval()
 
 
-def mean_logprobs(model, turn_list) -> torch.Tensor:
-    """Per turn: the log-probs of its response tokens under ``model`` (fp32, temperature 1)."""
+def mean_logprobs(model, turn_list) -> list[torch.Tensor]:
+    """Per turn (or designer sample): the log-probs of its response tokens under ``model`` (fp32, temperature 1).
+    The output head runs on the response positions only (over a long prompt the full vocabulary's logits at every
+    position cost most of the time)."""
     from metaagent.policy.logsoftmax import log_softmax
 
     means = []
     with torch.no_grad():
         for t in turn_list:
             ids = torch.tensor([t["prompt_ids"] + t["response_ids"]])
-            logits = model(input_ids=ids).logits.float()[0]
             r = len(t["response_ids"])
-            lp = log_softmax(logits[-r - 1 : -1]).gather(-1, ids[0, -r:, None]).squeeze(-1)
-            means.append(lp)
+            hidden = model.base_model(input_ids=ids).last_hidden_state[0, -r - 1 : -1]
+            logits = model.get_output_embeddings()(hidden).float()
+            means.append(log_softmax(logits).gather(-1, ids[0, -r:, None]).squeeze(-1))
     return means
 
 

@@ -8,7 +8,7 @@ directory and checkpoints), the real :class:`~metaagent.train.verl_backend.polic
 talking token ids to a fake of verl's ``LLMServerClient`` (one per model: the servers verl launches for it), the
 rollout engine, sandbox, rewards, credit and records. The FSDP workers are fakes that keep a weights version per
 model (bumped by each update, written by ``save`` and read back by ``load``); verl's own FSDP checkpoint code
-and vLLM are not run (tests/verl/test_verl_cpu.py runs the real engine with one model).
+and vLLM are not run (tests/verl/test_verl_separate_cpu.py runs verl's real FSDP engine with the two models).
 """
 
 from __future__ import annotations
